@@ -1,0 +1,68 @@
+"""Tracer-provider set-up: the embedded trace store, and OTLP export when an endpoint is set."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from .config import ProbeConfig
+from .store import StoreSpanProcessor, TraceStore
+
+logger = logging.getLogger("aegis_probe")
+
+_providers: dict[tuple[Any, ...], tuple[TracerProvider, StoreSpanProcessor | None]] = {}
+
+
+def otlp_exporter(config: ProbeConfig) -> SpanExporter:
+    """An OTLP span exporter for ``config.otlp_endpoint`` (http/protobuf or grpc).
+
+    A base endpoint (``http://host:4318``) gets the ``/v1/traces`` path for http, as the
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` convention says.
+    """
+    endpoint = config.otlp_endpoint or ""
+    if config.otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+
+        return Grpc(endpoint=endpoint, insecure=endpoint.startswith("http://"), timeout=5)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
+    if not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return Http(endpoint=endpoint, timeout=5)
+
+
+def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> tuple[TracerProvider, StoreSpanProcessor | None]:
+    """A shared SDK provider for this configuration (created once per process and config).
+
+    Spans go to ``store`` (written when each trace's root ends) and, batched on a background
+    thread, to ``exporter`` or to OTLP when an endpoint is configured. A slow or absent collector
+    only drops spans after the exporter's timeout; the app never waits on it.
+    """
+    key = (config.service_name, config.otlp_endpoint, config.otlp_protocol,
+           str(store.path) if store else None, id(exporter) if exporter else None)
+    if key in _providers:
+        return _providers[key]
+    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+    store_processor = None
+    if store is not None:
+        store_processor = StoreSpanProcessor(store)
+        provider.add_span_processor(store_processor)
+    remote = exporter
+    if remote is None and config.otlp_endpoint:
+        remote = otlp_exporter(config)
+    if remote is not None:
+        provider.add_span_processor(BatchSpanProcessor(remote))
+    _providers[key] = (provider, store_processor)
+    return provider, store_processor
+
+
+def add_processor(provider: Any, processor: SpanProcessor) -> None:
+    """Attach ``processor`` to a user's SDK provider (ignored, with a warning, for API-only ones)."""
+    if hasattr(provider, "add_span_processor"):
+        provider.add_span_processor(processor)
+    else:
+        logger.warning("aegis-probe: tracer provider %r takes no span processors; trace store disabled", provider)

@@ -1,0 +1,186 @@
+"""The LLM-call seam every adapter routes model calls through.
+
+An adapter describes a framework's model call with an :class:`LLMCodec` (how to read the request
+messages and the response, and how to rebuild them); the core does the rest here: the ``chat``
+span, content capture, usage, and the interceptor chain that recording, replay and fault
+injection plug into. Interceptors work on neutral data, so one implementation serves every
+framework, and injection at this level keeps an agent's own memory and what others see in
+agreement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
+
+from .spans import ChatMessage, current_run, current_step, log_hook_error, start_llm
+
+if TYPE_CHECKING:
+    from .probe import Probe
+    from .spans import LLMScope, RunScope
+
+
+@dataclass
+class LLMResponse:
+    """A model response in neutral form."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments"}]
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model: str | None = None
+    finish_reason: str | None = None
+
+    def as_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = self.tool_calls
+        if self.finish_reason:
+            msg["finish_reason"] = self.finish_reason
+        return msg
+
+
+@dataclass
+class LLMCall:
+    """One model call as interceptors see it. ``messages`` may be edited in ``before``."""
+
+    run: "RunScope | None"
+    agent: str | None
+    call_index: int | None
+    step_index: int | None
+    model: str | None
+    messages: list[dict[str, Any]]
+
+
+class LLMCodec(Protocol):
+    """What an adapter knows about one framework's model call."""
+
+    provider: str
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None: ...
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """The request's chat messages in neutral form."""
+
+    def with_request(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Arguments for the same call with ``messages`` instead (prompt injection)."""
+
+    def response(self, raw: Any) -> LLMResponse:
+        """The neutral form of the framework's response object."""
+
+    def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
+        """A framework response object carrying ``response`` (``raw`` is the original, if any)."""
+
+
+class Interceptor(Protocol):
+    """Observes or changes model calls of a run (recording, replay, injection)."""
+
+    def before(self, call: LLMCall) -> LLMResponse | None:
+        """Called before the model; may edit ``call.messages``; a returned response skips the model."""
+
+    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+        """Called with the model's (or the short-circuit) response; returns what the app sees."""
+
+
+def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", LLMCall]:
+    messages = codec.request(args, kwargs)
+    model = codec.model(instance, args, kwargs)
+    step, run = current_step(), current_run()
+    agent = step.agent if step else None
+    call_index = run.next_call_index(agent) if run is not None and agent is not None else None
+    scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent, call_index=call_index)
+    return scope, LLMCall(run, agent, call_index, step.index if step else None, model, messages)
+
+
+def _finish(scope: "LLMScope", response: LLMResponse) -> None:
+    scope.finish(
+        [response.as_message()],
+        input_tokens=response.input_tokens,
+        output_tokens=response.output_tokens,
+        response_model=response.model,
+        finish_reasons=[response.finish_reason] if response.finish_reason else None,
+    )
+
+
+class _Prepared:
+    """Span, call record and possibly-rewritten arguments of a call about to run."""
+
+    __slots__ = ("scope", "call", "args", "kwargs", "short_circuit")
+
+    def __init__(self, probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> None:
+        self.scope, self.call = _begin(probe, codec, instance, args, kwargs)
+        self.args, self.kwargs, self.short_circuit = args, kwargs, None
+        original = [dict(m) for m in self.call.messages]
+        for icpt in probe.interceptors:
+            self.short_circuit = icpt.before(self.call)
+            if self.short_circuit is not None:
+                break
+        if self.call.messages != original:
+            self.args, self.kwargs = codec.with_request(args, kwargs, self.call.messages)
+
+    def complete(self, probe: "Probe", codec: LLMCodec, raw: Any | None) -> Any:
+        response = self.short_circuit if raw is None else codec.response(raw)
+        changed = raw is None
+        for icpt in probe.interceptors:
+            new = icpt.after(self.call, response)  # type: ignore[arg-type]
+            changed = changed or new is not response
+            response = new
+        _finish(self.scope, response)  # type: ignore[arg-type]
+        return codec.with_response(raw, response) if changed else raw  # type: ignore[arg-type]
+
+
+def call_llm(probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a synchronous model call inside a ``chat`` span, through the interceptors."""
+    try:
+        prep = _Prepared(probe, codec, instance, args, kwargs)
+    except Exception:
+        log_hook_error("llm call start")
+        return wrapped(*args, **kwargs)
+    if prep.short_circuit is not None:
+        raw = None
+    else:
+        token = prep.scope.attach()
+        try:
+            raw = wrapped(*prep.args, **prep.kwargs)
+        except BaseException as exc:
+            prep.scope.fail(exc)
+            raise
+        finally:
+            prep.scope.detach(token)
+    return _complete(prep, probe, codec, raw)
+
+
+async def acall_llm(
+    probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple, kwargs: dict
+) -> Any:
+    """Run an async model call inside a ``chat`` span, through the interceptors."""
+    try:
+        prep = _Prepared(probe, codec, instance, args, kwargs)
+    except Exception:
+        log_hook_error("llm call start")
+        return await wrapped(*args, **kwargs)
+    if prep.short_circuit is not None:
+        raw = None
+    else:
+        token = prep.scope.attach()
+        try:
+            raw = await wrapped(*prep.args, **prep.kwargs)
+        except BaseException as exc:
+            prep.scope.fail(exc)
+            raise
+        finally:
+            prep.scope.detach(token)
+    return _complete(prep, probe, codec, raw)
+
+
+def _complete(prep: _Prepared, probe: "Probe", codec: LLMCodec, raw: Any) -> Any:
+    try:
+        return prep.complete(probe, codec, raw)
+    except Exception:
+        log_hook_error("llm call end")
+        prep.scope.end()
+        if raw is None:
+            raise RuntimeError("aegis-probe: a replayed/injected response could not be built") from None
+        return raw

@@ -1,0 +1,161 @@
+"""An embedded OpenAI-compatible chat-completions server on 127.0.0.1.
+
+The *model* behind it is a plain Python callable (a :data:`Policy`): it gets the request body and
+returns a :class:`Reply` (text, or tool calls). The demo and the tests use deterministic scripted
+policies, so runs need no API key and no network; every framework talks to it through its real
+OpenAI client. Supports ``stream=true`` (SSE, usage in the last chunk) and ``GET /v1/models``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Reply:
+    """What the model answers: text content and/or tool calls ``[(name, arguments_dict)]``."""
+
+    content: str | None = None
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+Policy = Callable[[dict[str, Any]], Reply]
+
+
+def count_tokens(text: str) -> int:
+    """A deterministic stand-in token count: whitespace-separated words."""
+    return len(text.split())
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """All message text of a request, for token counting."""
+    chunks = []
+    for m in body.get("messages", []):
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        chunks.append(str(content or ""))
+    return "\n".join(chunks)
+
+
+class ModelServer:
+    """Serve ``policy`` at ``http://127.0.0.1:<port>/v1``; use as a context manager."""
+
+    def __init__(self, policy: Policy, *, host: str = "127.0.0.1", port: int = 0, model: str = "aegis-scripted") -> None:
+        self.policy, self.model = policy, model
+        self.requests: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "ModelServer":
+        self._thread = threading.Thread(target=self._server.serve_forever, name="aegis-model-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "ModelServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+        """Run the policy on a request; return the assistant message and usage."""
+        with self._lock:
+            self.requests.append(body)
+            n = next(self._ids)
+        reply = self.policy(body)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": f"call_{n}_{i}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for i, (name, args) in enumerate(reply.tool_calls)
+            ]
+        out_text = (reply.content or "") + "".join(json.dumps(a) for _, a in reply.tool_calls)
+        prompt_tokens, completion_tokens = count_tokens(prompt_text(body)), max(1, count_tokens(out_text))
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        return message, usage
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                return None
+
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "aegis"}]})
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                    message, usage = server.complete(body)
+                except Exception as exc:  # the policy failed: answer like an API would
+                    self._json(500, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}})
+                    return
+                base = {"id": f"chatcmpl-{id(message):x}", "created": int(time.time()),
+                        "model": body.get("model") or server.model}
+                finish = "tool_calls" if message.get("tool_calls") else "stop"
+                if not body.get("stream"):
+                    self._json(200, {**base, "object": "chat.completion", "usage": usage,
+                                     "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+                    return
+                self._stream(base, message, usage, finish)
+
+            def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, int], finish: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunk = {**base, "object": "chat.completion.chunk"}
+                deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+                if message.get("content"):
+                    words = message["content"].split(" ")
+                    deltas += [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+                for i, call in enumerate(message.get("tool_calls", [])):
+                    deltas.append({"tool_calls": [{"index": i, **call}]})
+                events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+                events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
+                for event in events:
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        return Handler

@@ -1,0 +1,199 @@
+"""OTLP/JSON encoding of spans, as the OpenTelemetry Collector's file exporter writes it.
+
+One line holds one ``ExportTraceServiceRequest`` (``{"resourceSpans": [...]}``). Trace and span
+ids are lower-case hex and 64-bit integers are strings, as the OTLP/JSON spec requires.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+_STATUS_CODE = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
+_STATUS_NAME = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+@dataclass
+class SpanRecord:
+    """A finished span, independent of where it was read from."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "UNSET"
+    status_message: str = ""
+    kind: int = 1
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope: str = ""
+
+    @classmethod
+    def from_readable(cls, span: ReadableSpan) -> "SpanRecord":
+        ctx = span.context
+        parent = span.parent
+        return cls(
+            trace_id=format(ctx.trace_id, "032x"),
+            span_id=format(ctx.span_id, "016x"),
+            parent_span_id=format(parent.span_id, "016x") if parent else None,
+            name=span.name,
+            start_ns=span.start_time or 0,
+            end_ns=span.end_time or 0,
+            attributes=dict(span.attributes or {}),
+            events=[
+                {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
+                for e in span.events
+            ],
+            status=_STATUS_NAME[_STATUS_CODE[span.status.status_code]],
+            status_message=span.status.description or "",
+            kind=span.kind.value + 1,
+            resource=dict(span.resource.attributes) if span.resource else {},
+            scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
+        )
+
+
+def _any_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": _any_value(v)} for k, v in attrs.items()]
+
+
+def _from_any_value(value: Mapping[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "arrayValue" in value:
+        return [_from_any_value(v) for v in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return {kv["key"]: _from_any_value(kv.get("value", {})) for kv in value["kvlistValue"].get("values", [])}
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _from_attributes(items: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
+    return {item["key"]: _from_any_value(item.get("value", {})) for item in items or ()}
+
+
+def encode_span(rec: SpanRecord) -> dict[str, Any]:
+    """The OTLP/JSON ``Span`` object of one record."""
+    out: dict[str, Any] = {
+        "traceId": rec.trace_id,
+        "spanId": rec.span_id,
+        "name": rec.name,
+        "kind": rec.kind,
+        "startTimeUnixNano": str(rec.start_ns),
+        "endTimeUnixNano": str(rec.end_ns),
+        "attributes": _attributes(rec.attributes),
+        "status": {"code": {"UNSET": 0, "OK": 1, "ERROR": 2}[rec.status]},
+    }
+    if rec.parent_span_id:
+        out["parentSpanId"] = rec.parent_span_id
+    if rec.status_message:
+        out["status"]["message"] = rec.status_message
+    if rec.events:
+        out["events"] = [
+            {"timeUnixNano": str(e["time_ns"]), "name": e["name"], "attributes": _attributes(e["attributes"])}
+            for e in rec.events
+        ]
+    return out
+
+
+def encode_request(records: Sequence[SpanRecord]) -> str:
+    """One JSON line (no newline) holding ``records``, grouped by resource and scope."""
+    groups: dict[tuple[str, str], tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]] = {}
+    for rec in records:
+        rkey = json.dumps(rec.resource, sort_keys=True, default=str)
+        resource, scopes = groups.setdefault((rkey, ""), (rec.resource, {}))
+        scopes.setdefault(rec.scope, []).append(encode_span(rec))
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _attributes(resource)},
+                "scopeSpans": [{"scope": {"name": s}, "spans": spans} for s, spans in scopes.items()],
+            }
+            for resource, scopes in groups.values()
+        ]
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_id(value: str | None) -> str | None:
+    """Hex id as written by OTLP/JSON; base64 ids (proto3 JSON mapping) are converted."""
+    if not value:
+        return None
+    if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
+        return value.lower()
+    import base64
+
+    return base64.b64decode(value).hex()
+
+
+def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
+    """Span records from one ``ExportTraceServiceRequest`` JSON object.
+
+    Raises ``ValueError`` (or ``KeyError``/``TypeError``) on a structurally invalid body; the
+    store turns that into an error naming the file and line.
+    """
+    records: list[SpanRecord] = []
+    resource_spans = body["resourceSpans"]
+    if not isinstance(resource_spans, list):
+        raise ValueError("resourceSpans is not a list")
+    for rs in resource_spans:
+        resource = _from_attributes(rs.get("resource", {}).get("attributes"))
+        for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])):
+            scope = ss.get("scope", ss.get("instrumentationLibrary", {})).get("name", "")
+            for sp in ss.get("spans", []):
+                status = sp.get("status", {})
+                code = status.get("code", 0)
+                if isinstance(code, str):
+                    code = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, 0)
+                records.append(
+                    SpanRecord(
+                        trace_id=_decode_id(sp["traceId"]) or "",
+                        span_id=_decode_id(sp["spanId"]) or "",
+                        parent_span_id=_decode_id(sp.get("parentSpanId")),
+                        name=sp["name"],
+                        start_ns=int(sp.get("startTimeUnixNano", 0)),
+                        end_ns=int(sp.get("endTimeUnixNano", 0)),
+                        attributes=_from_attributes(sp.get("attributes")),
+                        events=[
+                            {
+                                "name": e.get("name", ""),
+                                "time_ns": int(e.get("timeUnixNano", 0)),
+                                "attributes": _from_attributes(e.get("attributes")),
+                            }
+                            for e in sp.get("events", [])
+                        ],
+                        status=_STATUS_NAME.get(int(code), "UNSET"),
+                        status_message=status.get("message", ""),
+                        kind=int(sp.get("kind", 1)) if not isinstance(sp.get("kind"), str) else 1,
+                        resource=resource,
+                        scope=scope,
+                    )
+                )
+    return records

@@ -1,0 +1,227 @@
+"""``instrument(app)``: find the app's framework, register it, install patches, and trace runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Tracer, TracerProvider
+
+from . import semconv as sc
+from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
+from .config import ProbeConfig
+from .interception import Interceptor
+from .exporting import add_processor, default_provider
+from .redact import make_redactor
+from .spans import RunScope
+from .store import StoreSpanProcessor, TraceStore
+from .trajectory import Outcome, Trajectory
+
+logger = logging.getLogger("aegis_probe")
+
+#: A judge receives the task and the run's final answer and says whether the run succeeded.
+Judge = Callable[[str | None, str | None], "bool | Outcome | None"]
+
+_probes: list["Probe"] = []
+_probes_lock = threading.Lock()
+
+
+class Probe:
+    """The handle ``instrument(app)`` returns: configuration, tracer, store and run results."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        config: ProbeConfig,
+        tracer: Tracer,
+        store: TraceStore | None,
+        store_processor: StoreSpanProcessor | None,
+        provider: Any,
+        judge: Judge | None,
+    ) -> None:
+        self.adapter = adapter
+        self.config = config
+        self.tracer = tracer
+        self.store = store
+        self.provider = provider
+        self.judge = judge
+        self.redact = make_redactor(config.redact)
+        self.apps: list[AppInfo] = []
+        self.last_run: RunScope | None = None
+        #: Model-call interceptors (recording, replay, injection), applied in order.
+        self.interceptors: list[Interceptor] = []
+        self._store_processor = store_processor
+        self._active = True
+
+    # -- results -------------------------------------------------------------------------
+    @property
+    def last_trace_id(self) -> str | None:
+        """Trace id of the most recent finished run."""
+        return self.last_run.trace_id if self.last_run else None
+
+    def set_outcome(
+        self, success: bool, *, answer: str | None = None, expected: str | None = None, trace_id: str | None = None
+    ) -> None:
+        """Report a run's outcome (default: the current run, else the most recent one).
+
+        While the run is open the attributes go on its root span; afterwards they are appended
+        to the trace store as an amendment of the root span (OTLP backends only see outcomes
+        reported before the run ended, or given by a ``judge``).
+        """
+        attrs = self._outcome_attributes(Outcome(success=success, answer=answer, expected=expected))
+        run = self.last_run
+        if trace_id is None and run is not None and run.span.is_recording():
+            run.span.set_attributes(attrs)
+            return
+        target = trace_id or self.last_trace_id
+        if target is None:
+            raise RuntimeError("set_outcome: no run has happened yet")
+        if self.store is None:
+            raise RuntimeError("set_outcome after the run ended needs the trace store (store=False was given)")
+        self.store.amend(target, attributes=attrs)
+
+    def _outcome_attributes(self, outcome: Outcome) -> dict[str, Any]:
+        attrs: dict[str, Any] = {}
+        if outcome.success is not None:
+            attrs[sc.OUTCOME_SUCCESS] = outcome.success
+        if outcome.answer is not None:
+            attrs[sc.OUTCOME_ANSWER] = self.redact(outcome.answer)
+        if outcome.expected is not None:
+            attrs[sc.OUTCOME_EXPECTED] = self.redact(outcome.expected)
+        return attrs
+
+    def trajectory(self, trace_id: str | None = None) -> Trajectory:
+        """The stored trajectory of a run (default: the most recent)."""
+        if self.store is None:
+            raise RuntimeError("no trace store configured (store=False)")
+        target = trace_id or self.last_trace_id
+        if target is None:
+            raise RuntimeError("no run has happened yet")
+        return Trajectory.from_spans(self.store.trace(target))
+
+    # -- hooks the spans module calls ------------------------------------------------------
+    def _judge_run(self, run: RunScope) -> None:
+        self.last_run = run
+        if self.judge is None:
+            return
+        verdict = self.judge(run.task, run.answer)
+        if verdict is None:
+            return
+        outcome = verdict if isinstance(verdict, Outcome) else Outcome(success=bool(verdict))
+        if outcome.answer is None:
+            outcome.answer = run.answer
+        run.span.set_attributes(self._outcome_attributes(outcome))
+
+    def _run_finished(self, run: RunScope) -> None:
+        if self._store_processor is not None:
+            self._store_processor.force_flush()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def flush(self, timeout_millis: int = 30000) -> bool:
+        """Export everything pending (store and OTLP)."""
+        flush = getattr(self.provider, "force_flush", None)
+        return bool(flush(timeout_millis)) if flush else True
+
+    def uninstrument(self) -> None:
+        """Stop tracing this probe's apps; restore the framework's originals when no probe is left."""
+        if not self._active:
+            return
+        self._active = False
+        with _probes_lock:
+            if self in _probes:
+                _probes.remove(self)
+        self.adapter.release(self)
+
+    def __enter__(self) -> "Probe":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
+        self.uninstrument()
+
+
+def instrument(
+    app: Any,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    capture_content: bool | None = None,
+    store: TraceStore | str | os.PathLike[str] | bool | None = None,
+    exporter: SpanExporter | None = None,
+    judge: Judge | None = None,
+    redact: Callable[[str], str] | None = None,
+    otlp_endpoint: str | None = None,
+    service_name: str | None = None,
+) -> Probe:
+    """Trace ``app`` (an AutoGen team or agent, a CAMEL society/workforce/agent, a MetaGPT team/role).
+
+    Arguments override environment variables (see README "Configuration"):
+
+    - ``tracer_provider``: your SDK provider; by default aegis-probe makes one that writes to the
+      trace store and, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``otlp_endpoint`` is set, to OTLP.
+    - ``capture_content``: record message content (default on; env
+      ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). Secrets are always redacted.
+    - ``store``: a directory or :class:`TraceStore` (default ``AEGIS_TRACE_DIR`` or
+      ``./aegis-traces``); ``False`` disables it. With your own ``tracer_provider`` the store is
+      added only when given explicitly.
+    - ``exporter``: an extra span exporter (batched), e.g. an OTLP exporter you configured.
+    - ``judge``: ``judge(task, answer) -> bool | Outcome`` called when a run ends.
+    - ``redact``: your own ``str -> str`` redaction, applied after the built-in one.
+
+    Instrumenting an app twice returns the same probe. Raises ``TypeError`` for unsupported apps.
+    """
+    adapter = adapter_for(app)
+    existing = adapter.registry.get(app)
+    if existing is not None and existing._active:
+        return existing
+    config = ProbeConfig.resolve(
+        capture_content=capture_content,
+        trace_dir=store if isinstance(store, (str, os.PathLike)) else None,
+        otlp_endpoint=otlp_endpoint,
+        service_name=service_name,
+        redact=redact,
+    )
+    trace_store: TraceStore | None
+    if isinstance(store, TraceStore):
+        trace_store = store
+    elif store is False or (tracer_provider is not None and store in (None, True)):
+        trace_store = None
+    else:
+        trace_store = TraceStore(config.trace_dir)
+    if tracer_provider is None:
+        provider, store_processor = default_provider(config, trace_store, exporter)
+    else:
+        provider, store_processor = tracer_provider, None
+        if trace_store is not None:
+            store_processor = StoreSpanProcessor(trace_store)
+            add_processor(provider, store_processor)
+        if exporter is not None:
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            add_processor(provider, BatchSpanProcessor(exporter))
+    tracer = provider.get_tracer("aegis_probe", _version())
+    probe = Probe(adapter, config, tracer, trace_store, store_processor, provider, judge)
+    probe.apps.append(adapter.register(app, probe))
+    adapter.install()
+    with _probes_lock:
+        _probes.append(probe)
+    return probe
+
+
+def uninstrument() -> None:
+    """Uninstrument every probe and restore every patched original."""
+    with _probes_lock:
+        probes = list(_probes)
+    for probe in probes:
+        probe.uninstrument()
+    for adapter in loaded_adapters():
+        adapter.uninstall()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+

@@ -1,0 +1,339 @@
+"""Span scopes the adapters open: one run (the trace root), agent steps, LLM calls, tool calls.
+
+Adapters know *where* a framework acts; this module knows *what* a span carries. Run and step
+state travel in the OpenTelemetry ``Context`` next to the active span, so one ``attach`` per item
+is enough, also inside async generators and threads that copy the context.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from . import semconv as sc
+
+if TYPE_CHECKING:
+    from .probe import Probe
+
+logger = logging.getLogger("aegis_probe")
+
+_RUN_KEY = otel_context.create_key("aegis.run")
+_STEP_KEY = otel_context.create_key("aegis.step")
+_SUPPRESS_KEY = "suppress_instrumentation"  # the key OpenTelemetry instrumentations honour
+
+# A neutral chat message, as adapters hand them over: {"role", "content", optional "name",
+# optional "tool_calls": [{"id", "name", "arguments"}], optional "tool_call_id"}.
+ChatMessage = Mapping[str, Any]
+
+
+def log_hook_error(where: str) -> None:
+    """Log (never raise) an exception caught inside instrumentation code."""
+    logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
+
+
+def current_run() -> "RunScope | None":
+    """The run the calling code belongs to, or None outside instrumented runs."""
+    if otel_context.get_value(_SUPPRESS_KEY):
+        return None
+    return otel_context.get_value(_RUN_KEY)  # type: ignore[return-value]
+
+
+def current_step() -> "StepScope | None":
+    """The agent step the calling code belongs to, if any."""
+    return otel_context.get_value(_STEP_KEY)  # type: ignore[return-value]
+
+
+def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
+    """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages."""
+    out = []
+    for m in messages:
+        parts: list[dict[str, Any]] = []
+        content = m.get("content")
+        if content:
+            key = "response" if m.get("tool_call_id") else "content"
+            kind = "tool_call_response" if m.get("tool_call_id") else "text"
+            part: dict[str, Any] = {"type": kind, key: redact(str(content))}
+            if m.get("tool_call_id"):
+                part["id"] = m["tool_call_id"]
+            parts.append(part)
+        for call in m.get("tool_calls") or ():
+            parts.append(
+                {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
+                 "arguments": redact(str(call.get("arguments", "")))}
+            )
+        msg: dict[str, Any] = {"role": m.get("role", "user"), "parts": parts}
+        if m.get("name"):
+            msg["name"] = m["name"]
+        if m.get("finish_reason"):
+            msg["finish_reason"] = m["finish_reason"]
+        out.append(msg)
+    return json.dumps(out, ensure_ascii=False)
+
+
+class _Scope:
+    """A span plus the context that makes it current; ends exactly once."""
+
+    __slots__ = ("probe", "span", "ctx", "_ended")
+
+    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context) -> None:
+        self.probe, self.span, self.ctx, self._ended = probe, span, ctx, False
+
+    def attach(self) -> object:
+        return otel_context.attach(self.ctx)
+
+    @staticmethod
+    def detach(token: object) -> None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the span as failed by the app's own exception (which the caller re-raises)."""
+        if self._ended:
+            return
+        self.span.record_exception(exc)
+        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self.span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+        self.end()
+
+    def end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self.span.end()
+
+    def content(self, key: str, messages: Sequence[ChatMessage] | None) -> None:
+        """Set a message-content attribute when content capture is on."""
+        if messages is not None and self.probe.config.capture_content:
+            self.span.set_attribute(key, encode_messages(messages, self.probe.redact))
+
+
+class RunScope(_Scope):
+    """One run of an app: the trace root. Holds the step and per-agent call counters."""
+
+    __slots__ = ("run_id", "framework", "task", "answer", "_steps", "_calls", "_lock")
+
+    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, framework: str, task: str | None):
+        super().__init__(probe, span, ctx)
+        self.run_id = uuid.uuid4().hex
+        self.framework, self.task, self.answer = framework, task, None
+        self._steps = itertools.count()
+        self._calls: dict[str, itertools.count] = {}
+        self._lock = threading.Lock()
+        self.ctx = otel_context.set_value(_RUN_KEY, self, ctx)
+        span.set_attribute(sc.RUN_ID, self.run_id)
+
+    @property
+    def trace_id(self) -> str:
+        return format(self.span.get_span_context().trace_id, "032x")
+
+    def next_step_index(self) -> int:
+        return next(self._steps)
+
+    def next_call_index(self, agent: str) -> int:
+        """The 0-based index of ``agent``'s next LLM call in this run."""
+        with self._lock:
+            counter = self._calls.setdefault(agent, itertools.count())
+        return next(counter)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the run: judge it, write the outcome, end the root span, flush the store."""
+        if self._ended:
+            return
+        try:
+            self.probe._judge_run(self)
+        except Exception:
+            log_hook_error("judge")
+        if exc is not None:
+            self.fail(exc)
+        else:
+            self.end()
+        self.probe._run_finished(self)
+
+
+class StepScope(_Scope):
+    """One agent step: an ``invoke_agent`` span with a contiguous ``aegis.step.index``."""
+
+    __slots__ = ("run", "agent", "index")
+
+    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, run: RunScope | None, agent: str, index: int | None):
+        super().__init__(probe, span, ctx)
+        self.run, self.agent, self.index = run, agent, index
+        self.ctx = otel_context.set_value(_STEP_KEY, self, self.ctx)
+
+    def finish(self, output: Sequence[ChatMessage] | None = None) -> None:
+        self.content(sc.OUTPUT_MESSAGES, output)
+        self.end()
+
+
+class LLMScope(_Scope):
+    """One model call: a ``chat {model}`` span."""
+
+    __slots__ = ()
+
+    def finish(
+        self,
+        output: Sequence[ChatMessage] | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        response_model: str | None = None,
+        finish_reasons: Sequence[str] | None = None,
+    ) -> None:
+        span = self.span
+        if input_tokens is not None:
+            span.set_attribute(sc.USAGE_INPUT_TOKENS, int(input_tokens))
+        if output_tokens is not None:
+            span.set_attribute(sc.USAGE_OUTPUT_TOKENS, int(output_tokens))
+        if response_model:
+            span.set_attribute(sc.RESPONSE_MODEL, response_model)
+        if finish_reasons:
+            span.set_attribute(sc.RESPONSE_FINISH_REASONS, list(finish_reasons))
+        self.content(sc.OUTPUT_MESSAGES, output)
+        self.end()
+
+
+class ToolScope(_Scope):
+    """One tool call: an ``execute_tool {tool}`` span."""
+
+    __slots__ = ()
+
+    def finish(self, result: Any = None, *, is_error: bool = False) -> None:
+        if result is not None and self.probe.config.capture_content:
+            self.span.set_attribute(sc.TOOL_CALL_RESULT, self.probe.redact(str(result)))
+        if is_error:
+            self.span.set_status(Status(StatusCode.ERROR, str(result)[:200]))
+        self.end()
+
+
+def start_run(probe: "Probe", name: str, *, framework: str, task: str | None, lone_agent: bool = False) -> RunScope:
+    """Open the root span of a run (``invoke_workflow {name}``, or ``invoke_agent`` for a lone agent)."""
+    op = sc.OP_AGENT if lone_agent else sc.OP_WORKFLOW
+    attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
+    if lone_agent:
+        attrs[sc.AGENT_NAME] = name
+    if task is not None and probe.config.capture_content:
+        attrs[sc.TASK] = probe.redact(task)
+    parent = otel_context.get_current()
+    span = probe.tracer.start_span(sc.span_name(op, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task)
+
+
+def start_step(
+    probe: "Probe",
+    agent: str,
+    *,
+    run: RunScope | None,
+    agent_id: str | None = None,
+    description: str | None = None,
+    role: str | None = None,
+    input_messages: Sequence[ChatMessage] | None = None,
+) -> StepScope:
+    """Open an ``invoke_agent {agent}`` step span under the current context."""
+    index = run.next_step_index() if run is not None else None
+    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent}
+    if index is not None:
+        attrs[sc.STEP_INDEX] = index
+        attrs[sc.FRAMEWORK] = run.framework  # type: ignore[union-attr]
+    if agent_id:
+        attrs[sc.AGENT_ID] = agent_id
+    if description:
+        attrs[sc.AGENT_DESCRIPTION] = description
+    if role:
+        attrs[sc.AGENT_ROLE] = role
+    parent = otel_context.get_current()
+    span = probe.tracer.start_span(sc.span_name(sc.OP_AGENT, agent), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    scope = StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
+    scope.content(sc.INPUT_MESSAGES, input_messages)
+    return scope
+
+
+def start_llm(
+    probe: "Probe",
+    model: str | None,
+    *,
+    provider: str,
+    input_messages: Sequence[ChatMessage] | None = None,
+    agent: str | None = None,
+    call_index: int | None = None,
+) -> LLMScope:
+    """Open a ``chat {model}`` span under the current context (``agent`` is the calling agent)."""
+    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_CHAT, sc.PROVIDER: provider}
+    if model:
+        attrs[sc.REQUEST_MODEL] = model
+    if agent is not None:
+        attrs[sc.AGENT_NAME] = agent
+    if call_index is not None:
+        attrs[sc.AGENT_CALL_INDEX] = call_index
+    parent = otel_context.get_current()
+    span = probe.tracer.start_span(sc.span_name(sc.OP_CHAT, model), context=parent, kind=SpanKind.CLIENT, attributes=attrs)
+    scope = LLMScope(probe, span, trace.set_span_in_context(span, parent))
+    scope.content(sc.INPUT_MESSAGES, input_messages)
+    return scope
+
+
+def start_tool(probe: "Probe", name: str, *, call_id: str | None = None, arguments: Any = None) -> ToolScope:
+    """Open an ``execute_tool {tool}`` span under the current context."""
+    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_TOOL, sc.TOOL_NAME: name}
+    if call_id:
+        attrs[sc.TOOL_CALL_ID] = str(call_id)
+    if arguments is not None and probe.config.capture_content:
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
+        attrs[sc.TOOL_CALL_ARGUMENTS] = probe.redact(text)
+    parent = otel_context.get_current()
+    span = probe.tracer.start_span(sc.span_name(sc.OP_TOOL, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    return ToolScope(probe, span, trace.set_span_in_context(span, parent))
+
+
+async def iterate_in_scope(
+    agen: AsyncIterator[Any],
+    scope: _Scope,
+    on_item: Callable[[Any], None] | None = None,
+    on_done: Callable[[BaseException | None], None] | None = None,
+) -> AsyncGenerator[Any, None]:
+    """Re-yield ``agen``'s items with ``scope`` current while each item is produced.
+
+    The context is attached around each ``__anext__`` only, never across a ``yield``, so a
+    consumer that stops early causes no "Failed to detach context" error. ``on_item`` sees each
+    item and ``on_done`` the end (None, or the app's exception, which is re-raised unchanged);
+    errors inside either are logged and swallowed.
+    """
+    error: BaseException | None = None
+    try:
+        while True:
+            token = scope.attach()
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                break
+            finally:
+                scope.detach(token)
+            if on_item is not None:
+                try:
+                    on_item(item)
+                except Exception:
+                    log_hook_error("stream item")
+            yield item
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        aclose = getattr(agen, "aclose", None)
+        if aclose is not None:
+            token = scope.attach()
+            try:
+                await aclose()
+            finally:
+                scope.detach(token)
+        if on_done is not None:
+            try:
+                on_done(error)
+            except Exception:
+                log_hook_error("stream end")

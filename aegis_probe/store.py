@@ -1,0 +1,193 @@
+"""Embedded trace store: append-only OTLP/JSON lines in a directory, no collector needed.
+
+Each finished trace is written as one line when its root span ends (spans that end after the
+root are written as lines of their own). Later facts about a trace (an outcome reported after the
+run, labels, attributions) are appended as *amendments*: the span again, same ids, with merged
+attributes and events; readers keep the last version of each span. Nothing is rewritten in place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from .otlp_json import SpanRecord, decode_request, encode_request
+
+logger = logging.getLogger(__name__)
+
+SPANS_FILE = "spans.jsonl"
+
+
+class TraceFileError(ValueError):
+    """A trace file holds a line that is not a valid OTLP/JSON export request."""
+
+    def __init__(self, path: Path, line_no: int, reason: str) -> None:
+        super().__init__(f"{path}:{line_no}: not an OTLP/JSON trace record ({reason})")
+        self.path, self.line_no, self.reason = path, line_no, reason
+
+
+def read_span_file(path: Path) -> Iterator[SpanRecord]:
+    """Span records of one OTLP/JSON-lines file, in file order.
+
+    A truncated last line (a crash mid-write) is skipped with a warning; any other bad line
+    raises :class:`TraceFileError` naming the file and line.
+    """
+    with open(path, "rb") as fh:
+        lines = fh.read().split(b"\n")
+    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            body = json.loads(raw)
+            records = decode_request(body)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if i == last and not raw.endswith(b"}"):
+                logger.warning("%s:%d: skipping truncated last line (%s)", path, i + 1, exc)
+                continue
+            raise TraceFileError(path, i + 1, str(exc) or type(exc).__name__) from exc
+        yield from records
+
+
+def merge_records(records: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    """Group records by trace, keeping one record per span (amendments merged in file order)."""
+    by_span: dict[tuple[str, str], SpanRecord] = {}
+    for rec in records:
+        key = (rec.trace_id, rec.span_id)
+        prev = by_span.get(key)
+        if prev is None:
+            by_span[key] = rec
+            continue
+        prev.attributes.update(rec.attributes)
+        known = {(e["name"], e["time_ns"]) for e in prev.events}
+        prev.events.extend(e for e in rec.events if (e["name"], e["time_ns"]) not in known)
+        if rec.status != "UNSET":
+            prev.status, prev.status_message = rec.status, rec.status_message
+    traces: dict[str, list[SpanRecord]] = defaultdict(list)
+    for rec in by_span.values():
+        traces[rec.trace_id].append(rec)
+    for spans in traces.values():
+        spans.sort(key=lambda r: (r.start_ns, r.span_id))
+    return dict(traces)
+
+
+def span_files(source: str | os.PathLike[str]) -> list[Path]:
+    """The ``*.jsonl``/``*.json`` files of a store directory, or the file itself."""
+    path = Path(source)
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in {".jsonl", ".json"} and p.is_file())
+    if path.is_file():
+        return [path]
+    raise FileNotFoundError(f"no trace store or trace file at {path}")
+
+
+class TraceStore:
+    """A directory of OTLP/JSON-lines trace files."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    @property
+    def file(self) -> Path:
+        return self.path / SPANS_FILE
+
+    def append(self, records: Iterable[SpanRecord]) -> None:
+        """Append one line holding ``records``; safe across threads and processes."""
+        records = list(records)
+        if not records:
+            return
+        data = (encode_request(records) + "\n").encode("utf-8")
+        with self._lock:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+    def traces(self) -> dict[str, list[SpanRecord]]:
+        """All traces of the store, merged, keyed by trace id (in file order)."""
+        if not self.path.exists():
+            return {}
+        return merge_records(rec for f in span_files(self.path) for rec in read_span_file(f))
+
+    def trace(self, trace_id: str) -> list[SpanRecord]:
+        """The spans of one trace; ``trace_id`` may be a unique prefix."""
+        traces = self.traces()
+        matches = [t for t in traces if t.startswith(trace_id.lower())]
+        if len(matches) != 1:
+            what = "no trace" if not matches else f"{len(matches)} traces"
+            raise KeyError(f"{what} matching {trace_id!r} in {self.path}")
+        return traces[matches[0]]
+
+    def amend(
+        self,
+        trace_id: str,
+        span_id: str | None = None,
+        *,
+        attributes: Mapping[str, Any] | None = None,
+        events: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """Append new attributes/events for a span (default: the trace's root span)."""
+        spans = self.trace(trace_id)
+        if span_id is None:
+            target = next((s for s in spans if s.parent_span_id is None), spans[0])
+        else:
+            target = next((s for s in spans if s.span_id == span_id), None)
+            if target is None:
+                raise KeyError(f"no span {span_id} in trace {trace_id}")
+        target.attributes = dict(attributes or {})
+        target.events = [
+            {"name": e["name"], "time_ns": int(e.get("time_ns", 0)), "attributes": dict(e.get("attributes", {}))}
+            for e in events
+        ]
+        self.append([target])
+
+
+class StoreSpanProcessor(SpanProcessor):
+    """Buffers a trace's spans and writes them to a :class:`TraceStore` when its root ends."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self.store = store
+        self._pending: dict[int, list[ReadableSpan]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        trace_id = span.context.trace_id
+        is_root = span.parent is None or span.parent.is_remote
+        with self._lock:
+            self._pending[trace_id].append(span)
+            batch = self._pending.pop(trace_id) if is_root else None
+        if batch:
+            self._write(batch)
+
+    def _write(self, spans: list[ReadableSpan]) -> None:
+        try:
+            self.store.append(SpanRecord.from_readable(s) for s in spans)
+        except OSError:
+            logger.exception("aegis-probe: could not write %d spans to %s", len(spans), self.store.path)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            batches = list(self._pending.values())
+            self._pending.clear()
+        for batch in batches:
+            self._write(batch)
+        return True
+
+    def shutdown(self) -> None:
+        self.force_flush()

@@ -1,0 +1,247 @@
+"""The ``Trajectory`` contract: what every later capability (injection, replay, training) reads.
+
+A trajectory is one run of a multi-agent app, rebuilt from its trace: the task, the agent steps in
+the order they happened, and what is known about the outcome and its faults. Steps come from the
+``invoke_agent`` spans carrying ``aegis.step.index``; LLM calls and tool calls from the ``chat`` and
+``execute_tool`` spans beneath them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Literal
+
+from pydantic import BaseModel, Field
+
+from . import semconv as sc
+from .otlp_json import SpanRecord
+
+
+class Message(BaseModel):
+    """One chat message, flattened to text (tool calls and results kept as text parts)."""
+
+    role: str
+    content: str = ""
+    name: str | None = None
+
+
+class ToolCall(BaseModel):
+    """A tool invocation made during a step."""
+
+    name: str
+    call_id: str | None = None
+    arguments: str | None = None
+    result: str | None = None
+    error: str | None = None
+    span_id: str | None = None
+
+
+class LLMCall(BaseModel):
+    """One model call made during a step."""
+
+    model: str | None = None
+    provider: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    output: str | None = None
+    span_id: str | None = None
+
+
+class Usage(BaseModel):
+    """Token usage summed over a step's LLM calls (None when no call reported usage)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class Step(BaseModel):
+    """One agent step: one ``invoke_agent`` span."""
+
+    index: int = Field(description="0-based, contiguous, in the order steps started")
+    agent: str
+    role: str | None = None
+    input_messages: list[Message] = Field(default_factory=list)
+    output: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    llm_calls: list[LLMCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: str | None = None
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    span_id: str | None = None
+    trace_id: str | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+class Outcome(BaseModel):
+    """Whether the run succeeded, when the caller or a judge said so."""
+
+    success: bool | None = None
+    answer: str | None = None
+    expected: str | None = None
+
+
+class Fault(BaseModel):
+    """One labelled fault; every field is optional because sources label at different grains."""
+
+    agent: str | None = None
+    step: int | None = None
+    span_id: str | None = None
+    mode: str | None = Field(default=None, description="MAST failure-mode id, e.g. 'FM-1.3'")
+    strategy: str | None = None
+    reason: str | None = None
+
+
+class Labels(BaseModel):
+    """The label record shared by every source (injection, replay blame, public datasets)."""
+
+    faults: list[Fault] = Field(default_factory=list)
+    source: str | None = None
+    flags: list[str] = Field(default_factory=list, description="e.g. 'suspicious' labels")
+
+
+class Trajectory(BaseModel):
+    """One run of a multi-agent app."""
+
+    trace_id: str | None = None
+    run_id: str | None = None
+    framework: str | None = None
+    app: str | None = None
+    task: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    outcome: Outcome = Field(default_factory=Outcome)
+    labels: Labels = Field(default_factory=Labels)
+    error: str | None = None
+    source: Literal["trace", "import"] | str = "trace"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def agents(self) -> list[str]:
+        """Agent names in order of first appearance."""
+        return list(dict.fromkeys(s.agent for s in self.steps))
+
+    @classmethod
+    def from_spans(cls, spans: Iterable[SpanRecord]) -> "Trajectory":
+        """Rebuild a trajectory from the spans of one trace."""
+        return _build(list(spans))
+
+
+def messages_from_json(raw: Any) -> list[Message]:
+    """Messages from a ``gen_ai.input.messages``/``output.messages`` JSON attribute."""
+    if not raw:
+        return []
+    data = json.loads(raw) if isinstance(raw, str) else raw
+    out = []
+    for m in data:
+        texts = []
+        for part in m.get("parts", []):
+            kind = part.get("type")
+            if kind == "text":
+                texts.append(str(part.get("content", "")))
+            elif kind == "tool_call":
+                texts.append(f"[tool_call {part.get('name')}({json.dumps(part.get('arguments'))})]")
+            elif kind == "tool_call_response":
+                texts.append(f"[tool_result {part.get('response')}]")
+        out.append(Message(role=m.get("role", ""), content="\n".join(texts), name=m.get("name")))
+    return out
+
+
+def _build(spans: list[SpanRecord]) -> Trajectory:
+    if not spans:
+        raise ValueError("a trajectory needs at least one span")
+    by_id = {s.span_id: s for s in spans}
+    root = next((s for s in spans if s.parent_span_id not in by_id), spans[0])
+    steps_by_span: dict[str, Step] = {}
+    for s in spans:
+        if s.attributes.get(sc.OPERATION) == sc.OP_AGENT and sc.STEP_INDEX in s.attributes:
+            steps_by_span[s.span_id] = Step(
+                index=int(s.attributes[sc.STEP_INDEX]),
+                agent=str(s.attributes.get(sc.AGENT_NAME, "")),
+                role=s.attributes.get(sc.AGENT_ROLE),
+                input_messages=messages_from_json(s.attributes.get(sc.INPUT_MESSAGES)),
+                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))),
+                error=s.status_message or s.attributes.get(sc.ERROR_TYPE) if s.status == "ERROR" else None,
+                events=s.events,
+                span_id=s.span_id,
+                trace_id=s.trace_id,
+                start_ns=s.start_ns,
+                end_ns=s.end_ns,
+            )
+
+    def owning_step(span: SpanRecord) -> Step | None:
+        parent = span.parent_span_id
+        while parent is not None:
+            if parent in steps_by_span:
+                return steps_by_span[parent]
+            parent = by_id[parent].parent_span_id if parent in by_id else None
+        return None
+
+    for s in spans:
+        op = s.attributes.get(sc.OPERATION)
+        step = owning_step(s)
+        if step is None:
+            continue
+        if op == sc.OP_TOOL:
+            step.tool_calls.append(
+                ToolCall(
+                    name=str(s.attributes.get(sc.TOOL_NAME, s.name)),
+                    call_id=s.attributes.get(sc.TOOL_CALL_ID),
+                    arguments=s.attributes.get(sc.TOOL_CALL_ARGUMENTS),
+                    result=s.attributes.get(sc.TOOL_CALL_RESULT),
+                    error=s.status_message or "error" if s.status == "ERROR" else None,
+                    span_id=s.span_id,
+                )
+            )
+        elif op == sc.OP_CHAT:
+            call = LLMCall(
+                model=s.attributes.get(sc.RESPONSE_MODEL) or s.attributes.get(sc.REQUEST_MODEL),
+                provider=s.attributes.get(sc.PROVIDER),
+                input_tokens=s.attributes.get(sc.USAGE_INPUT_TOKENS),
+                output_tokens=s.attributes.get(sc.USAGE_OUTPUT_TOKENS),
+                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))) or None,
+                span_id=s.span_id,
+            )
+            step.llm_calls.append(call)
+            for field in ("input_tokens", "output_tokens"):
+                value = getattr(call, field)
+                if value is not None:
+                    setattr(step.usage, field, (getattr(step.usage, field) or 0) + value)
+
+    steps = sorted(steps_by_span.values(), key=lambda st: st.index)
+    attrs = root.attributes
+    faults = [Fault(**f) for f in json.loads(attrs[sc.LABEL_FAULTS])] if sc.LABEL_FAULTS in attrs else []
+    return Trajectory(
+        trace_id=root.trace_id,
+        run_id=attrs.get(sc.RUN_ID),
+        framework=attrs.get(sc.FRAMEWORK),
+        app=attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None,
+        task=attrs.get(sc.TASK),
+        steps=steps,
+        outcome=Outcome(
+            success=attrs.get(sc.OUTCOME_SUCCESS),
+            answer=attrs.get(sc.OUTCOME_ANSWER),
+            expected=attrs.get(sc.OUTCOME_EXPECTED),
+        ),
+        labels=Labels(faults=faults, source=attrs.get(sc.LABEL_SOURCE)),
+        error=root.status_message or "error" if root.status == "ERROR" else None,
+    )
+
+
+def load_trajectories(source: Any = None) -> list[Trajectory]:
+    """Trajectories from a store directory, an OTLP/JSON(-lines) file, or a :class:`TraceStore`.
+
+    With no argument, reads the default store (``AEGIS_TRACE_DIR`` or ``./aegis-traces``).
+    Ordered by the start time of each trace.
+    """
+    from .config import ProbeConfig
+    from .store import TraceStore, merge_records, read_span_file, span_files
+
+    if source is None:
+        source = ProbeConfig.resolve().trace_dir
+    if isinstance(source, TraceStore):
+        traces = source.traces()
+    else:
+        traces = merge_records(rec for f in span_files(source) for rec in read_span_file(f))
+    out = [Trajectory.from_spans(spans) for spans in traces.values()]
+    out.sort(key=lambda t: min((s.start_ns or 0) for s in t.steps) if t.steps else 0)
+    return out

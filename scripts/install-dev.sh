@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs aegis-probe with every extra (autogen, camel, metagpt, train, dev) into the current
+# Python environment, the way CI does. Idempotent; about 5 minutes cold.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+C=requirements/constraints.txt
+$PY -m pip install -q --upgrade "pip>=25"
+# 1. The project with autogen, camel, training and test extras (mcp<2 resolved here, before metagpt).
+$PY -m pip install -q -c "$C" -e ".[autogen,camel,train,dev]"
+# 2. metagpt 0.8.2: its own pins cannot be resolved, so install it without them, then its imports.
+$PY -m pip install -q -c "$C" --no-deps "metagpt==0.8.2"
+$PY -m pip install -q -c "$C" -r requirements/metagpt-runtime.txt
