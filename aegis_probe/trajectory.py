@@ -105,6 +105,7 @@ class Trajectory(BaseModel):
 
     trace_id: str | None = None
     run_id: str | None = None
+    start_ns: int | None = None
     framework: str | None = None
     app: str | None = None
     task: str | None = None
@@ -213,6 +214,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
     return Trajectory(
         trace_id=root.trace_id,
         run_id=attrs.get(sc.RUN_ID),
+        start_ns=root.start_ns,
         framework=attrs.get(sc.FRAMEWORK),
         app=attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None,
         task=attrs.get(sc.TASK),
@@ -243,5 +245,5 @@ def load_trajectories(source: Any = None) -> list[Trajectory]:
     else:
         traces = merge_records(rec for f in span_files(source) for rec in read_span_file(f))
     out = [Trajectory.from_spans(spans) for spans in traces.values()]
-    out.sort(key=lambda t: min((s.start_ns or 0) for s in t.steps) if t.steps else 0)
+    out.sort(key=lambda t: t.start_ns or 0)
     return out

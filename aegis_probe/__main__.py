@@ -1,0 +1,5 @@
+"""``python -m aegis_probe``: see :mod:`aegis_probe.cli`."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""``traces ls`` and ``traces show ID``: browse the embedded trace store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timezone
+
+from ..config import ProbeConfig
+from ..steptable import step_table, summary
+from ..store import TraceStore
+from ..trajectory import Trajectory
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("traces", help="list and show traces in the embedded trace store",
+                       description="Browse the embedded trace store (AEGIS_TRACE_DIR or ./aegis-traces).")
+    p.add_argument("--dir", default=None, help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
+    ls = tsub.add_parser("ls", help="one line per trace: id, start, app, steps, outcome")
+    ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
+    ls.set_defaults(run=_ls)
+    show = tsub.add_parser("show", help="a trace's step table (ID may be a unique prefix)")
+    show.add_argument("trace_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the Trajectory as JSON instead")
+    show.set_defaults(run=_show)
+
+
+def _store(args: argparse.Namespace) -> TraceStore:
+    return TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    store = _store(args)
+    trajs = [Trajectory.from_spans(spans) for spans in store.traces().values()]
+    trajs.sort(key=lambda t: t.start_ns or 0, reverse=True)
+    if args.limit:
+        trajs = trajs[: args.limit]
+    if not trajs:
+        print(f"no traces in {store.path}")
+        return 0
+    print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  app")
+    for t in trajs:
+        started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
+        print(f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {t.app or '-'}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    traj = Trajectory.from_spans(_store(args).trace(args.trace_id))
+    if args.json:
+        print(traj.model_dump_json(indent=2))
+    else:
+        print(summary(traj))
+        print()
+        print(step_table(traj))
+    return 0

@@ -1,0 +1,43 @@
+"""Plain-text rendering of trajectories for the terminal."""
+
+from __future__ import annotations
+
+import shutil
+
+from .trajectory import Trajectory
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def step_table(traj: Trajectory, width: int | None = None) -> str:
+    """A readable table of a trajectory's steps: index, agent, tools, tokens, output."""
+    width = width or shutil.get_terminal_size((120, 20)).columns
+    agent_w = max([5] + [len(s.agent) for s in traj.steps])
+    head = f"{'step':>4}  {'agent':<{agent_w}}  {'tools':<18}  {'tokens':>9}  output"
+    lines = [head, "-" * min(width, len(head) + 40)]
+    out_w = max(20, width - len(head) + len("output"))
+    for s in traj.steps:
+        tools = ",".join(t.name for t in s.tool_calls) or "-"
+        tokens = "-" if s.usage.input_tokens is None else f"{s.usage.input_tokens}/{s.usage.output_tokens or 0}"
+        status = " [error]" if s.error else ""
+        lines.append(f"{s.index:>4}  {s.agent:<{agent_w}}  {_clip(tools, 18):<18}  {tokens:>9}  {_clip(s.output, out_w)}{status}")
+    return "\n".join(lines)
+
+
+def summary(traj: Trajectory) -> str:
+    """One header block: trace id, framework, task, outcome, labels."""
+    out = traj.outcome
+    verdict = {True: "success", False: "failure", None: "not judged"}[out.success]
+    lines = [
+        f"trace    {traj.trace_id}",
+        f"app      {traj.app} ({traj.framework})",
+        f"task     {_clip(traj.task or '-', 100)}",
+        f"outcome  {verdict}" + (f": answer {out.answer!r}" if out.answer else "") + (f", expected {out.expected!r}" if out.expected else ""),
+        f"steps    {len(traj.steps)} by {', '.join(traj.agents) or '-'}",
+    ]
+    for f in traj.labels.faults:
+        lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy}")
+    return "\n".join(lines)
