@@ -11,13 +11,17 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .adapter import Adapter, AppInfo, Patcher
+from .apps import AppSpec
 from .probe import Probe, instrument, uninstrument
 from .store import TraceFileError, TraceStore
+from .counterfactual import BlameReport, ReplayResult, blame, replay
 from .trajectory import Fault, Labels, LLMCall, Message, Outcome, Step, ToolCall, Trajectory, Usage, load_trajectories
 
 __all__ = [
     "Adapter",
     "AppInfo",
+    "AppSpec",
+    "BlameReport",
     "Fault",
     "LLMCall",
     "Labels",
@@ -25,13 +29,16 @@ __all__ = [
     "Outcome",
     "Patcher",
     "Probe",
+    "ReplayResult",
     "Step",
     "ToolCall",
     "TraceFileError",
     "TraceStore",
     "Trajectory",
     "Usage",
+    "blame",
     "instrument",
     "load_trajectories",
+    "replay",
     "uninstrument",
 ]

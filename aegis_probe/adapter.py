@@ -191,8 +191,8 @@ def adapter_for(app: Any) -> Adapter:
     for name in ADAPTERS:
         try:
             supported.append(f"{name}: {get_adapter(name).supported_types}")
-        except ImportError:
-            supported.append(f"{name}: (not installed)")
+        except Exception:  # not installed, or fails at import (metagpt without its config)
+            supported.append(f"{name}: (not importable here)")
     raise TypeError(
         f"aegis_probe.instrument() does not know how to instrument {type(app).__module__}."
         f"{type(app).__qualname__}; supported app types are " + "; ".join(supported)

@@ -15,6 +15,8 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "aegis_probe.commands.demo:add_parser",
     "traces": "aegis_probe.commands.traces:add_parser",
+    "blame": "aegis_probe.commands.blame:add_parser",
+    "report": "aegis_probe.commands.report:add_parser",
 }
 
 

@@ -11,13 +11,20 @@ agreement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
-from .spans import ChatMessage, current_run, current_step, log_hook_error, start_llm
+from .spans import ChatMessage, current_run, current_step, iterate_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
     from .probe import Probe
     from .spans import LLMScope, RunScope
+
+
+class InterceptAbort(Exception):
+    """Raised by an interceptor to stop the app's call on purpose (e.g. a replay diverged).
+
+    Unlike any other error inside instrumentation, it propagates to the app.
+    """
 
 
 @dataclass
@@ -89,7 +96,7 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     model = codec.model(instance, args, kwargs)
     step, run = current_step(), current_run()
     agent = step.agent if step else None
-    call_index = run.next_call_index(agent) if run is not None and agent is not None else None
+    call_index = run.next_call_index(agent or "") if run is not None else None
     scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent, call_index=call_index)
     return scope, LLMCall(run, agent, call_index, step.index if step else None, model, messages)
 
@@ -112,6 +119,8 @@ class _Prepared:
     def __init__(self, probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> None:
         self.scope, self.call = _begin(probe, codec, instance, args, kwargs)
         self.args, self.kwargs, self.short_circuit = args, kwargs, None
+        if not probe.interceptors:
+            return
         original = [dict(m) for m in self.call.messages]
         for icpt in probe.interceptors:
             self.short_circuit = icpt.before(self.call)
@@ -121,6 +130,9 @@ class _Prepared:
             self.args, self.kwargs = codec.with_request(args, kwargs, self.call.messages)
 
     def complete(self, probe: "Probe", codec: LLMCodec, raw: Any | None) -> Any:
+        if raw is not None and not probe.interceptors:
+            _finish(self.scope, codec.response(raw))
+            return raw
         response = self.short_circuit if raw is None else codec.response(raw)
         changed = raw is None
         for icpt in probe.interceptors:
@@ -135,6 +147,8 @@ def call_llm(probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Any], insta
     """Run a synchronous model call inside a ``chat`` span, through the interceptors."""
     try:
         prep = _Prepared(probe, codec, instance, args, kwargs)
+    except InterceptAbort:
+        raise
     except Exception:
         log_hook_error("llm call start")
         return wrapped(*args, **kwargs)
@@ -158,6 +172,8 @@ async def acall_llm(
     """Run an async model call inside a ``chat`` span, through the interceptors."""
     try:
         prep = _Prepared(probe, codec, instance, args, kwargs)
+    except InterceptAbort:
+        raise
     except Exception:
         log_hook_error("llm call start")
         return await wrapped(*args, **kwargs)
@@ -175,9 +191,51 @@ async def acall_llm(
     return _complete(prep, probe, codec, raw)
 
 
+async def astream_llm(
+    probe: "Probe",
+    codec: LLMCodec,
+    wrapped: Callable[..., AsyncIterator[Any]],
+    instance: Any,
+    args: tuple,
+    kwargs: dict,
+    is_final: Callable[[Any], bool],
+) -> AsyncGenerator[Any, None]:
+    """Run a streaming model call (chunks, then the full response) inside a ``chat`` span.
+
+    Chunks pass through unchanged, with the span current while each is produced. Interceptors
+    see the request and the final response only (the item ``is_final`` accepts), which they may
+    replace; a short-circuit response from ``before`` is yielded as the only item.
+    """
+    try:
+        prep = _Prepared(probe, codec, instance, args, kwargs)
+    except Exception:
+        log_hook_error("llm stream start")
+        async for item in wrapped(*args, **kwargs):
+            yield item
+        return
+    if prep.short_circuit is not None:
+        yield _complete(prep, probe, codec, None)
+        return
+    scope = prep.scope
+    try:
+        source = wrapped(*prep.args, **prep.kwargs)
+    except BaseException as exc:
+        scope.fail(exc)
+        raise
+    stream = iterate_in_scope(source, scope, on_done=lambda exc: scope.fail(exc) if exc is not None else scope.end())
+    try:
+        async for item in stream:
+            yield _complete(prep, probe, codec, item) if is_final(item) else item
+    finally:
+        await stream.aclose()
+
+
 def _complete(prep: _Prepared, probe: "Probe", codec: LLMCodec, raw: Any) -> Any:
     try:
         return prep.complete(probe, codec, raw)
+    except InterceptAbort:
+        prep.scope.end()
+        raise
     except Exception:
         log_hook_error("llm call end")
         prep.scope.end()

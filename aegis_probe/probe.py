@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
@@ -16,9 +17,12 @@ from .config import ProbeConfig
 from .interception import Interceptor
 from .exporting import add_processor, default_provider
 from .redact import make_redactor
-from .spans import RunScope
+from .spans import RunScope, current_run, start_run
 from .store import StoreSpanProcessor, TraceStore
 from .trajectory import Outcome, Trajectory
+
+if TYPE_CHECKING:
+    from .injection import InjectionPlan, Injector
 
 logger = logging.getLogger("aegis_probe")
 
@@ -72,8 +76,8 @@ class Probe:
         reported before the run ended, or given by a ``judge``).
         """
         attrs = self._outcome_attributes(Outcome(success=success, answer=answer, expected=expected))
-        run = self.last_run
-        if trace_id is None and run is not None and run.span.is_recording():
+        run = current_run()
+        if trace_id is None and run is not None and run.probe is self and run.span.is_recording():
             run.span.set_attributes(attrs)
             return
         target = trace_id or self.last_trace_id
@@ -101,6 +105,34 @@ class Probe:
         if target is None:
             raise RuntimeError("no run has happened yet")
         return Trajectory.from_spans(self.store.trace(target))
+
+    @contextmanager
+    def inject(self, plan: "InjectionPlan", **options: Any) -> Iterator["Injector"]:
+        """Apply a fault-injection ``plan`` to the runs inside the ``with`` block (see docs/injection.md)."""
+        from .injection import Injector
+
+        injector = Injector(plan, **options)
+        self.interceptors.append(injector)
+        try:
+            yield injector
+        finally:
+            self.interceptors.remove(injector)
+
+    @contextmanager
+    def run(self, task: str | None = None) -> Iterator[RunScope]:
+        """Make everything the app does inside the block one run (one trace), e.g. a loop of rounds."""
+        app = self.apps[-1]
+        run = start_run(self, app.name, framework=self.adapter.name, task=task, lone_agent=app.lone_agent)
+        error: BaseException | None = None
+        token = run.attach()
+        try:
+            yield run
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            run.detach(token)
+            run.finish(error)
 
     # -- hooks the spans module calls ------------------------------------------------------
     def _judge_run(self, run: RunScope) -> None:

@@ -49,7 +49,17 @@ LABEL_SOURCE = "aegis.label.source"
 # Events.
 EVENT_INJECTION = "aegis.injection"
 
+# A trained attributor's verdict: ``aegis.attribution.<field>`` on the root span, and an event of
+# that name on the blamed step's span.
+ATTRIBUTION = "aegis.attribution"
+EVENT_ATTRIBUTION = "aegis.attribution"
+
 
 def span_name(operation: str, target: str | None) -> str:
     """``{operation} {target}`` as the conventions name spans, or the bare operation."""
     return f"{operation} {target}" if target else operation
+
+# Replay and blame.
+REPLAY_OF = "aegis.replay.of"
+REPLAY_UNTIL_STEP = "aegis.replay.until_step"
+EVENT_BLAME = "aegis.blame"

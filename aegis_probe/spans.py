@@ -27,6 +27,7 @@ logger = logging.getLogger("aegis_probe")
 
 _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
+_LLM_KEY = otel_context.create_key("aegis.llm")
 _SUPPRESS_KEY = "suppress_instrumentation"  # the key OpenTelemetry instrumentations honour
 
 # A neutral chat message, as adapters hand them over: {"role", "content", optional "name",
@@ -49,6 +50,11 @@ def current_run() -> "RunScope | None":
 def current_step() -> "StepScope | None":
     """The agent step the calling code belongs to, if any."""
     return otel_context.get_value(_STEP_KEY)  # type: ignore[return-value]
+
+
+def in_llm_call() -> bool:
+    """Whether the calling code runs inside a traced model call (a client delegating to another)."""
+    return otel_context.get_value(_LLM_KEY) is not None
 
 
 def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
@@ -175,6 +181,9 @@ class LLMScope(_Scope):
     """One model call: a ``chat {model}`` span."""
 
     __slots__ = ()
+
+    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context) -> None:
+        super().__init__(probe, span, otel_context.set_value(_LLM_KEY, True, ctx))
 
     def finish(
         self,

@@ -41,3 +41,8 @@ def summary(traj: Trajectory) -> str:
     for f in traj.labels.faults:
         lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy}")
     return "\n".join(lines)
+
+
+def transcript(traj: Trajectory) -> str:
+    """The steps as ``Step i - agent: output`` lines (the text analyzers and judges read)."""
+    return "\n".join(f"Step {s.index} - {s.agent}: {s.output}" for s in traj.steps)

@@ -3,7 +3,8 @@
 Each finished trace is written as one line when its root span ends (spans that end after the
 root are written as lines of their own). Later facts about a trace (an outcome reported after the
 run, labels, attributions) are appended as *amendments*: the span again, same ids, with merged
-attributes and events; readers keep the last version of each span. Nothing is rewritten in place.
+attributes and events; readers keep the last version of each span. Nothing is rewritten in place,
+except that a partial last line left by a crash is dropped before the next append.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 SPANS_FILE = "spans.jsonl"
 
+_BAD_RECORD = (ValueError, KeyError, TypeError, AttributeError)
+
 
 class TraceFileError(ValueError):
     """A trace file holds a line that is not a valid OTLP/JSON export request."""
@@ -38,20 +41,18 @@ class TraceFileError(ValueError):
 def read_span_file(path: Path) -> Iterator[SpanRecord]:
     """Span records of one OTLP/JSON-lines file, in file order.
 
-    A truncated last line (a crash mid-write) is skipped with a warning; any other bad line
-    raises :class:`TraceFileError` naming the file and line.
+    A truncated last line (one without its newline: a crash mid-write) is skipped with a
+    warning; any other bad line raises :class:`TraceFileError` naming the file and line.
     """
     with open(path, "rb") as fh:
         lines = fh.read().split(b"\n")
-    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
-            body = json.loads(raw)
-            records = decode_request(body)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            if i == last and not raw.endswith(b"}"):
+            records = decode_request(json.loads(raw))
+        except _BAD_RECORD as exc:
+            if i == len(lines) - 1:
                 logger.warning("%s:%d: skipping truncated last line (%s)", path, i + 1, exc)
                 continue
             raise TraceFileError(path, i + 1, str(exc) or type(exc).__name__) from exc
@@ -90,6 +91,32 @@ def span_files(source: str | os.PathLike[str]) -> list[Path]:
     raise FileNotFoundError(f"no trace store or trace file at {path}")
 
 
+def _end_last_line(fd: int, path: Path) -> None:
+    """Before appending, end the file with a newline: a crash mid-write leaves a partial line.
+
+    A partial line that is not a valid record is dropped (readers skip it anyway) so that the
+    next line does not glue onto it and corrupt the file; a complete one just gets its newline.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = size
+    while start > 0:
+        chunk_start = max(0, start - 65536)
+        newline = os.pread(fd, start - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            start = chunk_start + newline + 1
+            break
+        start = chunk_start
+    try:
+        decode_request(json.loads(os.pread(fd, size - start, start)))
+    except _BAD_RECORD:
+        logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted write", path, size - start)
+        os.ftruncate(fd, start)
+    else:
+        os.write(fd, b"\n")
+
+
 class TraceStore:
     """A directory of OTLP/JSON-lines trace files."""
 
@@ -109,10 +136,13 @@ class TraceStore:
         data = (encode_request(records) + "\n").encode("utf-8")
         with self._lock:
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, data)
+                _end_last_line(fd, self.file)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
 

@@ -11,3 +11,7 @@ $PY -m pip install -q -c "$C" -e ".[autogen,camel,train,dev]"
 # 2. metagpt 0.8.2: its own pins cannot be resolved, so install it without them, then its imports.
 $PY -m pip install -q -c "$C" --no-deps "metagpt==0.8.2"
 $PY -m pip install -q -c "$C" -r requirements/metagpt-runtime.txt
+# 3. Headless Chromium for the HTML report tests (Debian package; needs root).
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi

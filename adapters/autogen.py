@@ -1,0 +1,536 @@
+"""AutoGen adapter (autogen-agentchat 0.7.x): teams, agent steps, model clients, tools.
+
+Patch points, all class-level and installed once (classes defined later are patched when an app
+is registered and when a run starts):
+
+- run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
+  ``BaseChatAgent.run``; a registered app opens the run, nested teams pass through.
+- agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call
+  delegating to the same agent (``super()``, ``on_messages``) stays one step.
+- LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
+  core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
+  Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
+  Calls outside any agent step (``SelectorGroupChat``'s speaker selection, a Magentic-One
+  orchestrator) are ``chat`` spans directly under the workflow root, attributed to no agent.
+- tool call: ``BaseTool.run_json`` / ``BaseStreamTool.run_json_stream`` (what every workbench and
+  handoff calls). MCP workbench tools, which do not go through ``run_json``, are not traced.
+
+autogen-core opens its own ``invoke_agent`` and ``execute_tool`` spans (``trace_invoke_agent_span``,
+``trace_tool_span``, on the global tracer provider). Inside an aegis run those helpers are
+patched to reuse the current span instead, so each step and tool call has exactly one span.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
+
+from autogen_agentchat.agents import BaseChatAgent
+from autogen_agentchat.base import Response, TaskResult
+from autogen_agentchat.messages import BaseChatMessage
+from autogen_agentchat.teams import BaseGroupChat
+from autogen_core import FunctionCall
+from autogen_core._telemetry import _genai
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_core.tools import BaseStreamTool, BaseTool
+from opentelemetry import trace
+
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
+from aegis_probe.spans import (
+    ChatMessage,
+    StepScope,
+    current_run,
+    current_step,
+    in_llm_call,
+    iterate_in_scope,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+    from aegis_probe.spans import RunScope
+
+FRAMEWORK = "autogen"
+_CORE_SPAN_HELPERS = (_genai.trace_invoke_agent_span, _genai.trace_tool_span)
+_MODULE_PREFIXES = ("autogen_core", "autogen_agentchat", "autogen_ext")
+
+
+# -- neutral messages ----------------------------------------------------------------------------
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(c if isinstance(c, str) else f"[{type(c).__name__}]" for c in content)
+
+
+def _calls(calls: Sequence[FunctionCall]) -> list[dict[str, Any]]:
+    return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
+    """autogen ``LLMMessage``s in neutral form (one message per function result)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if isinstance(m, SystemMessage):
+            out.append({"role": "system", "content": m.content})
+        elif isinstance(m, UserMessage):
+            out.append({"role": "user", "content": _text(m.content), "name": m.source})
+        elif isinstance(m, AssistantMessage):
+            if isinstance(m.content, str):
+                out.append({"role": "assistant", "content": m.content, "name": m.source})
+            else:
+                out.append({"role": "assistant", "content": m.thought, "name": m.source, "tool_calls": _calls(m.content)})
+        elif isinstance(m, FunctionExecutionResultMessage):
+            out.extend({"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in m.content)
+    return out
+
+
+def to_llm_messages(messages: Sequence[ChatMessage]) -> list[LLMMessage]:
+    """Neutral messages back to autogen ``LLMMessage``s (consecutive tool results are grouped)."""
+    out: list[LLMMessage] = []
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        if role == "system":
+            out.append(SystemMessage(content=str(content or "")))
+        elif role == "assistant" and m.get("tool_calls"):
+            calls = [FunctionCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m["tool_calls"]]
+            out.append(AssistantMessage(content=calls, thought=content, source=m.get("name") or "assistant"))
+        elif role == "assistant":
+            out.append(AssistantMessage(content=str(content or ""), source=m.get("name") or "assistant"))
+        elif role == "tool":
+            result = FunctionExecutionResult(content=str(content or ""), call_id=m.get("tool_call_id") or "", name=m.get("name") or "")
+            if out and isinstance(out[-1], FunctionExecutionResultMessage):
+                out[-1].content.append(result)
+            else:
+                out.append(FunctionExecutionResultMessage(content=[result]))
+        else:
+            out.append(UserMessage(content=str(content or ""), source=m.get("name") or "user"))
+    return out
+
+
+def chat_messages(messages: Sequence[BaseChatMessage]) -> list[dict[str, Any]]:
+    """Agent-chat messages (what a step receives) in neutral form."""
+    return [{"role": "user", "content": m.to_text(), "name": m.source} for m in messages]
+
+
+def _task_text(task: Any) -> str | None:
+    if task is None or isinstance(task, str):
+        return task
+    if isinstance(task, BaseChatMessage):
+        return task.to_text()
+    return "\n".join(m.to_text() for m in task)
+
+
+_PROVIDERS = (("azure", "azure.ai.inference"), ("anthropic", "anthropic"), ("ollama", "ollama"),
+              ("llama_cpp", "llama_cpp"), ("semantic_kernel", "semantic_kernel"), ("openai", "openai"))
+
+
+def provider_of(cls: type) -> str:
+    """``gen_ai.provider.name`` for a client class, from its module."""
+    module = cls.__module__
+    if "AzureOpenAI" in cls.__name__:
+        return "azure.ai.openai"
+    return next((name for key, name in _PROVIDERS if key in module), FRAMEWORK)
+
+
+class AutogenCodec:
+    """``ChatCompletionClient.create`` requests and ``CreateResult`` responses, in neutral form."""
+
+    __slots__ = ("provider",)
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def model(self, instance: Any, args: tuple, kwargs: dict) -> str | None:
+        for client in (instance, getattr(instance, "client", None)):  # ChatCompletionCache wraps .client
+            create_args = getattr(client, "_create_args", None)
+            if isinstance(create_args, dict) and create_args.get("model"):
+                return str(create_args["model"])
+        return None
+
+    def request(self, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
+        return llm_messages(args[0] if args else kwargs.get("messages", ()))
+
+    def with_request(self, args: tuple, kwargs: dict, messages: Sequence[ChatMessage]) -> tuple[tuple, dict]:
+        rebuilt = to_llm_messages(messages)
+        if args:
+            return (rebuilt, *args[1:]), kwargs
+        return args, {**kwargs, "messages": rebuilt}
+
+    def response(self, raw: CreateResult) -> LLMResponse:
+        usage = raw.usage
+        calls = isinstance(raw.content, list)
+        return LLMResponse(
+            content=raw.thought if calls else raw.content,
+            tool_calls=_calls(raw.content) if calls else [],  # type: ignore[arg-type]
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+            finish_reason=raw.finish_reason,
+        )
+
+    def with_response(self, raw: CreateResult | None, response: LLMResponse) -> CreateResult:
+        content: Any = response.content or ""
+        finish = response.finish_reason or "stop"
+        if response.tool_calls:
+            content = [FunctionCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in response.tool_calls]
+            finish = "function_calls"
+        elif finish not in ("stop", "length", "content_filter", "unknown"):
+            finish = "stop"
+        return CreateResult(
+            finish_reason=finish,  # type: ignore[arg-type]
+            content=content,
+            usage=RequestUsage(prompt_tokens=response.input_tokens or 0, completion_tokens=response.output_tokens or 0),
+            cached=raw.cached if raw is not None else False,
+            thought=response.content if response.tool_calls else None,
+        )
+
+
+# -- wrappers ------------------------------------------------------------------------------------
+class _RunHooks:
+    """Item and end callbacks of one run's stream."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: "RunScope") -> None:
+        self.run = run
+
+    def item(self, item: Any) -> None:
+        if isinstance(item, TaskResult) and item.messages:
+            self.run.answer = item.messages[-1].to_text()
+
+    def done(self, exc: BaseException | None) -> None:
+        self.run.finish(exc)
+
+
+class _Wrapper:
+    def __init__(self, adapter: "AutogenAdapter") -> None:
+        self.registry = adapter.registry
+        self.adapter = adapter
+
+    def _open_run(self, instance: Any, kwargs: dict) -> "RunScope | None":
+        if current_run() is not None:
+            return None
+        probe = self.registry.get(instance)
+        if probe is None:
+            return None
+        self.adapter.sync_patches()
+        lone = isinstance(instance, BaseChatAgent)
+        return start_run(probe, instance.name, framework=FRAMEWORK, task=_task_text(kwargs.get("task")), lone_agent=lone)
+
+
+class RunStreamWrapper(_Wrapper):
+    """``run_stream`` of a registered team or lone agent: the run's root span."""
+
+    def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            run = self._open_run(instance, kwargs)
+        except Exception:
+            log_hook_error("run start")
+            run = None
+        if run is None:
+            return wrapped(*args, **kwargs)
+        hooks = _RunHooks(run)
+        return iterate_in_scope(wrapped(*args, **kwargs), run, on_item=hooks.item, on_done=hooks.done)
+
+
+class RunWrapper(_Wrapper):
+    """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            run = self._open_run(instance, kwargs)
+        except Exception:
+            log_hook_error("run start")
+            run = None
+        if run is None:
+            return wrapped(*args, **kwargs)
+        return self._traced(run, wrapped(*args, **kwargs))
+
+    @staticmethod
+    async def _traced(run: "RunScope", coro: Any) -> Any:
+        hooks = _RunHooks(run)
+        token = run.attach()
+        try:
+            result = await coro
+        except BaseException as exc:
+            run.detach(token)
+            hooks.done(exc)
+            raise
+        run.detach(token)
+        try:
+            hooks.item(result)
+            hooks.done(None)
+        except Exception:
+            log_hook_error("run end")
+        return result
+
+
+class _StepHooks:
+    __slots__ = ("scope", "output")
+
+    def __init__(self, scope: StepScope) -> None:
+        self.scope, self.output = scope, None
+
+    def item(self, item: Any) -> None:
+        if isinstance(item, Response):
+            self.output = item.chat_message
+
+    def done(self, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.scope.fail(exc)
+            return
+        out = self.output
+        if out is None or not self.scope.probe.config.capture_content:
+            self.scope.finish()
+        else:
+            self.scope.finish([{"role": "assistant", "content": out.to_text(), "name": out.source}])
+
+
+class StepWrapper(_Wrapper):
+    """``on_messages_stream``: one ``invoke_agent`` step span per call."""
+
+    def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            scope = self._open(instance, args, kwargs)
+        except Exception:
+            log_hook_error("agent step start")
+            scope = None
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        hooks = _StepHooks(scope)
+        return iterate_in_scope(wrapped(*args, **kwargs), scope, on_item=hooks.item, on_done=hooks.done)
+
+    def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
+        name = instance.name
+        step = current_step()
+        if step is not None and step.agent == name:  # delegation within the same step
+            return None
+        run = current_run()
+        probe = run.probe if run is not None else self.registry.get(instance)
+        if probe is None:
+            return None
+        inputs = None
+        if probe.config.capture_content:
+            inputs = chat_messages(args[0] if args else kwargs.get("messages", ()))
+        return start_step(probe, name, run=run, description=instance.description, input_messages=inputs)
+
+
+class _ClientWrapper(_Wrapper):
+    def __init__(self, adapter: "AutogenAdapter") -> None:
+        super().__init__(adapter)
+        self._codecs: dict[type, AutogenCodec] = {}
+
+    def codec(self, instance: Any) -> AutogenCodec:
+        cls = type(instance)
+        codec = self._codecs.get(cls)
+        if codec is None:
+            codec = self._codecs[cls] = AutogenCodec(provider_of(cls))
+        return codec
+
+    def _probe(self, instance: Any) -> "Probe | None":
+        try:
+            if in_llm_call():
+                return None
+            run = current_run()
+            return run.probe if run is not None else self.registry.get(instance)
+        except Exception:
+            log_hook_error("llm call")
+            return None
+
+
+class CreateWrapper(_ClientWrapper):
+    """``ChatCompletionClient.create``: a ``chat`` span through the interception seam."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe(instance)
+        if probe is None:
+            return wrapped(*args, **kwargs)
+        return acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+
+
+def _is_result(item: Any) -> bool:
+    return isinstance(item, CreateResult)
+
+
+class CreateStreamWrapper(_ClientWrapper):
+    """``ChatCompletionClient.create_stream``: a ``chat`` span over the whole stream."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe(instance)
+        if probe is None:
+            return wrapped(*args, **kwargs)
+        return astream_llm(probe, self.codec(instance), wrapped, instance, args, kwargs, _is_result)
+
+
+class ToolWrapper(_Wrapper):
+    """``BaseTool.run_json``: one ``execute_tool`` span per call, inside runs."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return wrapped(*args, **kwargs)
+        return self._traced(run.probe, wrapped, instance, args, kwargs)
+
+    @staticmethod
+    async def _traced(probe: "Probe", wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
+            raw_args = args[0] if args else kwargs.get("args")
+            scope = start_tool(probe, instance.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+        except Exception:
+            log_hook_error("tool start")
+            return await wrapped(*args, **kwargs)
+        token = scope.attach()
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            scope.fail(exc)
+            raise
+        finally:
+            scope.detach(token)
+        try:
+            scope.finish(instance.return_value_as_string(result) if probe.config.capture_content else None)
+        except Exception:
+            log_hook_error("tool end")
+            scope.end()
+        return result
+
+
+class ToolStreamWrapper(_Wrapper):
+    """``BaseStreamTool.run_json_stream``: one ``execute_tool`` span over the stream."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
+            raw_args = args[0] if args else kwargs.get("args")
+            scope = start_tool(run.probe, instance.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+        except Exception:
+            log_hook_error("tool start")
+            return wrapped(*args, **kwargs)
+        last: list[Any] = [None]
+
+        def done(exc: BaseException | None) -> None:
+            if exc is not None:
+                scope.fail(exc)
+            elif last[0] is not None and run.probe.config.capture_content:
+                scope.finish(instance.return_value_as_string(last[0]))
+            else:
+                scope.finish()
+
+        return iterate_in_scope(wrapped(*args, **kwargs), scope, on_item=lambda item: last.__setitem__(0, item), on_done=done)
+
+
+def _reuse_current_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """autogen-core's span helpers: inside an aegis run, yield the current span, open none."""
+    if current_run() is None:
+        return wrapped(*args, **kwargs)
+    return nullcontext(trace.get_current_span())
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+def _subclasses(base: type) -> Iterator[type]:
+    seen, stack = set(), [base]
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        yield cls
+        stack.extend(cls.__subclasses__())
+
+
+class AutogenAdapter(Adapter):
+    """Traces autogen-agentchat teams and agents."""
+
+    name = FRAMEWORK
+    instrumentation_dependencies = ("autogen-agentchat >= 0.7.5, < 0.8",)
+    supported_types = "BaseGroupChat teams (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) and BaseChatAgent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._patched: set[tuple[type, str]] = set()
+        self._run_stream = RunStreamWrapper(self)
+        self._run = RunWrapper(self)
+        self._step = StepWrapper(self)
+        self._tool = ToolWrapper(self)
+        self._tool_stream = ToolStreamWrapper(self)
+        self._create = CreateWrapper(self)
+        self._create_stream = CreateStreamWrapper(self)
+
+    def detect(self, app: Any) -> bool:
+        return isinstance(app, (BaseGroupChat, BaseChatAgent))
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        agents = self._register(app, probe)
+        if self.installed:
+            self.sync_patches(modules=True)
+        return AppInfo(name=app.name, lone_agent=isinstance(app, BaseChatAgent), agents=tuple(a.name for a in agents))
+
+    def _register(self, obj: Any, probe: "Probe") -> list[Any]:
+        """Add ``obj``, its participants (recursively) and model clients; return its agents."""
+        self.registry.add(obj, probe)
+        client = getattr(obj, "_model_client", None)
+        if isinstance(client, ChatCompletionClient):
+            self.registry.add(client, probe)
+        if isinstance(obj, BaseChatAgent):
+            return [obj]
+        return [agent for member in getattr(obj, "_participants", ()) for agent in self._register(member, probe)]
+
+    def _instrument(self, patcher: Patcher) -> None:
+        self._patched.clear()
+        self.sync_patches(modules=True)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        self._patched.clear()
+
+    def sync_patches(self, *, modules: bool = False) -> None:
+        """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""
+        if modules:
+            self._patch_modules()
+        for cls in _subclasses(BaseGroupChat):
+            self._patch(cls, "run_stream", self._run_stream)
+        for cls in _subclasses(BaseChatAgent):
+            self._patch(cls, "run_stream", self._run_stream)
+            self._patch(cls, "run", self._run)
+            self._patch(cls, "on_messages_stream", self._step)
+        for cls in _subclasses(ChatCompletionClient):
+            self._patch(cls, "create", self._create)
+            self._patch(cls, "create_stream", self._create_stream)
+        for cls in _subclasses(BaseTool):
+            self._patch(cls, "run_json", self._tool)
+        for cls in _subclasses(BaseStreamTool):
+            self._patch(cls, "run_json_stream", self._tool_stream)
+
+    def _patch(self, cls: type, attr: str, wrapper: Callable[..., Any]) -> None:
+        func = vars(cls).get(attr)
+        key = (cls, attr)
+        if func is None or key in self._patched or getattr(func, "__isabstractmethod__", False):
+            return
+        self._patcher.wrap(cls, attr, wrapper)
+        self._patched.add(key)
+
+    def _patch_modules(self) -> None:
+        for module_name, module in list(sys.modules.items()):
+            if module is None or not module_name.startswith(_MODULE_PREFIXES):
+                continue
+            for attr in ("trace_invoke_agent_span", "trace_tool_span"):
+                if any(vars(module).get(attr) is helper for helper in _CORE_SPAN_HELPERS):
+                    self._patcher.wrap(module, attr, _reuse_current_span)

@@ -1,0 +1,531 @@
+"""CAMEL (camel-ai 0.2.90) adapter: ``RolePlaying``, ``Workforce`` and a lone ``ChatAgent``.
+
+Class-level patches, installed once:
+
+- run entry: ``RolePlaying.step/astep`` (a run spans the rounds of one conversation: it opens at
+  the first round and ends when an agent's response is ``terminated``, the user agent says
+  ``CAMEL_TASK_DONE``, ``init_chat`` starts a new conversation, or the probe is released; wrap the
+  loop in ``with probe.run(task):`` for explicit bounds), ``Workforce.process_task/
+  process_task_async`` (one run per task), and ``ChatAgent.step/astep`` of a lone agent (one run
+  per call);
+- agent step: ``ChatAgent.step/astep`` -> ``invoke_agent {role_name}``. Workforce clones its
+  agents, so any ``ChatAgent`` stepping inside a current run counts as part of it;
+- LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.interception.call_llm`;
+- tool call: ``ChatAgent._execute_tool/_aexecute_tool`` -> ``execute_tool {tool}``.
+
+CAMEL runs work in threads that do not inherit the caller's context (``step_timeout`` submits
+``ChatAgent._step_impl`` to a thread pool; ``Workforce.process_task`` inside a running event loop
+runs ``process_task_async`` in a new thread). The caller's wrapper hands its scope over, keyed by
+the object, and the wrapper of the method that runs in the thread attaches it.
+
+Not covered: streaming (``stream=True`` in the model config): the step returns a lazy response
+that is consumed after the step span ended, so no chat span gets the stream's content or usage.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from weakref import WeakKeyDictionary, WeakSet
+
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.spans import (
+    ChatMessage,
+    RunScope,
+    StepScope,
+    _Scope,
+    current_run,
+    current_step,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+TASK_DONE = "CAMEL_TASK_DONE"  # RolePlaying's convention for "the user agent is satisfied"
+_TOOL_FAILED = "Tool execution failed"  # how ChatAgent reports a tool error as its result
+
+
+def _text(content: Any) -> str:
+    """Text of an OpenAI message content (a string or a list of parts)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _message(msg: Any, role: str) -> dict[str, Any]:
+    """A neutral message from a camel ``BaseMessage`` (or a plain string)."""
+    if isinstance(msg, str):
+        return {"role": role, "content": msg}
+    out = {"role": role, "content": _text(getattr(msg, "content", None))}
+    if getattr(msg, "role_name", None):
+        out["name"] = msg.role_name
+    return out
+
+
+class CamelCodec:
+    """OpenAI-format message dicts and ``ChatCompletion`` <-> neutral messages and ``LLMResponse``."""
+
+    provider = "openai"
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        model_type = instance.model_type
+        return str(getattr(model_type, "value", model_type))
+
+    @staticmethod
+    def _messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        return list(kwargs["messages"] if "messages" in kwargs else args[0])
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        for m in self._messages(args, kwargs):
+            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": _text(m.get("content"))}
+            for key in ("name", "tool_call_id"):
+                if m.get(key):
+                    msg[key] = m[key]
+            calls = [
+                {"id": c.get("id"), "name": c.get("function", {}).get("name"),
+                 "arguments": c.get("function", {}).get("arguments")}
+                for c in m.get("tool_calls") or ()
+            ]
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        return out
+
+    def with_request(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        openai_messages = []
+        for m in messages:
+            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
+            for key in ("name", "tool_call_id"):
+                if m.get(key):
+                    msg[key] = m[key]
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [
+                    {"id": c.get("id"), "type": "function",
+                     "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
+                    for c in m["tool_calls"]
+                ]
+            openai_messages.append(msg)
+        if "messages" in kwargs:
+            return args, {**kwargs, "messages": openai_messages}
+        return (openai_messages, *args[1:]), kwargs
+
+    def response(self, raw: Any) -> LLMResponse:
+        from openai.types.chat import ChatCompletion
+
+        if not isinstance(raw, ChatCompletion) or not raw.choices:
+            return LLMResponse()  # a stream: not read here (see module docstring)
+        choice = raw.choices[0]
+        usage = raw.usage
+        return LLMResponse(
+            content=choice.message.content,
+            tool_calls=[
+                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                for c in choice.message.tool_calls or ()
+                if getattr(c, "function", None) is not None
+            ],
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+            model=raw.model,
+            finish_reason=choice.finish_reason,
+        )
+
+    def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
+        from openai.types.chat import ChatCompletion
+
+        tool_calls = [
+            {"id": c.get("id") or f"call_{i}", "type": "function",
+             "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
+            for i, c in enumerate(response.tool_calls)
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": response.content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")
+        usage = None
+        if response.input_tokens is not None or response.output_tokens is not None:
+            i, o = response.input_tokens or 0, response.output_tokens or 0
+            usage = {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
+        base = raw.model_dump() if isinstance(raw, ChatCompletion) else {
+            "id": "aegis-replayed", "object": "chat.completion", "created": int(time.time()),
+            "model": response.model or "aegis"}
+        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=usage)
+        return ChatCompletion.model_validate(base)
+
+
+class CamelAdapter(Adapter):
+    """Traces CAMEL societies, workforces and agents."""
+
+    name = "camel"
+    instrumentation_dependencies = ("camel-ai >= 0.2.90, < 0.3",)
+    supported_types = "RolePlaying, Workforce and ChatAgent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codec = CamelCodec()
+        self._lone: "WeakSet[Any]" = WeakSet()
+        self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
+        self._handoff: dict[int, _Scope] = {}  # id(object) -> scope for the thread camel starts
+
+    # -- contract --------------------------------------------------------------------------
+    def detect(self, app: Any) -> bool:
+        from camel.agents import ChatAgent
+        from camel.societies import RolePlaying
+        from camel.societies.workforce import Workforce
+
+        return isinstance(app, (RolePlaying, Workforce, ChatAgent))
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        from camel.agents import ChatAgent
+        from camel.societies import RolePlaying
+
+        self.registry.add(app, probe)
+        if isinstance(app, ChatAgent):
+            self._lone.add(app)
+            return AppInfo(name=app.role_name, lone_agent=True, agents=(app.role_name,))
+        if isinstance(app, RolePlaying):
+            agents = [a for a in (app.assistant_agent, app.user_agent, app.critic) if isinstance(a, ChatAgent)]
+            name = f"{app.assistant_agent.role_name} & {app.user_agent.role_name}"
+        else:
+            agents = self._workforce_agents(app)
+            name = app.description
+        for agent in agents:
+            self.registry.add(agent, probe)
+        return AppInfo(name=name, lone_agent=False, agents=tuple(dict.fromkeys(a.role_name for a in agents)))
+
+    @staticmethod
+    def _workforce_agents(workforce: Any) -> list[Any]:
+        from camel.agents import ChatAgent
+
+        agents = [workforce.coordinator_agent, workforce.task_agent]
+        for child in workforce._children:
+            for attr in ("worker", "assistant_agent", "user_agent"):
+                agent = getattr(child, attr, None)
+                if isinstance(agent, ChatAgent):
+                    agents.append(agent)
+            if hasattr(child, "_children"):
+                agents.extend(CamelAdapter._workforce_agents(child))
+        return [a for a in agents if isinstance(a, ChatAgent)]
+
+    def _instrument(self, patcher: Patcher) -> None:
+        from camel.agents import ChatAgent
+        from camel.models import ModelManager
+        from camel.societies import RolePlaying
+        from camel.societies.workforce import Workforce
+
+        patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
+        patcher.wrap(RolePlaying, "ainit_chat", self._new_conversation)
+        patcher.wrap(RolePlaying, "step", self._round)
+        patcher.wrap(RolePlaying, "astep", self._around)
+        patcher.wrap(Workforce, "process_task", self._process_task)
+        patcher.wrap(Workforce, "process_task_async", self._aprocess_task)
+        patcher.wrap(ChatAgent, "step", self._step)
+        patcher.wrap(ChatAgent, "astep", self._astep)
+        patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread)
+        patcher.wrap(ChatAgent, "_execute_tool", self._tool)
+        patcher.wrap(ChatAgent, "_aexecute_tool", self._atool)
+        patcher.wrap(ModelManager, "run", self._llm)
+        patcher.wrap(ModelManager, "arun", self._allm)
+
+    def release(self, probe: "Probe") -> None:
+        """End ``probe``'s open conversations, then forget its objects."""
+        for society, run in list(self._sessions.items()):
+            if run.probe is probe:
+                self._sessions.pop(society, None)
+                self._safe_finish(run)
+        super().release(probe)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _probe(self, obj: Any) -> "Probe | None":
+        probe = self.registry.get(obj)
+        return probe if probe is not None and probe._active else None
+
+    @staticmethod
+    def _ambient_probe() -> "Probe | None":
+        scope = current_step() or current_run()
+        return scope.probe if scope is not None and scope.probe._active else None
+
+    @staticmethod
+    def _safe_finish(run: RunScope, exc: BaseException | None = None) -> None:
+        try:
+            run.finish(exc)
+        except Exception:
+            log_hook_error("camel run end")
+
+    @contextmanager
+    def _handed_over(self, obj: Any, scope: _Scope) -> Iterator[None]:
+        """Make ``scope`` available to the thread camel starts for ``obj``."""
+        self._handoff[id(obj)] = scope
+        try:
+            yield
+        finally:
+            self._handoff.pop(id(obj), None)
+
+    @contextmanager
+    def _attached(self, scope: _Scope | None) -> Iterator[None]:
+        token = scope.attach() if scope is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                scope.detach(token)  # type: ignore[union-attr]
+
+    # -- RolePlaying -----------------------------------------------------------------------
+    def _new_conversation(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._sessions.pop(instance, None)
+        if run is not None:
+            self._safe_finish(run)
+        return wrapped(*args, **kwargs)
+
+    def _session(self, society: Any) -> RunScope | None:
+        """The open run of ``society``'s conversation, opened on its first round."""
+        probe = self._probe(society)
+        if probe is None or current_run() is not None:
+            return None
+        try:
+            run = self._sessions.get(society)
+            if run is None:
+                task = society.specified_task_prompt or society.task_prompt
+                run = start_run(probe, probe.apps[-1].name if probe.apps else "RolePlaying",
+                                framework=self.name, task=str(task) if task else None)
+                self._sessions[society] = run
+            return run
+        except Exception:
+            log_hook_error("camel run start")
+            return None
+
+    def _round_done(self, society: Any, run: RunScope | None, result: Any) -> None:
+        if run is None:
+            return
+        try:
+            assistant, user = result
+            if assistant.msgs:
+                run.answer = _text(assistant.msgs[-1].content)
+            said_done = any(TASK_DONE in _text(m.content) for m in user.msgs or ())
+            if assistant.terminated or user.terminated or said_done:
+                self._sessions.pop(society, None)
+                run.finish()
+        except Exception:
+            log_hook_error("camel round end")
+
+    def _round_failed(self, society: Any, run: RunScope | None, exc: BaseException) -> None:
+        if run is not None:
+            self._sessions.pop(society, None)
+            self._safe_finish(run, exc)
+
+    def _round(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._session(instance)
+        try:
+            with self._attached(run):
+                result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._round_failed(instance, run, exc)
+            raise
+        self._round_done(instance, run, result)
+        return result
+
+    async def _around(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._session(instance)
+        try:
+            with self._attached(run):
+                result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._round_failed(instance, run, exc)
+            raise
+        self._round_done(instance, run, result)
+        return result
+
+    # -- Workforce -------------------------------------------------------------------------
+    def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:
+        probe = self._probe(workforce)
+        if probe is None or current_run() is not None:
+            return None
+        try:
+            task = kwargs["task"] if "task" in kwargs else args[0]
+            return start_run(probe, workforce.description, framework=self.name, task=getattr(task, "content", None))
+        except Exception:
+            log_hook_error("camel run start")
+            return None
+
+    @staticmethod
+    def _task_done(run: RunScope, result: Any) -> None:
+        try:
+            run.answer = getattr(result, "result", None)
+        except Exception:
+            log_hook_error("camel run answer")
+
+    def _process_task(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start_workforce_run(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            with self._attached(run), self._handed_over(instance, run):
+                result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._safe_finish(run, exc)
+            raise
+        self._task_done(run, result)
+        self._safe_finish(run)
+        return result
+
+    async def _aprocess_task(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        handed = self._handoff.get(id(instance)) if current_run() is None else None
+        if handed is not None:  # process_task's worker thread: continue the caller's run
+            with self._attached(handed):
+                return await wrapped(*args, **kwargs)
+        run = self._start_workforce_run(instance, args, kwargs)
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            with self._attached(run):
+                result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._safe_finish(run, exc)
+            raise
+        self._task_done(run, result)
+        self._safe_finish(run)
+        return result
+
+    # -- ChatAgent steps -------------------------------------------------------------------
+    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> tuple[RunScope | None, StepScope] | None:
+        """Open the step span (and a run for a lone agent); None to pass straight through."""
+        run = current_run()
+        own_run = None
+        if run is not None:
+            probe = run.probe if run.probe._active else None
+        else:
+            probe = self._probe(agent) or self._ambient_probe()
+        if probe is None:
+            return None
+        try:
+            message = kwargs["input_message"] if "input_message" in kwargs else args[0]
+            if run is None and agent in self._lone:
+                own_run = run = start_run(probe, agent.role_name, framework=self.name, task=_text(getattr(message, "content", message)), lone_agent=True)
+            role = getattr(getattr(agent, "role_type", None), "value", None)
+            with self._attached(own_run):
+                step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
+                                  input_messages=[_message(message, "user")])
+            return own_run, step
+        except Exception:
+            log_hook_error("camel step start")
+            if own_run is not None:
+                self._safe_finish(own_run)
+            return None
+
+    def _close_step(self, agent: Any, opened: tuple[RunScope | None, StepScope], result: Any, exc: BaseException | None) -> None:
+        own_run, step = opened
+        try:
+            if exc is not None:
+                step.fail(exc)
+            else:
+                msgs = [_message(m, "assistant") for m in getattr(result, "msgs", None) or ()]
+                if own_run is not None and msgs:
+                    own_run.answer = msgs[-1]["content"]
+                step.finish(msgs)
+        except Exception:
+            log_hook_error("camel step end")
+            step.end()
+        if own_run is not None:
+            self._safe_finish(own_run, exc)
+
+    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened = self._open_step(instance, args, kwargs)
+        if opened is None:
+            return wrapped(*args, **kwargs)
+        try:
+            with self._attached(opened[1]), self._handed_over(instance, opened[1]):
+                result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._close_step(instance, opened, None, exc)
+            raise
+        self._close_step(instance, opened, result, None)
+        return result
+
+    async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened = self._open_step(instance, args, kwargs)
+        if opened is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            with self._attached(opened[1]):
+                result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._close_step(instance, opened, None, exc)
+            raise
+        self._close_step(instance, opened, result, None)
+        return result
+
+    def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_step_impl`` in ``step_timeout``'s pool thread: attach the step handed over by ``step``."""
+        handed = self._handoff.get(id(instance))
+        if handed is None or current_step() is handed:
+            return wrapped(*args, **kwargs)
+        with self._attached(handed):
+            return wrapped(*args, **kwargs)
+
+    # -- tools -----------------------------------------------------------------------------
+    def _open_tool(self, agent: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._ambient_probe() or self._probe(agent)
+        if probe is None:
+            return None
+        try:
+            request = kwargs["tool_call_request"] if "tool_call_request" in kwargs else args[0]
+            return start_tool(probe, request.tool_name, call_id=request.tool_call_id, arguments=request.args)
+        except Exception:
+            log_hook_error("camel tool start")
+            return None
+
+    @staticmethod
+    def _close_tool(scope: Any, record: Any) -> None:
+        try:
+            result = getattr(record, "result", None)
+            scope.finish(result, is_error=isinstance(result, str) and result.startswith(_TOOL_FAILED))
+        except Exception:
+            log_hook_error("camel tool end")
+            scope.end()
+
+    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        try:
+            with self._attached(scope):
+                record = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            scope.fail(exc)
+            raise
+        self._close_tool(scope, record)
+        return record
+
+    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            with self._attached(scope):
+                record = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            scope.fail(exc)
+            raise
+        self._close_tool(scope, record)
+        return record
+
+    # -- model calls -----------------------------------------------------------------------
+    def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._ambient_probe()
+        if probe is None:
+            return wrapped(*args, **kwargs)
+        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+
+    async def _allm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._ambient_probe()
+        if probe is None:
+            return await wrapped(*args, **kwargs)
+        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

@@ -1,0 +1,319 @@
+"""MetaGPT 0.8.2 adapter: ``Team`` and lone ``Role`` apps.
+
+Span shape and where each span comes from (class-level patches, installed once):
+
+- Run (trace root): ``Team.run`` -> ``invoke_workflow {name}``, where ``name`` is the team's class
+  name (a plain ``Team`` has no name of its own, and its ``idea``/``investment`` are inputs, not
+  identity); a lone ``Role.run`` -> ``invoke_agent {role.name}``. A lone role called with no
+  message and an empty buffer is idle and opens no run.
+- Step: ``Role.react`` -> ``invoke_agent {role.name}``. metagpt calls ``Role.run`` on every role
+  each round, but ``react`` only when the role observed news, so idle rounds make no span.
+  ``Environment.run`` starts the roles as tasks in hiring order and each runs until its first
+  model request, so step indices (taken when ``react`` starts) follow hiring order within a round
+  and are the same on every run of the same inputs. The step's input is the observed news, its
+  output the message the role publishes; the last finished step's output is the run's answer.
+  Subclasses that override ``react`` are covered when they call ``super().react()``.
+- Tool: ``Role._act`` -> ``execute_tool {action.name}``. metagpt has no function-calling tools;
+  an ``Action`` is what a role chose to do (in ``react`` mode the model picks it in ``_think``),
+  so each executed action is recorded as the step's tool call, with the action's output as the
+  result. The model call of ``_think`` stays outside it, directly under the step; the model calls
+  an action makes nest inside it. ``Action.run`` itself is not patched: every action overrides it.
+- LLM: ``BaseLLM.aask`` (all of metagpt's model calls) -> ``chat {model}`` through
+  :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. Token usage is read from
+  the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
+  with ``calc_usage: false``); providers that never report usage leave it unset.
+
+Roles run as ``asyncio`` tasks that copy the context, so steps and model calls of roles inside a
+traced run nest under it; roles hired after ``instrument()`` are traced too. Only the app object
+(team or lone role) is registered.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+
+import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
+from metagpt.provider.base_llm import BaseLLM
+from metagpt.roles import Role
+from metagpt.schema import Message
+from metagpt.team import Team
+
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.interception import LLMResponse, acall_llm
+from aegis_probe.spans import ChatMessage, current_run, current_step, log_hook_error, start_run, start_step, start_tool
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+    from aegis_probe.spans import RunScope
+
+#: metagpt ``api_type`` values whose GenAI ``gen_ai.provider.name`` differs from the value.
+_PROVIDERS = {
+    "azure": "azure.ai.openai",
+    "claude": "anthropic",
+    "gemini": "gcp.gemini",
+    "bedrock": "aws.bedrock",
+    "mistral": "mistral_ai",
+}
+#: ``BaseLLM.aask`` parameters, in order (metagpt 0.8.2).
+_AASK_PARAMS = ("msg", "system_msgs", "format_msgs", "images", "timeout", "stream")
+
+
+def _text(content: Any) -> str:
+    """Text of an OpenAI-style message content (a string or a list of parts)."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def _aask_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    named = dict(zip(_AASK_PARAMS, args))
+    named.update(kwargs)
+    return named
+
+
+def _messages(messages: Sequence[Message]) -> list[ChatMessage]:
+    """metagpt messages as neutral chat messages (the sender's role/profile as ``name``)."""
+    return [{"role": "user", "name": m.role, "content": m.content} for m in messages]
+
+
+class MetaGPTCodec:
+    """One ``BaseLLM.aask`` call: prompt pieces <-> neutral messages, returned text <-> response.
+
+    Made per call, bound to the ``BaseLLM`` (its system prompt fills in for absent
+    ``system_msgs``); collects the usage the provider reports during the call.
+    """
+
+    def __init__(self, llm: BaseLLM) -> None:
+        self.llm = llm
+        self.usage: dict[str, Any] | None = None
+
+    @property
+    def provider(self) -> str:
+        api_type = getattr(getattr(self.llm.config, "api_type", None), "value", None) or "openai"
+        return _PROVIDERS.get(api_type, api_type)
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        return getattr(instance, "model", None) or getattr(instance.config, "model", None)
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """The messages ``aask`` sends, assembled the way it assembles them."""
+        named = _aask_args(args, kwargs)
+        out: list[dict[str, Any]] = []
+        if getattr(self.llm, "use_system_prompt", True):
+            system = named.get("system_msgs") or [self.llm.system_prompt]
+            out += [{"role": "system", "content": s} for s in system]
+        out += [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in named.get("format_msgs") or ()]
+        msg = named.get("msg")
+        if isinstance(msg, str):
+            out.append({"role": "user", "content": msg})
+        else:
+            out += [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in msg or ()]
+        return out
+
+    def with_request(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``aask`` arguments sending ``messages``: system ones as ``system_msgs``, a final user one as ``msg``.
+
+        With no system message left, ``aask`` adds the LLM's default system prompt again.
+        """
+        named = _aask_args(args, kwargs)
+        system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
+        rest = [{"role": m.get("role", "user"), "content": str(m.get("content") or "")} for m in messages if m.get("role") != "system"]
+        msg: Any = rest
+        if rest and rest[-1]["role"] == "user":
+            msg, rest = rest[-1]["content"], rest[:-1]  # keeps ``images`` attached to the user text
+        else:
+            rest = []
+        named.update(msg=msg, system_msgs=system or None, format_msgs=rest or None)
+        return (), named
+
+    def record_usage(self, usage: Any) -> None:
+        data = usage.model_dump() if hasattr(usage, "model_dump") else usage
+        if isinstance(data, dict):
+            self.usage = data
+
+    def response(self, raw: Any) -> LLMResponse:
+        usage = self.usage or {}
+        return LLMResponse(
+            content=None if raw is None else str(raw),
+            input_tokens=usage.get("prompt_tokens"),
+            output_tokens=usage.get("completion_tokens"),
+        )
+
+    def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
+        return response.content or ""
+
+
+#: The codec of the ``aask`` call running in this task (for the usage hook).
+_ACTIVE_CALL: contextvars.ContextVar[MetaGPTCodec | None] = contextvars.ContextVar("aegis_metagpt_call", default=None)
+
+
+def _task_text(message: Any) -> str | None:
+    """The task text of a ``Role.run(with_message)`` argument (str, Message or list of str)."""
+    if isinstance(message, Message):
+        return message.content
+    if isinstance(message, list):
+        return "\n".join(map(str, message))
+    return message or None
+
+
+def _has_input(role: Role, with_message: Any) -> bool:
+    """Whether ``Role.run`` can observe anything (else it returns None at once)."""
+    return bool(with_message) or not role.rc.msg_buffer.empty() or bool(role.recovered and role.latest_observed_msg)
+
+
+async def _in_run(run: "RunScope", call: Callable[[], Awaitable[Any]]) -> Any:
+    """Await ``call()`` with ``run`` current, then finish the run (hook errors logged)."""
+    token = run.attach()
+    try:
+        result = await call()
+    except BaseException as exc:
+        try:
+            run.finish(exc)
+        except Exception:
+            log_hook_error("run end")
+        raise
+    finally:
+        run.detach(token)
+    try:
+        run.finish()
+    except Exception:
+        log_hook_error("run end")
+    return result
+
+
+class MetaGPTAdapter(Adapter):
+    """Traces metagpt ``Team`` runs and lone ``Role`` runs."""
+
+    name = "metagpt"
+    instrumentation_dependencies = ("metagpt == 0.8.2",)
+    supported_types = "Team and Role"
+
+    def detect(self, app: Any) -> bool:
+        return isinstance(app, (Team, Role))
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        self.registry.add(app, probe)
+        if isinstance(app, Team):
+            return AppInfo(type(app).__name__, False, tuple(r.name for r in app.env.roles.values()))
+        return AppInfo(app.name, True, (app.name,))
+
+    def _instrument(self, patcher: Patcher) -> None:
+        patcher.wrap(Team, "run", self._team_run)
+        patcher.wrap(Role, "run", self._role_run)
+        patcher.wrap(Role, "react", self._react)
+        patcher.wrap(Role, "_act", self._act)
+        patcher.wrap(BaseLLM, "aask", self._aask)
+        patcher.wrap(BaseLLM, "_update_costs", self._update_costs)
+
+    # -- runs ------------------------------------------------------------------------------
+    def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
+        if current_run() is not None:
+            return None
+        probe = self.registry.get(app)
+        if probe is None:
+            return None
+        return start_run(probe, name, framework=self.name, task=task, lone_agent=lone)
+
+    async def _team_run(self, wrapped: Callable[..., Any], instance: Team, args: tuple, kwargs: dict) -> Any:
+        try:
+            idea = args[1] if len(args) > 1 else kwargs.get("idea")
+            run = self._start(instance, type(instance).__name__, idea or instance.idea or None, lone=False)
+        except Exception:
+            log_hook_error("team run start")
+            run = None
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        return await _in_run(run, lambda: wrapped(*args, **kwargs))
+
+    async def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+        try:
+            message = args[0] if args else kwargs.get("with_message")
+            run = self._start(instance, instance.name, _task_text(message), lone=True) if _has_input(instance, message) else None
+        except Exception:
+            log_hook_error("role run start")
+            run = None
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        return await _in_run(run, lambda: wrapped(*args, **kwargs))
+
+    # -- steps and actions -----------------------------------------------------------------
+    async def _react(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            step = start_step(
+                run.probe, instance.name, run=run, agent_id=instance.role_id or None,
+                description=instance.goal or None, role=instance.profile or None,
+                input_messages=_messages(instance.rc.news),
+            )
+        except Exception:
+            log_hook_error("step start")
+            return await wrapped(*args, **kwargs)
+        token = step.attach()
+        try:
+            rsp = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            step.fail(exc)
+            raise
+        finally:
+            step.detach(token)
+        try:
+            content = rsp.content if isinstance(rsp, Message) else None if rsp is None else str(rsp)
+            step.finish(None if content is None else [{"role": "assistant", "name": instance.name, "content": content}])
+            if content is not None:
+                run.answer = content
+        except Exception:
+            log_hook_error("step end")
+            step.end()
+        return rsp
+
+    async def _act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+        step = current_step()
+        if step is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            todo = instance.rc.todo
+            tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__)
+        except Exception:
+            log_hook_error("action start")
+            return await wrapped(*args, **kwargs)
+        token = tool.attach()
+        try:
+            msg = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            tool.fail(exc)
+            raise
+        finally:
+            tool.detach(token)
+        try:
+            tool.finish(msg.content if isinstance(msg, Message) else msg)
+        except Exception:
+            log_hook_error("action end")
+            tool.end()
+        return msg
+
+    # -- model calls -----------------------------------------------------------------------
+    async def _aask(self, wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        codec = MetaGPTCodec(instance)
+        token = _ACTIVE_CALL.set(codec)
+        try:
+            return await acall_llm(run.probe, codec, wrapped, instance, args, kwargs)
+        finally:
+            _ACTIVE_CALL.reset(token)
+
+    @staticmethod
+    def _update_costs(wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:
+        codec = _ACTIVE_CALL.get()
+        if codec is not None and codec.llm is instance:
+            try:
+                codec.record_usage(args[0] if args else kwargs.get("usage"))
+            except Exception:
+                log_hook_error("usage")
+        return wrapped(*args, **kwargs)

@@ -1,0 +1,87 @@
+"""``blame``: find the decisive error of a failed stored run by counterfactual replay.
+
+Steps before t come from the run's recording, step t is replaced by a corrected action, the
+rest runs live against the model endpoint, and a judge scores the result. The earliest step
+whose correction flips the run to success is reported and written onto the trace as a label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from contextlib import ExitStack
+
+from ..apps import AppSpec
+from ..config import ProbeConfig
+from ..store import TraceStore
+from ..trajectory import Trajectory
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("blame", help="find the earliest step whose correction flips a failed run",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", required=True, metavar="ID", help="trace id (or unique prefix) in the store")
+    p.add_argument("--app", required=True, metavar="MODULE[:ATTR]",
+                   help="app spec with build_app(base_url, model, api_key) and run_app(app, task), e.g. aegis_probe.demos.autogen")
+    p.add_argument("--dir", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    p.add_argument("--base-url", help="live model endpoint for the steps after the correction "
+                                      "(default: the app's embedded scripted policy, when it has one)")
+    p.add_argument("--model", default="aegis-scripted", help="live model name")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="environment variable with the API key")
+    fix = p.add_mutually_exclusive_group(required=True)
+    fix.add_argument("--fixer", metavar="MODULE:FUNC", help="python function fixer(trajectory, step) -> corrected text")
+    fix.add_argument("--analyzer-url", metavar="URL", help="OpenAI-compatible endpoint of an analyzer LLM that proposes fixes")
+    p.add_argument("--analyzer-model", default="gpt-4o-mini", help="analyzer model name (with --analyzer-url)")
+    p.add_argument("--show-expected", action="store_true", help="let the analyzer see the expected answer")
+    p.add_argument("--mode", choices=("scan", "bisect"), default="scan",
+                   help="scan: exact, t = 0, 1, ...; bisect: heuristic binary search (see docs/replay.md)")
+    p.add_argument("--max-replays", type=int, default=20, help="replay budget (default 20)")
+    p.add_argument("--max-tokens", type=int, default=None, help="budget of live model tokens")
+    p.set_defaults(run=run)
+
+
+def _load_fixer(target: str):
+    module, _, func = target.partition(":")
+    if not func:
+        raise ValueError(f"--fixer {target}: expected MODULE:FUNC")
+    return getattr(importlib.import_module(module), func)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ..counterfactual import AnalyzerFixer, Endpoint, blame
+    from ..demos.task import judge as default_judge
+    from ..modelserver import ModelServer
+
+    app = AppSpec.load(args.app)
+    module = importlib.import_module(args.app.partition(":")[0])
+    judge = getattr(module, "judge", default_judge)
+    api_key = os.environ.get(args.api_key_env, "not-needed")
+    store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
+    n_steps = len(Trajectory.from_spans(store.trace(args.trace)).steps)
+    with ExitStack() as stack:
+        if args.base_url:
+            endpoint = Endpoint(args.base_url, args.model, api_key)
+        elif hasattr(module, "policy"):
+            server = stack.enter_context(ModelServer(module.policy))
+            endpoint = Endpoint(server.base_url, args.model, "not-needed")
+        else:
+            print("error: --base-url is needed: the app has no embedded policy", file=sys.stderr)
+            return 2
+        fixer = (_load_fixer(args.fixer) if args.fixer
+                 else AnalyzerFixer(args.analyzer_url, args.analyzer_model, api_key, show_expected=args.show_expected))
+        bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay"))
+        report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,
+                       max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,
+                       on_attempt=lambda a: bar.update(1))
+    for a in report.attempts:
+        verdict = {True: "success", False: "failure", None: "not judged"}[a.success]
+        print(f"  step {a.step:>3} {a.agent:<16} -> {verdict}" + (f" ({a.error})" if a.error else ""))
+    if report.found:
+        print(f"decisive error: step {report.step} by {report.agent} (mode {report.mode}); label written to trace {report.trace_id}")
+    else:
+        print("no correction flipped the run" + (f"; search ended early: {report.exhausted}" if report.exhausted else ""))
+    return 0 if report.found else 1

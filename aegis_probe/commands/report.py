@@ -1,0 +1,56 @@
+"""``report TRACE_ID|FILE --out report.html``: write a self-contained HTML report of one trace.
+
+TRACE_ID (a unique prefix is enough) is looked up in the trace store (``--dir``, else
+``$AEGIS_TRACE_DIR`` or ./aegis-traces). A FILE (or directory) of OTLP/JSON(-lines) is read
+directly; when it holds several traces, pick one with ``--trace``. Links to the trace in Jaeger
+or Phoenix are added when ``--jaeger-url``/``--phoenix-url`` (or ``$AEGIS_JAEGER_URL``/
+``$AEGIS_PHOENIX_URL``) name their UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import ProbeConfig
+from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
+from ..store import TraceStore
+from ..trajectory import Trajectory, load_trajectories
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write a self-contained HTML report of one trace",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="TRACE_ID|FILE", help="trace id (or unique prefix) in the store, or an OTLP/JSON(-lines) file")
+    p.add_argument("--out", help="output HTML file (default: aegis-report-<trace id prefix>.html)")
+    p.add_argument("--dir", default=None, help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    p.add_argument("--trace", metavar="ID", help="which trace of a FILE holding several (id or unique prefix)")
+    p.add_argument("--jaeger-url", help=f"Jaeger UI base URL for a trace link (default: ${ENV_JAEGER_URL})")
+    p.add_argument("--phoenix-url", help=f"Phoenix UI base URL for a trace link (default: ${ENV_PHOENIX_URL})")
+    p.set_defaults(run=run)
+
+
+def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajectory:
+    matches = [t for t in trajs if prefix is None or (t.trace_id or "").startswith(prefix.lower())]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise KeyError(f"no trace{f' matching {prefix!r}' if prefix else ''} in {where}")
+    raise ValueError(f"{where} holds {len(matches)} traces{f' matching {prefix!r}' if prefix else ''}: pick one with --trace ID")
+
+
+def load(target: str, store_dir: str | None = None, trace: str | None = None) -> Trajectory:
+    """The trajectory a ``report`` target names: a file or directory of traces, else a stored trace id."""
+    path = Path(target)
+    if path.exists():
+        return _select(load_trajectories(path), trace, str(path))
+    store = TraceStore(store_dir or ProbeConfig.resolve().trace_dir)
+    return Trajectory.from_spans(store.trace(target))
+
+
+def run(args: argparse.Namespace) -> int:
+    traj = load(args.target, args.dir, args.trace)
+    out = args.out or f"aegis-report-{(traj.trace_id or 'trace')[:12]}.html"
+    path = write_report(traj, out, jaeger_url=args.jaeger_url, phoenix_url=args.phoenix_url)
+    print(f"report of trace {traj.trace_id} ({len(traj.steps)} steps) written to {path}")
+    return 0

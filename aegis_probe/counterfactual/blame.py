@@ -1,0 +1,160 @@
+"""Decisive-error search: the earliest step whose correction turns a failed run into a success.
+
+For each candidate step t, a *fixer* proposes a corrected action for t; the run is replayed with
+steps before t from the recording, the corrected action at t, and the rest live, then judged.
+
+- ``scan`` (exact): t = 0, 1, 2, ... until a correction flips the outcome.
+- ``bisect`` (heuristic): binary search for the earliest flipping t, *assuming* that no
+  correction before the decisive step flips the run and any correction at or after it does.
+  That holds when later agents can repair an earlier mistake once corrected, not in general; it
+  costs about log2(n) replays instead of up to n, and its answer should be confirmed with scan.
+
+Budgets (replays, live tokens) end the search cleanly with a partial report. Results are cached
+by (step, corrected action), and a correction identical to the recorded action is not replayed
+(its prefix and action equal the failed original).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from .. import semconv as sc
+from ..apps import AppSpec
+from ..probe import Judge
+from ..store import TraceStore
+from ..trajectory import Fault, Trajectory
+from .replayer import Endpoint, ReplayResult, replay
+
+#: ``fixer(trajectory, step_index) -> corrected action text`` (None: no correction to try).
+Fixer = Callable[[Trajectory, int], "str | None"]
+
+
+@dataclass
+class Attempt:
+    """One counterfactual replay."""
+
+    step: int
+    agent: str
+    correction: str
+    success: bool | None
+    answer: str | None
+    error: str | None = None
+
+
+@dataclass
+class BlameReport:
+    """Outcome of a decisive-error search."""
+
+    trace_id: str
+    mode: str
+    step: int | None = None
+    agent: str | None = None
+    evidence: Attempt | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    exhausted: str | None = None  # which budget ended the search early, if any
+    tokens: int = 0
+
+    @property
+    def found(self) -> bool:
+        return self.step is not None
+
+
+class _Search:
+    def __init__(self, trace_id: str, app: AppSpec, fixer: Fixer, judge: Judge, endpoint: Endpoint,
+                 store: TraceStore, max_replays: int, max_tokens: int | None, on_attempt: Callable[[Attempt], None] | None):
+        self.trace_id, self.app, self.fixer, self.judge = trace_id, app, fixer, judge
+        self.endpoint, self.store = endpoint, store
+        self.max_replays, self.max_tokens, self.on_attempt = max_replays, max_tokens, on_attempt
+        self.original = Trajectory.from_spans(store.trace(trace_id))
+        self.report = BlameReport(trace_id=self.original.trace_id or trace_id, mode="")
+        self._cache: dict[tuple[int, str], Attempt] = {}
+        self.replays = 0
+
+    def budget_left(self) -> bool:
+        if self.replays >= self.max_replays:
+            self.report.exhausted = f"max_replays={self.max_replays}"
+        elif self.max_tokens is not None and self.report.tokens >= self.max_tokens:
+            self.report.exhausted = f"max_tokens={self.max_tokens}"
+        return self.report.exhausted is None
+
+    def flips(self, t: int) -> bool | None:
+        """Whether correcting step t flips the run; None when the budget ran out."""
+        step = self.original.steps[t]
+        correction = self.fixer(self.original, t)
+        if correction is None or correction == step.output:
+            return False
+        key = (t, correction)
+        if key not in self._cache:
+            if not self.budget_left():
+                return None
+            self.replays += 1
+            result: ReplayResult = replay(self.original.trace_id or self.trace_id, self.app, until_step=t,
+                                          substitute=correction, endpoint=self.endpoint, judge=self.judge, store=self.store)
+            self.report.tokens += result.tokens
+            success = result.trajectory.outcome.success if result.trajectory else None
+            attempt = Attempt(t, step.agent, correction, success, result.answer, result.error)
+            self._cache[key] = attempt
+            self.report.attempts.append(attempt)
+            if self.on_attempt:
+                self.on_attempt(attempt)
+        attempt = self._cache[key]
+        if attempt.success and (self.report.step is None or t < self.report.step):
+            self.report.step, self.report.agent, self.report.evidence = t, attempt.agent, attempt
+        return bool(attempt.success)
+
+
+def blame(
+    trace_id: str,
+    app: AppSpec,
+    *,
+    fixer: Fixer,
+    judge: Judge,
+    endpoint: Endpoint,
+    mode: Literal["scan", "bisect"] = "scan",
+    max_replays: int = 20,
+    max_tokens: int | None = None,
+    store: TraceStore,
+    on_attempt: Callable[[Attempt], None] | None = None,
+    write_label: bool = True,
+) -> BlameReport:
+    """Find the decisive error of a failed run; write it onto the trace as a label."""
+    search = _Search(trace_id, app, fixer, judge, endpoint, store, max_replays, max_tokens, on_attempt)
+    search.report.mode = mode
+    n = len(search.original.steps)
+    if mode == "scan":
+        for t in range(n):
+            if search.flips(t) is not False:
+                break
+    elif mode == "bisect":
+        lo, hi = 0, n - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            verdict = search.flips(mid)
+            if verdict is None:
+                break
+            if verdict:
+                hi = mid - 1
+            else:
+                lo = mid + 1
+    else:
+        raise ValueError(f"unknown blame mode {mode!r}: use 'scan' or 'bisect'")
+    if write_label and search.report.found:
+        _write_label(store, search.original, search.report)
+    return search.report
+
+
+def _write_label(store: TraceStore, original: Trajectory, report: BlameReport) -> None:
+    step = original.steps[report.step]  # type: ignore[index]
+    evidence = report.evidence
+    fault = Fault(agent=report.agent, step=report.step, span_id=step.span_id,
+                  reason=f"decisive error ({report.mode}): correcting step {report.step} flips the run to success")
+    store.amend(original.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([fault.model_dump()]),
+                                                      sc.LABEL_SOURCE: f"blame:{report.mode}"})
+    store.amend(original.trace_id or "", step.span_id, events=[{
+        "name": sc.EVENT_BLAME,
+        "time_ns": step.end_ns or 0,
+        "attributes": {"mode": report.mode, "correction": evidence.correction if evidence else "",
+                       "new_answer": (evidence.answer or "") if evidence else ""},
+    }])

@@ -1,0 +1,88 @@
+"""The recording inside every trace: each LLM call's request and response, keyed by agent.
+
+With content capture on, every ``chat`` span already holds what replay needs: the calling agent
+(``gen_ai.agent.name``), that agent's call index in the run (``aegis.agent.call_index``), the
+request messages and the response (text, tool calls, usage, finish reason). Keys are
+(agent, call index) rather than a global order, because concurrent agents interleave differently
+from run to run. Calls made outside any agent step (e.g. a selector choosing the next speaker)
+use the agent key ``""``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .. import semconv as sc
+from ..interception import LLMResponse
+from ..otlp_json import SpanRecord
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One recorded model call."""
+
+    agent: str
+    call_index: int
+    step_index: int | None
+    request: str  # gen_ai.input.messages JSON, as captured
+    response: LLMResponse
+
+
+class RecordingError(ValueError):
+    """The trace cannot be replayed (no content captured, or no LLM calls)."""
+
+
+def response_from_span(span: SpanRecord) -> LLMResponse:
+    """The neutral response a ``chat`` span recorded."""
+    raw = span.attributes.get(sc.OUTPUT_MESSAGES)
+    content: list[str] = []
+    tool_calls: list[dict] = []
+    finish = None
+    for msg in json.loads(raw) if raw else []:
+        finish = msg.get("finish_reason", finish)
+        for part in msg.get("parts", []):
+            if part.get("type") == "text":
+                content.append(part.get("content", ""))
+            elif part.get("type") == "tool_call":
+                tool_calls.append({"id": part.get("id"), "name": part.get("name"), "arguments": part.get("arguments")})
+    return LLMResponse(
+        content="".join(content) if content else None,
+        tool_calls=tool_calls,
+        input_tokens=span.attributes.get(sc.USAGE_INPUT_TOKENS),
+        output_tokens=span.attributes.get(sc.USAGE_OUTPUT_TOKENS),
+        model=span.attributes.get(sc.RESPONSE_MODEL),
+        finish_reason=finish,
+    )
+
+
+def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
+    """All recorded model calls of one trace."""
+    by_id = {s.span_id: s for s in spans}
+
+    def step_of(span: SpanRecord) -> int | None:
+        parent = span.parent_span_id
+        while parent in by_id:
+            attrs = by_id[parent].attributes
+            if sc.STEP_INDEX in attrs:
+                return int(attrs[sc.STEP_INDEX])
+            parent = by_id[parent].parent_span_id
+        return None
+
+    calls: dict[Key, RecordedCall] = {}
+    for span in spans:
+        attrs = span.attributes
+        if attrs.get(sc.OPERATION) != sc.OP_CHAT or sc.AGENT_CALL_INDEX not in attrs:
+            continue
+        if sc.OUTPUT_MESSAGES not in attrs:
+            raise RecordingError(
+                f"trace {span.trace_id}: LLM call {span.span_id} has no captured content; "
+                "replay needs runs recorded with capture_content on"
+            )
+        key = (str(attrs.get(sc.AGENT_NAME, "")), int(attrs[sc.AGENT_CALL_INDEX]))
+        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response_from_span(span))
+    if not calls:
+        raise RecordingError("the trace holds no recorded LLM calls")
+    return calls

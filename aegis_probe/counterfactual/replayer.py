@@ -1,0 +1,177 @@
+"""Exact and counterfactual replay of a recorded run.
+
+``replay(trace, app)`` rebuilds the app, instruments it, and answers every model call from the
+recording. Without a substitution the replayed run must equal the original step for step; the
+first difference (a request that does not match the recording, a call the recording lacks, or a
+step whose agent/output differs afterwards) is reported, never silently continued. With
+``until_step=t`` and a ``substitute``, calls before step t come from the recording, the action at
+step t is replaced, and everything after it runs live against the app's endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import semconv as sc
+from ..apps import AppSpec
+from ..config import ProbeConfig
+from ..interception import InterceptAbort, LLMCall, LLMResponse
+from ..otlp_json import SpanRecord
+from ..probe import Judge, instrument
+from ..spans import encode_messages
+from ..store import TraceStore
+from ..trajectory import Step, Trajectory
+from .recording import Key, RecordedCall, load_recording
+
+#: Where a pure replay points the app: nothing listens on the discard port, so an unexpected
+#: live call fails loudly instead of reaching a real model.
+DEAD_ENDPOINT = "http://127.0.0.1:9/v1"
+
+
+class ReplayDivergence(InterceptAbort):
+    """The replayed run asked the model something the recording does not hold."""
+
+    def __init__(self, step: int | None, agent: str, detail: str) -> None:
+        super().__init__(f"replay diverged at step {step} ({agent or 'outside any step'}): {detail}")
+        self.step, self.agent, self.detail = step, agent, detail
+
+
+@dataclass
+class Endpoint:
+    """The live model endpoint used after the substituted step."""
+
+    base_url: str = DEAD_ENDPOINT
+    model: str = "replay"
+    api_key: str = "replay"
+
+
+class Replayer:
+    """Interceptor answering model calls from a recording until the run goes live."""
+
+    def __init__(self, recording: dict[Key, RecordedCall], redact: Callable[[str], str], *,
+                 until_step: int | None, substitute: str | None) -> None:
+        self.recording, self.redact = recording, redact
+        self.until_step, self.substitute = until_step, substitute
+        self.live = False
+        self.replayed = 0
+        self.live_calls = 0
+
+    def _goes_live(self, call: LLMCall) -> bool:
+        if self.live:
+            return True
+        if self.until_step is not None and call.step_index is not None and call.step_index >= self.until_step:
+            self.live = True
+        return self.live
+
+    def before(self, call: LLMCall) -> LLMResponse | None:
+        if self._goes_live(call):
+            if self.substitute is not None and call.step_index == self.until_step:
+                text, self.substitute = self.substitute, None
+                return LLMResponse(content=text, finish_reason="stop")
+            self.live_calls += 1
+            return None
+        key = (call.agent or "", call.call_index or 0)
+        recorded = self.recording.get(key)
+        if recorded is None:
+            raise ReplayDivergence(call.step_index, key[0], f"call #{key[1]} of this agent is not in the recording")
+        request = encode_messages(call.messages, self.redact)
+        if request != recorded.request:
+            raise ReplayDivergence(call.step_index, key[0], f"request of call #{key[1]} differs from the recording")
+        self.replayed += 1
+        return recorded.response
+
+    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+        return response
+
+
+def first_difference(original: Trajectory, replayed: Trajectory, upto: int | None = None) -> str | None:
+    """Describe the first step where two trajectories differ (agent, output, tools), or None."""
+    steps_a, steps_b = original.steps[:upto], replayed.steps[:upto]
+
+    def view(s: Step) -> tuple[Any, ...]:
+        return (s.agent, s.output, [(t.name, t.arguments, t.result) for t in s.tool_calls])
+
+    for a, b in zip(steps_a, steps_b):
+        if view(a) != view(b):
+            what = "agent" if a.agent != b.agent else "output" if a.output != b.output else "tool calls"
+            return f"step {a.index}: {what} differs ({a.agent}: {a.output[:80]!r} vs {b.agent}: {b.output[:80]!r})"
+    if upto is None and len(steps_a) != len(steps_b):
+        return f"step {min(len(steps_a), len(steps_b))}: the original has {len(steps_a)} steps, the replay {len(steps_b)}"
+    return None
+
+
+@dataclass
+class ReplayResult:
+    """What a replay produced."""
+
+    original: Trajectory
+    trajectory: Trajectory | None
+    answer: str | None
+    divergence: str | None
+    replayed_calls: int
+    live_calls: int
+    error: str | None = None
+    tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exact(self) -> bool:
+        return self.divergence is None and self.error is None
+
+
+def _trace_spans(trace: str | list[SpanRecord], store: TraceStore) -> list[SpanRecord]:
+    return list(trace) if isinstance(trace, list) else store.trace(trace)
+
+
+def replay(
+    trace: str | list[SpanRecord],
+    app: AppSpec,
+    *,
+    until_step: int | None = None,
+    substitute: str | None = None,
+    endpoint: Endpoint | None = None,
+    judge: Judge | None = None,
+    store: TraceStore | None = None,
+) -> ReplayResult:
+    """Re-run ``app`` on the recorded trace's task with recorded model responses.
+
+    ``until_step`` and ``substitute`` make it counterfactual (see the module docstring); the
+    replayed run is stored as a new trace carrying ``aegis.replay.of``.
+    """
+    if substitute is not None and until_step is None:
+        raise ValueError("substitute needs until_step: the step whose action it replaces")
+    store = store or TraceStore(ProbeConfig.resolve().trace_dir)
+    spans = _trace_spans(trace, store)
+    original = Trajectory.from_spans(spans)
+    if original.task is None:
+        raise ValueError(f"trace {original.trace_id} has no captured task; replay needs capture_content on")
+    recording = load_recording(spans)
+    endpoint = endpoint or Endpoint()
+    target = app.build_app(endpoint.base_url, endpoint.model, endpoint.api_key)
+    probe = instrument(target, store=store, judge=judge)
+    replayer = Replayer(recording, probe.redact, until_step=until_step, substitute=substitute)
+    probe.interceptors.append(replayer)
+    answer, error = None, None
+    try:
+        answer = app.run_app(target, original.task)
+    except ReplayDivergence as exc:
+        error = str(exc)
+    except Exception as exc:  # the app failed in the live part: a result, not a crash
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        probe.interceptors.remove(replayer)
+        probe.flush()
+        probe.uninstrument()
+    replayed = probe.trajectory() if probe.last_run is not None else None
+    if replayed is not None:
+        store.amend(replayed.trace_id, attributes={sc.REPLAY_OF: original.trace_id or "",
+                                                   sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
+        replayed = probe.trajectory()
+    divergence = error if isinstance(error, str) and error.startswith("replay diverged") else None
+    if divergence is None and replayed is not None:
+        divergence = first_difference(original, replayed, upto=until_step)
+    tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
+                 for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
+    return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,
+                        error=None if divergence == error else error, tokens=tokens)

@@ -1,0 +1,75 @@
+"""AutoGen demo: a RoundRobinGroupChat of planner, calculator (with a tool) and reviewer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, final_number
+from aegis_probe.modelserver import Reply
+
+__all__ = ["AGENTS", "EXPECTED", "FRAMEWORK", "TASK", "TOOL", "build_app", "policy", "run_app"]
+
+FRAMEWORK = "autogen"
+AGENTS = ("planner", "calculator", "reviewer")
+TOOL = "calculate"
+TERMINATION = "TERMINATE"
+
+SYSTEM = {
+    "planner": "You are the planner. Break the task into one arithmetic expression for the calculator.",
+    "calculator": "You are the calculator. Evaluate expressions with the calculate tool.",
+    "reviewer": f"You are the reviewer. Check the result, state the final answer and end with {TERMINATION}.",
+}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def policy(body: dict[str, Any]) -> Reply:
+    """Scripted model: each agent is recognised by its system prompt."""
+    messages = body.get("messages", [])
+    system = _text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    if system.startswith(SYSTEM["planner"]):
+        return Reply(content=f"Plan: 3 pens and 3 notebooks cost {EXPRESSION}. Calculator, please evaluate it.")
+    if system.startswith(SYSTEM["calculator"]):
+        return Reply(tool_calls=[(TOOL, {"expression": EXPRESSION})])
+    if system.startswith(SYSTEM["reviewer"]):
+        result = next((final_number(_text(m)) for m in reversed(messages) if final_number(_text(m))), None)
+        return Reply(content=f"The calculator's result checks out. The total is {result} coins. {TERMINATION}")
+    return Reply(content="I can only answer as planner, calculator or reviewer.")
+
+
+def build_app(base_url: str, model: str, api_key: str) -> Any:
+    """The team, every agent on the OpenAI-compatible endpoint at ``base_url``."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core.models import ModelFamily, ModelInfo
+    from autogen_core.tools import FunctionTool
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    client = OpenAIChatCompletionClient(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        model_info=ModelInfo(vision=False, function_calling=True, json_output=False,
+                             family=ModelFamily.UNKNOWN, structured_output=False),
+    )
+    tool = FunctionTool(calculate, name=TOOL, description="Evaluate an arithmetic expression.")
+    agents = [
+        AssistantAgent(name, model_client=client, system_message=SYSTEM[name],
+                       tools=[tool] if name == "calculator" else None)
+        for name in AGENTS
+    ]
+    termination = TextMentionTermination(TERMINATION) | MaxMessageTermination(10)
+    return RoundRobinGroupChat(agents, termination_condition=termination)
+
+
+def run_app(app: Any, task: str) -> str | None:
+    """Run the team once; return the last message's text."""
+    result = asyncio.run(app.run(task=task))
+    return result.messages[-1].to_text() if result.messages else None

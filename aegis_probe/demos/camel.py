@@ -1,0 +1,85 @@
+"""CAMEL demo: a ``RolePlaying`` society where a Customer instructs a Calculator that has a tool.
+
+The Customer asks for the total; the Calculator calls ``calculate`` and answers; the Customer
+then says ``CAMEL_TASK_DONE`` and the loop ends. The model is reached through CAMEL's
+OpenAI-compatible backend (the real openai client); ``StubTokenCounter`` avoids tiktoken downloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..modelserver import Reply
+from .task import EXPECTED, EXPRESSION, TASK, calculate, final_number
+
+FRAMEWORK = "camel"
+ASSISTANT, USER = "Calculator", "Customer"
+AGENTS: tuple[str, ...] = (ASSISTANT, USER)
+TOOL: str | None = "calculate"
+MAX_ROUNDS = 4
+DONE = "CAMEL_TASK_DONE"
+
+__all__ = ["FRAMEWORK", "TASK", "EXPECTED", "AGENTS", "TOOL", "policy", "build_app", "run_app"]
+
+
+def _speaker(body: dict[str, Any]) -> str:
+    """Which role-playing agent sent the request (CAMEL's system prompts say who they are)."""
+    system = next((str(m.get("content")) for m in body.get("messages", []) if m.get("role") == "system"), "")
+    return USER if f"you are a {USER}" in system else ASSISTANT
+
+
+def policy(body: dict[str, Any]) -> Reply:
+    """Scripted model: instruct, compute with the tool, answer, then end the conversation."""
+    messages = body.get("messages", [])
+    last = messages[-1] if messages else {}
+    if _speaker(body) == USER:
+        answered = any(m.get("role") == "user" and final_number(str(m.get("content"))) == EXPECTED for m in messages)
+        if answered:
+            return Reply(content=DONE)
+        return Reply(content=f"Instruction: Use the calculate tool to compute {EXPRESSION}, the total cost.\nInput: None")
+    if last.get("role") == "tool":
+        return Reply(content=f"Solution: 3 pens and 3 notebooks cost {last.get('content')} coins in total. Next request.")
+    if DONE in str(last.get("content")):
+        return Reply(content=f"The task is done: the total is {EXPECTED} coins.")
+    return Reply(tool_calls=[(TOOL, {"expression": EXPRESSION})])
+
+
+def build_app(base_url: str, model: str, api_key: str) -> Any:
+    """A ``RolePlaying`` society on an OpenAI-compatible endpoint; the Calculator has the tool."""
+    from camel.models import ModelFactory
+    from camel.models.stub_model import StubTokenCounter
+    from camel.societies import RolePlaying
+    from camel.toolkits import FunctionTool
+    from camel.types import ModelPlatformType
+
+    backend = ModelFactory.create(
+        model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL,
+        model_type=model,
+        url=base_url,
+        api_key=api_key,
+        token_counter=StubTokenCounter(),
+    )
+    return RolePlaying(
+        assistant_role_name=ASSISTANT,
+        user_role_name=USER,
+        task_prompt=TASK,
+        with_task_specify=False,
+        model=backend,
+        assistant_agent_kwargs={"tools": [FunctionTool(calculate)]},
+    )
+
+
+def run_app(app: Any, task: str) -> str | None:
+    """Play rounds until the Customer says CAMEL_TASK_DONE (or an agent terminates); return the answer."""
+    if task != app.task_prompt:
+        raise ValueError("a RolePlaying society's task is fixed when it is built (see build_app)")
+    message = app.init_chat()
+    answer = None
+    for _ in range(MAX_ROUNDS):
+        assistant, user = app.step(message)
+        if assistant.msgs:
+            message = assistant.msgs[-1]
+            answer = message.content if final_number(message.content) else answer
+        if assistant.terminated or user.terminated or any(DONE in m.content for m in user.msgs):
+            break
+    return answer

@@ -1,0 +1,151 @@
+"""Record, exact replay and decisive-error search, on the real frameworks."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.apps import AppSpec
+from aegis_probe.counterfactual import Endpoint, blame, load_recording, replay
+from aegis_probe.demos import FRAMEWORKS
+from aegis_probe.demos.task import judge
+from aegis_probe.modelserver import Reply
+from aegis_probe.store import TraceStore
+
+
+def _demo(framework: str):
+    try:
+        return importlib.import_module(f"aegis_probe.demos.{framework}")
+    except ImportError as exc:  # pragma: no cover - depends on installed extras
+        pytest.skip(f"{framework} demo not importable: {exc}")
+
+
+def _record(demo, policy, model_server, store: TraceStore) -> str:
+    server = model_server(policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, store=store, judge=judge)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    probe.uninstrument()
+    return probe.last_trace_id
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_exact_replay_equals_original(framework, model_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    demo = _demo(framework)
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, demo.policy, model_server, store)
+    recording = load_recording(store.trace(trace_id))
+    assert recording, "every LLM call is recorded"
+    # No model behind the app now: every answer must come from the recording.
+    result = replay(trace_id, AppSpec(demo.build_app, demo.run_app), store=store)
+    assert result.exact, result.divergence or result.error
+    assert result.live_calls == 0 and result.replayed_calls == len(recording)
+    original, replayed = result.original, result.trajectory
+    assert replayed is not None and replayed.trace_id != original.trace_id
+    assert [s.model_dump(include={"index", "agent", "output", "input_messages"}) for s in replayed.steps] == [
+        s.model_dump(include={"index", "agent", "output", "input_messages"}) for s in original.steps
+    ]
+    assert [[t.model_dump(include={"name", "arguments", "result"}) for t in s.tool_calls] for s in replayed.steps] == [
+        [t.model_dump(include={"name", "arguments", "result"}) for t in s.tool_calls] for s in original.steps
+    ]
+    root = next(s for s in store.trace(replayed.trace_id) if s.parent_span_id is None)
+    assert root.attributes[sc.REPLAY_OF] == original.trace_id
+
+
+def test_divergence_is_reported_with_first_step(model_server, tmp_path):
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, demo.policy, model_server, store)
+
+    def reordered(base_url: str, model: str, api_key: str):
+        team = demo.build_app(base_url, model, api_key)
+        team._participants.reverse()  # reviewer now speaks first: its request cannot match
+        team._participant_names.reverse()
+        return team
+
+    result = replay(trace_id, AppSpec(reordered, demo.run_app), store=store)
+    assert not result.exact
+    assert "step 0" in result.divergence
+
+
+def _planted_failure(demo):
+    """The demo policy, except the calculator evaluates the wrong expression (step 1)."""
+
+    def policy(body):
+        reply = demo.policy(body)
+        if reply.tool_calls:
+            return Reply(tool_calls=[(name, {"expression": "(17 + 25) * 2"}) for name, _ in reply.tool_calls])
+        return reply
+
+    return policy
+
+
+def _fixer(traj, t):
+    if traj.steps[t].agent == "calculator":
+        return "(17 + 25) * 3 = 126"
+    if traj.steps[t].agent == "reviewer":
+        return "The total is 126 coins. TERMINATE"
+    return traj.steps[t].output  # planner's plan is right: nothing to correct
+
+
+@pytest.mark.parametrize("mode", ["scan", "bisect"])
+def test_blame_finds_planted_step(mode, model_server, tmp_path):
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    policy = _planted_failure(demo)
+    trace_id = _record(demo, policy, model_server, store)
+    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
+
+    live = model_server(policy)
+    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=_fixer, judge=judge,
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode=mode, store=store)
+    assert report.found and report.step == 1 and report.agent == "calculator"
+    assert report.evidence.success and "126" in report.evidence.answer
+    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+    assert labelled.labels.source == f"blame:{mode}"
+    assert any(e["name"] == sc.EVENT_BLAME for e in labelled.steps[1].events)
+
+
+def test_blame_budget_exhaustion_gives_partial_report(model_server, tmp_path):
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    policy = _planted_failure(demo)
+    trace_id = _record(demo, policy, model_server, store)
+    live = model_server(policy)
+
+    def always_rewrite(traj, t):
+        return f"rewritten step {t}"
+
+    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=always_rewrite, judge=judge,
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), max_replays=1, store=store)
+    assert not report.found
+    assert report.exhausted == "max_replays=1"
+    assert len(report.attempts) == 1 and report.attempts[0].step == 0 and report.attempts[0].success is False
+    assert aegis_probe.Trajectory.from_spans(store.trace(trace_id)).labels.faults == []
+
+
+def test_blame_cli(model_server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, _planted_failure(demo), model_server, store)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aegis_probe", "blame", "--trace", trace_id[:10], "--app", "aegis_probe.demos.autogen",
+         "--fixer", "test_replay:_fixer", "--dir", str(store.path)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "decisive error: step 1 by calculator" in proc.stdout
+    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert labelled.labels.faults[0].step == 1

@@ -1,0 +1,284 @@
+"""The embedded trace store: spans written through a real SDK provider read back as trajectories."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+
+import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.store import SPANS_FILE, TraceFileError, TraceStore
+from toyrun import StepSpec, make_probe, run_script, sample_steps
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TraceStore:
+    return TraceStore(tmp_path / "store")
+
+
+@pytest.fixture
+def probe(store: TraceStore):
+    provider = TracerProvider()
+    yield make_probe(provider, store)
+    provider.shutdown()
+
+
+def assert_matches(traj: aegis_probe.Trajectory, task: str, steps: list[StepSpec], trace_id: str) -> None:
+    """The trajectory holds exactly what the script wrote, in order."""
+    assert traj.trace_id == trace_id
+    assert traj.task == task and traj.framework == "toy" and traj.app == "toy-team"
+    assert [s.index for s in traj.steps] == list(range(len(steps)))
+    assert [s.agent for s in traj.steps] == [s.agent for s in steps]
+    assert traj.agents == list(dict.fromkeys(s.agent for s in steps))
+    for got, want in zip(traj.steps, steps):
+        assert got.trace_id == trace_id and got.role == "assistant"
+        assert [(m.role, m.content) for m in got.input_messages] == [("user", want.input)]
+        assert got.output == want.output
+        assert [c.output for c in got.llm_calls] == [f"{want.output} #{i}" for i in range(len(want.usage))]
+        assert all(c.model == "toy-model-1" and c.provider == "toy" for c in got.llm_calls)
+        assert [(c.input_tokens, c.output_tokens) for c in got.llm_calls] == want.usage
+        expect_usage = (sum(u[0] for u in want.usage), sum(u[1] for u in want.usage)) if want.usage else (None, None)
+        assert (got.usage.input_tokens, got.usage.output_tokens) == expect_usage
+        assert [(t.name, t.call_id, json.loads(t.arguments), t.result, t.error is not None) for t in got.tool_calls] == [
+            (t.name, f"call-{t.name}", t.arguments, t.result, t.error) for t in want.tools
+        ]
+
+
+def test_round_trip_equals_what_was_written(probe, store):
+    steps = sample_steps()
+    run = run_script(probe, "add six sevens", steps, answer="42", outcome=True)
+    [traj] = aegis_probe.load_trajectories(store.path)
+    assert_matches(traj, "add six sevens", steps, run.trace_id)
+    assert traj.run_id == run.run_id
+    assert traj.outcome == aegis_probe.Outcome(success=True, answer="42")
+    assert traj.error is None
+    # Same result through every reader: the store object, the file, and the probe.
+    assert aegis_probe.load_trajectories(store) == [traj]
+    assert aegis_probe.load_trajectories(store.file) == [traj]
+    assert probe.trajectory() == traj
+
+
+def test_one_line_per_run_in_start_order(probe, store):
+    runs = [run_script(probe, f"task {i}", sample_steps(str(i))) for i in range(3)]
+    assert len(store.file.read_text().splitlines()) == 3
+    trajs = aegis_probe.load_trajectories(store.path)
+    assert [t.trace_id for t in trajs] == [r.trace_id for r in runs]
+    for i, traj in enumerate(trajs):
+        assert_matches(traj, f"task {i}", sample_steps(str(i)), runs[i].trace_id)
+
+
+def test_outcome_reported_after_the_run_is_an_amendment(probe, store):
+    first = run_script(probe, "t1", sample_steps("a"), answer="41")
+    second = run_script(probe, "t2", sample_steps("b"), answer="42")
+    probe.set_outcome(True, answer="42", expected="42")  # default: the most recent run
+    probe.set_outcome(False, expected="42", trace_id=first.trace_id[:12])  # a unique prefix
+    lines = store.file.read_text().splitlines()
+    assert len(lines) == 4, "amendments are appended, nothing rewritten"
+    by_id = {t.trace_id: t for t in aegis_probe.load_trajectories(store.path)}
+    assert by_id[second.trace_id].outcome == aegis_probe.Outcome(success=True, answer="42", expected="42")
+    assert by_id[first.trace_id].outcome == aegis_probe.Outcome(success=False, expected="42")
+    assert_matches(by_id[first.trace_id], "t1", sample_steps("a"), first.trace_id)
+
+
+def test_amend_merges_attributes_and_events_of_any_span(probe, store):
+    run = run_script(probe, "t", sample_steps())
+    traj = probe.trajectory()
+    step = traj.steps[2]
+    store.amend(run.trace_id, step.span_id, attributes={"aegis.note": "blamed"},
+                events=[{"name": sc.EVENT_INJECTION, "time_ns": 5, "attributes": {"mode": "FM-1.3"}}])
+    store.amend(run.trace_id, attributes={sc.LABEL_SOURCE: "test", sc.LABEL_FAULTS: json.dumps([{"agent": "critic", "step": 2}])})
+    spans = {s.span_id: s for s in store.trace(run.trace_id)}
+    assert spans[step.span_id].attributes["aegis.note"] == "blamed"
+    assert spans[step.span_id].attributes[sc.AGENT_NAME] == "critic", "amendment keeps earlier attributes"
+    [traj2] = aegis_probe.load_trajectories(store.path)
+    assert traj2.steps[2].events == [{"name": sc.EVENT_INJECTION, "time_ns": 5, "attributes": {"mode": "FM-1.3"}}]
+    assert traj2.labels.source == "test" and traj2.labels.faults[0].agent == "critic"
+    assert traj2.steps[:2] == traj.steps[:2]
+    with pytest.raises(KeyError):
+        store.amend(run.trace_id, "0" * 16, attributes={"x": 1})
+    with pytest.raises(KeyError):
+        store.amend("f" * 32, attributes={"x": 1})
+
+
+def test_outcome_reported_during_the_run_lands_on_that_run(probe, store):
+    first = run_script(probe, "t1", sample_steps("a"), answer="a", outcome=False)
+    second = run_script(probe, "t2", sample_steps("b"), answer="b", outcome=True)
+    by_id = {t.trace_id: t for t in aegis_probe.load_trajectories(store.path)}
+    assert by_id[first.trace_id].outcome.success is False
+    assert by_id[second.trace_id].outcome.success is True
+    assert len(store.file.read_text().splitlines()) == 2, "no amendment needed while the run is open"
+
+
+def test_app_exception_marks_run_and_step(probe, store):
+    from aegis_probe.spans import start_run, start_step
+
+    run = start_run(probe, "toy-team", framework="toy", task="t")
+    token = run.attach()
+    step = start_step(probe, "planner", run=run)
+    run.detach(token)
+    err = RuntimeError("model fell over")
+    step.fail(err)
+    run.finish(err)
+    [traj] = aegis_probe.load_trajectories(store.path)
+    assert traj.error == "RuntimeError: model fell over"
+    assert traj.steps[0].error == "RuntimeError: model fell over"
+
+
+def _write_runs(probe, n: int) -> list[str]:
+    return [run_script(probe, f"t{i}", sample_steps(str(i))).trace_id for i in range(n)]
+
+
+@pytest.mark.parametrize("cut", ["1/3", "1/2", "-1", "after-brace", "no-newline-complete"])
+def test_truncated_last_line_is_skipped_with_warning(probe, store, caplog, cut):
+    ids = _write_runs(probe, 3)
+    data = store.file.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    last = data[start:].rstrip(b"\n")
+    if cut == "after-brace":  # a cut right after some inner object closes: ends with '}'
+        pos = last.rfind(b"}", 0, len(last) - 5) + 1
+    elif cut == "no-newline-complete":  # the record made it, its newline did not: still readable
+        pos = len(last)
+    elif cut == "-1":
+        pos = len(last) - 1
+    else:
+        a, b = cut.split("/")
+        pos = len(last) * int(a) // int(b)
+    store.file.write_bytes(data[:start] + last[:pos])
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.store"):
+        trajs = aegis_probe.load_trajectories(store.path)
+    if cut == "no-newline-complete":
+        assert [t.trace_id for t in trajs] == ids
+        return
+    assert [t.trace_id for t in trajs] == ids[:2], "nothing before the truncated line is lost"
+    for i, traj in enumerate(trajs):
+        assert_matches(traj, f"t{i}", sample_steps(str(i)), ids[i])
+    assert any("truncated last line" in r.getMessage() and f"{SPANS_FILE}:3" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("lost", [40, 1])  # 1: only the newline was lost, the record is whole
+def test_store_keeps_working_after_a_crash_mid_write(probe, store, lost):
+    """A run appended after a crash's truncated line is readable, and so is everything before."""
+    ids = _write_runs(probe, 2)
+    data = store.file.read_bytes()
+    store.file.write_bytes(data[: len(data) - lost])  # crash: the second run's line is cut short
+    later = run_script(probe, "after crash", sample_steps("x")).trace_id
+    trajs = aegis_probe.load_trajectories(store.path)
+    assert [t.trace_id for t in trajs] == (ids if lost == 1 else ids[:1]) + [later]
+    assert_matches(trajs[-1], "after crash", sample_steps("x"), later)
+
+
+def test_malformed_middle_line_names_file_and_line(probe, store):
+    _write_runs(probe, 3)
+    lines = store.file.read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]
+    store.file.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFileError) as info:
+        aegis_probe.load_trajectories(store.path)
+    assert info.value.path == store.file and info.value.line_no == 2
+    assert f"{store.file}:2" in str(info.value)
+    # Valid JSON that is not an export request is just as wrong.
+    lines[1] = json.dumps({"hello": "world"})
+    store.file.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFileError, match=r"spans\.jsonl:2"):
+        aegis_probe.load_trajectories(store.path)
+
+
+def test_last_line_complete_but_invalid_is_an_error(probe, store):
+    """Only an unfinished write is forgiven; a finished line that is wrong is reported."""
+    _write_runs(probe, 1)
+    with open(store.file, "a") as fh:
+        fh.write('{"resourceSpans": 7}\n')
+    with pytest.raises(TraceFileError, match=r"spans\.jsonl:2"):
+        aegis_probe.load_trajectories(store.path)
+
+
+@pytest.mark.parametrize("stores", ["one", "per-thread"])
+def test_concurrent_runs_from_many_threads(store, stores):
+    """Runs in 8 threads x 5 each: every line is one intact export request; every trace is whole."""
+    provider = TracerProvider()
+    probes = [make_probe(provider, store if stores == "one" else TraceStore(store.path)) for _ in range(8)]
+    results: dict[str, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(probes))
+
+    def worker(t: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(5):
+                tag = f"{t}.{i}"
+                results[run_script(probes[t], f"task {tag}", sample_steps(tag)).trace_id] = tag
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(probes))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    provider.shutdown()
+    assert not errors
+    for line in store.file.read_text().splitlines():
+        json.loads(line)
+    trajs = aegis_probe.load_trajectories(store.path)
+    assert len(trajs) == len(results) == 40
+    for traj in trajs:
+        tag = results[traj.trace_id]
+        assert_matches(traj, f"task {tag}", sample_steps(tag), traj.trace_id)
+
+
+def _hex_ids_to_base64(obj):
+    """OTLP/JSON writes ids as hex; the proto3 JSON mapping of ``bytes`` is base64."""
+    if isinstance(obj, dict):
+        return {
+            k: base64.b64encode(bytes.fromhex(v)).decode() if k in {"traceId", "spanId", "parentSpanId"} else _hex_ids_to_base64(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_hex_ids_to_base64(v) for v in obj]
+    return obj
+
+
+def test_lines_are_valid_otlp_json(probe, store):
+    run = run_script(probe, "t", sample_steps(), answer="42")
+    probe.set_outcome(True, answer="42")
+    lines = store.file.read_text().splitlines()
+    assert len(lines) == 2
+    spans = []
+    for line in lines:
+        body = json.loads(line)
+        for rs in body["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for sp in ss["spans"]:
+                    assert len(sp["traceId"]) == 32 and len(sp["spanId"]) == 16
+                    assert sp["traceId"] == sp["traceId"].lower() and int(sp["traceId"], 16)
+                    assert isinstance(sp["startTimeUnixNano"], str) and isinstance(sp["endTimeUnixNano"], str)
+                    for kv in sp["attributes"]:
+                        if "intValue" in kv["value"]:
+                            assert isinstance(kv["value"]["intValue"], str)
+        request = json_format.Parse(json.dumps(_hex_ids_to_base64(body)), ExportTraceServiceRequest())
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                assert ss.scope.name == "aegis_probe"
+                spans.extend(ss.spans)
+    assert {sp.trace_id.hex() for sp in spans} == {run.trace_id}
+    by_id = {sp.span_id.hex(): sp for sp in spans}
+    root = by_id[format(run.span.get_span_context().span_id, "016x")]
+    assert root.name == "invoke_workflow toy-team" and not root.parent_span_id
+    steps = [sp for sp in spans if sp.name.startswith("invoke_agent ")]
+    assert len(steps) == 4 and all(sp.parent_span_id == root.span_id for sp in steps)
+    chats = [sp for sp in spans if sp.name == "chat toy-model"]
+    assert len(chats) == 4 and all(by_id[sp.parent_span_id.hex()].name.startswith("invoke_agent ") for sp in chats)
+    chat_attrs = {kv.key: kv.value for kv in chats[0].attributes}
+    assert chat_attrs[sc.USAGE_INPUT_TOKENS].int_value == 11
+    assert chats[0].kind == chats[0].SPAN_KIND_CLIENT and root.kind == root.SPAN_KIND_INTERNAL
+    failed = [sp for sp in spans if sp.name == "execute_tool search"]
+    assert failed and failed[0].status.code == failed[0].status.STATUS_CODE_ERROR
+    assert sum(sp.end_time_unix_nano >= sp.start_time_unix_nano > 0 for sp in spans) == len(spans)

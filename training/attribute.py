@@ -1,0 +1,91 @@
+"""Use a trained DCL attributor: predict (agent, step, modes) with scores for rows or for stored
+traces, and write a trace's verdict back onto it (``aegis.attribution.*`` on the root span, an
+``aegis.attribution`` event on the blamed step's span) so that trace viewers show it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aegis_probe import semconv as sc
+from aegis_probe.config import ProbeConfig
+from aegis_probe.store import TraceStore
+from aegis_probe.trajectory import Trajectory
+
+from .builders import build_dcl
+from .dcl.attributor import DCLAttributor
+from .trainers.modelio import read_rows
+
+
+def root_attributes(pred: dict[str, Any], model: str) -> dict[str, Any]:
+    """The ``aegis.attribution.*`` attributes of one prediction."""
+    p = sc.ATTRIBUTION
+    return {
+        f"{p}.agent": pred["agent"],
+        f"{p}.agent_score": round(pred["agent_score"], 4),
+        f"{p}.step": pred["step"],
+        f"{p}.step_score": round(pred["step_score"], 4),
+        f"{p}.modes": [m["mode"] for m in pred["modes"]],
+        f"{p}.detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")}),
+        f"{p}.model": model,
+    }
+
+
+def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, model_name: str) -> dict[str, Any]:
+    """Predict for one stored trace and amend the trace with the verdict; returns the prediction."""
+    traj = Trajectory.from_spans(store.trace(trace_id))
+    if not traj.steps:
+        raise ValueError(f"trace {trace_id} has no agent steps to attribute")
+    pred = model.predict(build_dcl([traj])[0])
+    pred["id"], pred["trace_id"] = traj.trace_id, traj.trace_id
+    step = traj.steps[pred["step"]]
+    pred["step_span_id"] = step.span_id
+    store.amend(traj.trace_id, attributes=root_attributes(pred, model_name))
+    event = {"name": sc.EVENT_ATTRIBUTION, "time_ns": time.time_ns(), "attributes": {
+        "agent": pred["agent"], "step": pred["step"], "agent_score": round(pred["agent_score"], 4),
+        "step_score": round(pred["step_score"], 4), "modes": [m["mode"] for m in pred["modes"]]}}
+    store.amend(traj.trace_id, step.span_id, events=[event])
+    return pred
+
+
+def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """Predictions for DCL rows and the throughput in trajectories per second (encoding included)."""
+    model.cache.clear()
+    start = time.perf_counter()
+    preds = [model.predict(r) for r in rows]
+    return preds, len(rows) / max(time.perf_counter() - start, 1e-9)
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``attribute`` subcommand: predictions as JSON lines on stdout (or ``--output``)."""
+    model = DCLAttributor.load(args.model)
+    if args.trace:
+        store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)
+        preds = [attribute_trace(model, store, t, str(args.model)) for t in args.trace]
+    else:
+        preds, rate = attribute_rows(model, read_rows(args.data))
+        print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
+    lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
+    if args.output:
+        Path(args.output).write_text(lines, encoding="utf-8")
+    else:
+        sys.stdout.write(lines)
+    return preds
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``attribute`` subcommand."""
+    parser = subparsers.add_parser("attribute", help="predict (agent, step, modes) with a trained DCL attributor",
+                                   description=__doc__)
+    parser.add_argument("--model", required=True, help="a DCL output directory (dcl_config.json + model.safetensors)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", nargs="+", help="stored trace id(s) (unique prefixes); the verdict is written back")
+    source.add_argument("--data", help="DCL rows (JSON lines) to predict for")
+    parser.add_argument("--store", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    parser.add_argument("--output", help="write predictions here instead of stdout")
+    parser.set_defaults(func=run)
+    return parser

@@ -1,0 +1,153 @@
+"""Trajectories -> SFT, GRPO and DCL rows, JSON lines and Hugging Face datasets.
+
+Row ids are the trajectory's ``run_id`` (else ``trace_id``). Prompts are rendered with
+:func:`~aegis_probe.train.render.render`, so labelled steps are never cut and injection artefacts
+are stripped. Targets: *pairs* is ``{"faulty_agents": [{"agent_name", "error_type"}]}`` (empty
+list for a clean run); *agent_step* is ``agent|step`` of the decisive (earliest) fault, and
+trajectories without an agent and step label are skipped for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from aegis_probe.trajectory import Trajectory
+
+from .answers import decisive_fault, format_agent_step, format_pairs, gold_attribution
+from .modes import MODES
+from .render import render, step_text, strip_artefacts
+
+Target = Literal["pairs", "agent_step"]
+
+_MODE_LIST = "\n".join(f"- {mode}: {name}" for mode, name in MODES.items())
+SYSTEM_PROMPTS: dict[str, str] = {
+    "pairs": (
+        "You are a failure-attribution expert for LLM multi-agent systems. Read the task and the "
+        "numbered agent steps, then name every faulty agent with its failure mode, one of:\n"
+        f"{_MODE_LIST}\nAnswer with JSON only: "
+        '{"faulty_agents": [{"agent_name": "<agent>", "error_type": "FM-x.y"}]} '
+        '(an empty list when no agent is at fault).'
+    ),
+    "agent_step": (
+        "You are a failure-attribution expert for LLM multi-agent systems. The run below failed. "
+        "Find the decisive error: the earliest step whose correction would have made the run "
+        "succeed. Think inside <think></think>, then answer as <answer>agent|step</answer> with "
+        "the agent's name exactly as written and the step number."
+    ),
+}
+
+
+def row_id(traj: Trajectory) -> str:
+    """A stable id for the rows of one trajectory."""
+    return str(traj.run_id or traj.trace_id or traj.metadata.get("id") or id(traj))
+
+
+def source_of(traj: Trajectory) -> str:
+    return str(traj.labels.source or traj.source)
+
+
+def group_key(traj: Trajectory) -> str:
+    """The contrastive group of a run: (task, framework, benchmark)."""
+    group = traj.metadata.get("group") or [traj.task, traj.framework, traj.metadata.get("benchmark")]
+    return json.dumps(group, ensure_ascii=False)
+
+
+def is_positive(traj: Trajectory) -> bool:
+    """A clean run: no fault labelled and not known to have failed."""
+    return not traj.labels.faults and traj.outcome.success is not False
+
+
+def prompt_messages(traj: Trajectory, target: Target, *, max_tokens: int, tokenizer: Any = None) -> list[dict[str, str]]:
+    """The system and user messages of one trajectory."""
+    user = render(traj, max_tokens=max_tokens, tokenizer=tokenizer)
+    return [{"role": "system", "content": SYSTEM_PROMPTS[target]}, {"role": "user", "content": user}]
+
+
+def target_text(traj: Trajectory, target: Target, *, reasoning: bool = False) -> str | None:
+    """The assistant text for ``traj``, or ``None`` when it has no label of that kind."""
+    if target == "pairs":
+        return format_pairs(gold_attribution(traj).pairs)
+    fault = decisive_fault(traj.labels.faults)
+    if fault is None or fault.agent is None or fault.step is None:
+        return None
+    return format_agent_step(fault.agent, fault.step, (fault.reason or "") if reasoning else None)
+
+
+def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
+              tokenizer: Any = None, reasoning: bool = False) -> list[dict[str, Any]]:
+    """Chat rows ``{"id", "source", "messages": [system, user, assistant]}``.
+
+    ``reasoning=True`` (agent_step only) puts the label's reason in a ``<think>`` block before
+    ``<answer>agent|step</answer>``, the format the AgenTracer reward checks.
+    """
+    rows = []
+    for traj in trajs:
+        answer = target_text(traj, target, reasoning=reasoning)
+        if answer is None:
+            continue
+        messages = prompt_messages(traj, target, max_tokens=max_tokens, tokenizer=tokenizer)
+        rows.append({"id": row_id(traj), "source": source_of(traj),
+                     "messages": messages + [{"role": "assistant", "content": answer}]})
+    return rows
+
+
+def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
+               tokenizer: Any = None) -> list[dict[str, Any]]:
+    """Rows ``{"id", "source", "prompt": [system, user], "gold_pairs", "gold_agent", "gold_step"}``;
+    ``gold_pairs`` is ``[[agent, mode or None], ...]``, the others come from the decisive fault."""
+    rows = []
+    for traj in trajs:
+        gold = gold_attribution(traj)
+        rows.append({
+            "id": row_id(traj), "source": source_of(traj),
+            "prompt": prompt_messages(traj, target, max_tokens=max_tokens, tokenizer=tokenizer),
+            "gold_pairs": [[a, m] for a, m in gold.pairs], "gold_agent": gold.agent, "gold_step": gold.step,
+        })
+    return rows
+
+
+def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
+    """Rows ``{"id", "group", "turns": [{"agent", "text"}], "label_agents", "label_modes",
+    "label_step", "positive"}``; ``positive`` marks clean runs, the others of a group are negatives."""
+    rows = []
+    for traj in trajs:
+        faults = traj.labels.faults
+        decisive = decisive_fault(faults)
+        rows.append({
+            "id": row_id(traj), "group": group_key(traj),
+            "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s))} for s in traj.steps],
+            "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
+            "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),
+            "label_step": decisive.step if decisive else None,
+            "positive": is_positive(traj),
+        })
+    return rows
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Write rows as JSON lines; returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return out
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows written by :func:`write_jsonl`."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def to_hf_dataset(rows: list[dict[str, Any]]) -> Any:
+    """The rows as a ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+BUILDERS = {"sft": build_sft, "grpo": build_grpo, "dcl": build_dcl}

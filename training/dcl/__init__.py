@@ -1,0 +1,1 @@
+"""DCL attributor: a text encoder, attention pooling over turns, agent and mode prototype banks."""

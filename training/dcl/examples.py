@@ -1,0 +1,86 @@
+"""DCL rows (``{"id", "group", "turns", "label_agents", "label_modes", "label_step", "positive"}``)
+turned into the tensors the head and the losses read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ..answers import normalize_agent
+
+
+@dataclass
+class Example:
+    """One trajectory, indexed: turn texts, each turn's agent, and known targets (None = unknown)."""
+
+    id: str
+    group: str
+    turn_texts: list[str]
+    turn_agent: Tensor  # [T] index into agents
+    agents: list[str]  # in order of first appearance
+    agent_target: Tensor | None  # [A]
+    mode_target: Tensor | None  # [M]
+    pair_target: Tensor | None  # [A, M]
+    step: int | None
+    positive: bool | None
+
+
+def turn_text(agent: str, text: str) -> str:
+    """What the encoder reads for one turn."""
+    return f"{agent}: {text}"
+
+
+def name_text(agent: str) -> str:
+    """What the encoder reads for an agent's name (its prototype)."""
+    return agent.replace("_", " ")
+
+
+def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int) -> Example:
+    """Index one DCL row; turns beyond ``max_turns`` are dropped (with any label pointing there).
+
+    Agent targets are known when the row names agents or is a clean run; mode and pair targets
+    when it names modes (aligned with the agents) or is a clean run.
+    """
+    turns = row["turns"][:max_turns]
+    if not turns:
+        raise ValueError(f"DCL row {row.get('id')!r} has no turns")
+    agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
+    index = {normalize_agent(a): i for i, a in enumerate(agents)}
+    mode_index = {m: i for i, m in enumerate(modes)}
+    positive = row.get("positive")
+    gold_agents = [a for a in row.get("label_agents") or [] if a]
+    gold_modes = list(row.get("label_modes") or [])
+    agent_target = mode_target = pair_target = None
+    if gold_agents or positive:
+        agent_target = torch.zeros(len(agents))
+        for a in gold_agents:
+            if normalize_agent(a) in index:
+                agent_target[index[normalize_agent(a)]] = 1.0
+    if any(gold_modes) or positive:
+        mode_target = torch.zeros(len(modes))
+        pair_target = torch.zeros(len(agents), len(modes))
+        for m in gold_modes:
+            if m in mode_index:
+                mode_target[mode_index[m]] = 1.0
+        if len(gold_modes) == len(gold_agents):
+            for a, m in zip(gold_agents, gold_modes):
+                if m in mode_index and normalize_agent(a) in index:
+                    pair_target[index[normalize_agent(a)], mode_index[m]] = 1.0
+        else:
+            pair_target = None  # modes not aligned with agents: pairs unknown
+    step = row.get("label_step")
+    return Example(
+        id=str(row.get("id")),
+        group=str(row.get("group") or row.get("id")),
+        turn_texts=[turn_text(str(t["agent"]), str(t.get("text") or "")) for t in turns],
+        turn_agent=torch.tensor([index[normalize_agent(str(t["agent"]))] for t in turns]),
+        agents=agents,
+        agent_target=agent_target,
+        mode_target=mode_target,
+        pair_target=pair_target,
+        step=int(step) if step is not None and 0 <= int(step) < len(turns) else None,
+        positive=None if positive is None else bool(positive),
+    )

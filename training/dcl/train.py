@@ -1,0 +1,161 @@
+"""Training loop of the DCL attributor: batches of whole groups (so clean and faulty runs of one
+task meet in the contrastive loss), epoch checkpoints in safetensors, resumption."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..modes import MODE_IDS
+from ..trainers.config import add_trainer_parser, resolve_configs
+from ..trainers.logs import JsonlLog
+from ..trainers.modelio import read_rows
+from .attributor import DCLAttributor
+from .examples import Example
+from .losses import dcl_losses
+
+logger = logging.getLogger("aegis_probe.train")
+OPTIMIZER_FILE = "optimizer.safetensors"
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class DCLConfig:
+    """Hyper-parameters of DCL training (the encoder is ``--model``; default all-MiniLM-L6-v2)."""
+
+    epochs: int = field(default=30, metadata={"help": "passes over the data"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "head learning rate"})
+    encoder_learning_rate: float = field(default=2e-5, metadata={"help": "encoder learning rate (train_encoder)"})
+    weight_decay: float = 0.01
+    groups_per_batch: int = field(default=8, metadata={"help": "groups (tasks) per optimizer step"})
+    hidden_size: int = 256
+    temperature: float = field(default=0.1, metadata={"help": "cosine temperature of the mode prototypes"})
+    max_length: int = field(default=128, metadata={"help": "encoder tokens per turn"})
+    max_turns: int = field(default=64, metadata={"help": "turns kept per trajectory (the first ones)"})
+    train_encoder: bool = field(default=False, metadata={"help": "fine-tune the encoder (else frozen, cached)"})
+    classification_weight: float = 1.0
+    contrastive_weight: float = 0.5
+    hierarchy_weight: float = 0.5
+    modes: list[str] = field(default_factory=lambda: list(MODE_IDS), metadata={"help": "error-mode bank"})
+    threshold: float = field(default=0.5, metadata={"help": "probability above which a mode/pair is predicted"})
+    seed: int = 0
+    logging_steps: int = 10
+    save_total_limit: int = field(default=2, metadata={"help": "epoch checkpoints kept"})
+
+
+def _optimizer(model: DCLAttributor, cfg: DCLConfig) -> torch.optim.Optimizer:
+    groups = [{"params": list(model.head.parameters()), "lr": cfg.learning_rate}]
+    if cfg.train_encoder:
+        groups.append({"params": list(model.encoder.parameters()), "lr": cfg.encoder_learning_rate})
+    return torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+
+
+def save_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory: Path, state: dict[str, Any]) -> None:
+    """Weights, optimizer state and RNG state as safetensors; counters as JSON."""
+    model.save(directory)
+    sd = opt.state_dict()
+    tensors = {f"state.{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items()}
+    tensors["rng.torch"] = torch.get_rng_state()
+    save_file(tensors, directory / OPTIMIZER_FILE, metadata={"param_groups": json.dumps(sd["param_groups"])})
+    (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+
+
+def load_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory: Path) -> dict[str, Any]:
+    """Restore what :func:`save_checkpoint` wrote; returns the counters."""
+    from safetensors import safe_open
+
+    model.load_weights(directory)
+    tensors = load_file(directory / OPTIMIZER_FILE)
+    with safe_open(str(directory / OPTIMIZER_FILE), "pt") as fh:
+        param_groups = json.loads(fh.metadata()["param_groups"])
+    torch.set_rng_state(tensors.pop("rng.torch"))
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        _, pid, name = key.split(".", 2)
+        state.setdefault(int(pid), {})[name] = value
+    opt.load_state_dict({"state": state, "param_groups": param_groups})
+    return json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+
+
+def last_checkpoint(out: Path) -> Path | None:
+    found = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return found[-1] if found else None
+
+
+def _batches(groups: list[list[Example]], cfg: DCLConfig, epoch: int) -> list[list[Example]]:
+    order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch)).tolist()
+    return [[ex for g in order[i:i + cfg.groups_per_batch] for ex in groups[g]]
+            for i in range(0, len(order), cfg.groups_per_batch)]
+
+
+def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: str | None = None,
+        resume: bool = False) -> DCLAttributor:
+    """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at the top)."""
+    out = Path(out)
+    torch.manual_seed(cfg.seed)
+    model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
+                          cfg.train_encoder, cfg.threshold)
+    examples = [model.example(r) for r in rows]
+    groups: dict[str, list[Example]] = {}
+    for ex in examples:
+        groups.setdefault(ex.group, []).append(ex)
+    group_list = list(groups.values())
+    opt = _optimizer(model, cfg)
+    log = JsonlLog(out)
+    state = {"epoch": 0, "global_step": 0}
+    checkpoint = last_checkpoint(out) if resume else None
+    if checkpoint is not None:
+        state = load_checkpoint(model, opt, checkpoint)
+        log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
+    model.precompute([t for ex in examples for t in ex.turn_texts] + [a for ex in examples for a in ex.agents])
+    log.write({"event": "start", "rows": len(examples), "groups": len(group_list), "config": asdict(cfg)})
+    weights = (cfg.classification_weight, cfg.contrastive_weight, cfg.hierarchy_weight)
+    model.train()
+    for epoch in range(state["epoch"], cfg.epochs):
+        totals = torch.zeros(4)
+        batches = _batches(group_list, cfg, epoch)
+        for batch in batches:
+            outs = [model(ex) for ex in batch]
+            parts = dcl_losses(outs, batch)
+            terms = (parts.classification, parts.contrastive, parts.hierarchy)
+            loss = sum(w * t for w, t in zip(weights, terms))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            state["global_step"] += 1
+            totals += torch.tensor([float(loss), *(float(t) for t in terms)])
+            if state["global_step"] % cfg.logging_steps == 0:
+                log.write({"step": state["global_step"], "epoch": epoch, "loss": float(loss)})
+        mean = (totals / max(len(batches), 1)).tolist()
+        state["epoch"] = epoch + 1
+        log.write({"step": state["global_step"], "epoch": epoch + 1, "loss": mean[0], "classification": mean[1],
+                   "contrastive": mean[2], "hierarchy": mean[3]})
+        save_checkpoint(model, opt, out / f"checkpoint-{state['global_step']}", state)
+        for old in sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[:-cfg.save_total_limit]:
+            shutil.rmtree(old)
+    model.eval()
+    model.save(out)
+    log.write({"event": "done", **state})
+    return model
+
+
+def train(args: argparse.Namespace) -> Path:
+    """Run DCL training as configured by ``args`` (see :func:`add_parser`)."""
+    (cfg,) = resolve_configs(args, (DCLConfig,))
+    fit(read_rows(args.data), args.out, cfg, encoder=None if args.model == "default" else args.model,
+        resume=args.resume)
+    return Path(args.out)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``dcl`` subcommand."""
+    return add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
+                              (DCLConfig,), train, model_default="default")

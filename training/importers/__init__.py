@@ -1,0 +1,81 @@
+"""Importers: public attribution datasets and traces into :class:`aegis_probe.Trajectory`.
+
+Every importer has ``load(path) -> ImportResult``; :func:`load` picks one by name or sniffs the
+first record (``format="auto"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .base import ImportIssue, ImportResult, data_files, iter_records
+
+# format name -> "module:function" (relative to this package)
+FORMATS: dict[str, str] = {
+    "whowhen": "whowhen:load",
+    "aegis": "aegis:load",
+    "tracertraj": "tracertraj:load",
+    "trail": "trail:load",
+    "otlp": "otlp:load_otlp",
+    "jaeger": "otlp:load_jaeger",
+    "trajectories": "native:load",
+}
+
+
+def importer(fmt: str) -> Callable[..., ImportResult]:
+    """The ``load`` function of one format."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    module, func = FORMATS[fmt].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), func)
+
+
+def sniff_record(record: Any) -> str | None:
+    """The format a parsed JSON record belongs to, or ``None``."""
+    if not isinstance(record, dict):
+        return None
+    if "resourceSpans" in record:
+        return "otlp"
+    if isinstance(record.get("data"), list):
+        return "jaeger"
+    if "spans" in record and "trace_id" in record:
+        return "trail"
+    if isinstance(record.get("input"), dict) and "conversation_history" in record["input"]:
+        return "aegis"
+    if "steps" in record and "labels" in record:
+        return "trajectories"
+    if "history" in record and "mistake_agent" in record:
+        history = record["history"]
+        stepped = bool(history) and isinstance(history[0], dict) and "step" in history[0]
+        return "tracertraj" if stepped else "whowhen"
+    return None
+
+
+def detect(path: str | os.PathLike[str]) -> str:
+    """The format of a file, directory (its first data file) or URL."""
+    text = str(path)
+    if text.startswith(("http://", "https://")):
+        return "jaeger"
+    files = data_files(path, (".json", ".jsonl", ".parquet"))
+    if not files:
+        raise ValueError(f"no data files at {path}")
+    if files[0].suffix == ".parquet":
+        return "tracertraj"
+    for _, record in iter_records(files[0]):
+        fmt = sniff_record(record)
+        if fmt:
+            return fmt
+    raise ValueError(f"cannot tell the format of {files[0]}; pass format=")
+
+
+def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:
+    """Import ``path`` (file, directory or, for Jaeger, URL) with the named or detected importer."""
+    fmt = detect(path) if format == "auto" else format
+    src = path if str(path).startswith(("http://", "https://")) else Path(path)
+    return importer(fmt)(src, **options)
+
+
+__all__ = ["FORMATS", "ImportIssue", "ImportResult", "detect", "importer", "load", "sniff_record"]

@@ -1,0 +1,68 @@
+"""Aegis unified records into trajectories.
+
+``input.conversation_history`` becomes the steps (ordered by ``step``); each
+``output.faulty_agents`` entry becomes a fault ``(agent, mode, strategy)`` with no step. A clean
+record (no faulty agents) is the positive of its contrastive group ``(query, framework,
+benchmark)``, kept in ``metadata``. A faulty agent that never acts is flagged
+``suspicious:agent-absent``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
+
+from ..modes import normalize_mode
+from .base import SUSPICIOUS, ImportResult, import_records, require
+
+SOURCE = "aegis"
+
+
+def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
+    """One Aegis record as a trajectory; raises ``ValueError`` when malformed."""
+    require(record, "input", "output")
+    inp, out = record["input"], record["output"]
+    require(inp, "conversation_history")
+    history = inp["conversation_history"]
+    if not isinstance(history, list) or not history:
+        raise ValueError("input.conversation_history is empty or not a list")
+    for i, turn in enumerate(history):
+        require(turn, "agent_name", "content")
+    ordered = sorted(enumerate(history), key=lambda it: (it[1].get("step", it[0]), it[0]))
+    steps = [
+        Step(index=i, agent=str(turn["agent_name"]), role=turn.get("agent_role"), output=str(turn["content"] or ""))
+        for i, (_, turn) in enumerate(ordered)
+    ]
+    faults = []
+    for j, entry in enumerate((out or {}).get("faulty_agents") or []):
+        require(entry, "agent_name")
+        faults.append(Fault(agent=str(entry["agent_name"]), mode=normalize_mode(entry.get("error_type"), SOURCE),
+                            strategy=entry.get("injection_strategy")))
+    meta = dict(record.get("metadata") or {})
+    acting = {s.agent for s in steps}
+    flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent not in acting for f in faults) else []
+    phases = [turn.get("phase") for _, turn in ordered]
+    return Trajectory(
+        run_id=record_id,
+        framework=meta.get("framework"),
+        task=inp.get("query"),
+        steps=steps,
+        outcome=Outcome(success=None, answer=inp.get("final_output")),
+        labels=Labels(faults=faults, source=SOURCE, flags=flags),
+        source="import",
+        metadata={**meta, "group": [inp.get("query"), meta.get("framework"), meta.get("benchmark")],
+                  **({"phases": phases} if any(phases) else {})},
+    )
+
+
+def load(path: str | os.PathLike[str]) -> ImportResult:
+    """Aegis records from JSON lines, a JSON list, or a directory of them."""
+
+    def convert(record: Any, file: Path, name: str) -> Trajectory:
+        rid = record.get("id") if isinstance(record, dict) else None
+        return trajectory_from_record(record, str(rid) if rid else f"{SOURCE}:{file.stem}:{name.replace(' ', '')}")
+
+    return import_records(path, convert)

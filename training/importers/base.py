@@ -1,0 +1,131 @@
+"""What every importer returns, and the record readers they share."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from aegis_probe.trajectory import Step, Trajectory
+
+SUSPICIOUS = "suspicious"
+
+
+@dataclass
+class ImportIssue:
+    """One record that did not import: the file, the record within it, and why."""
+
+    file: str
+    record: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file} [{self.record}]: {self.message}"
+
+
+@dataclass
+class ImportResult:
+    """Imported trajectories, the records that failed, and how many kept labels were flagged."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    errors: list[ImportIssue] = field(default_factory=list)
+    flagged: int = 0
+
+    def extend(self, other: "ImportResult") -> None:
+        self.trajectories += other.trajectories
+        self.errors += other.errors
+        self.flagged += other.flagged
+
+    def add(self, traj: Trajectory) -> None:
+        self.trajectories.append(traj)
+        if any(f.startswith(SUSPICIOUS) for f in traj.labels.flags):
+            self.flagged += 1
+
+    def summary(self) -> str:
+        return f"{len(self.trajectories)} imported, {len(self.errors)} errors, {self.flagged} flagged"
+
+
+def data_files(path: str | os.PathLike[str], suffixes: tuple[str, ...] = (".json", ".jsonl")) -> list[Path]:
+    """``path`` itself, or the matching files of a directory in natural order (2.json < 10.json)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise FileNotFoundError(f"no file or directory at {p}")
+
+    def key(f: Path) -> tuple[int, int, str]:
+        return (0, int(f.stem), f.name) if f.stem.isdigit() else (1, 0, f.name)
+
+    return sorted((f for f in p.iterdir() if f.is_file() and f.name.endswith(suffixes)), key=key)
+
+
+def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
+    """``(record name, parsed JSON)`` of a file: each line of JSON lines, each item of a JSON list,
+    or the one JSON object. An undecodable record yields ``(name, ValueError)``; the rest still reads."""
+    text = file.read_text(encoding="utf-8")
+    if file.suffix != ".jsonl":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            if text.count("\n{") == 0:
+                yield "file", ValueError(f"invalid JSON: {exc}")
+                return
+        else:
+            if isinstance(data, list):
+                yield from ((f"item {i}", item) for i, item in enumerate(data))
+            else:
+                yield "file", data
+            return
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                yield f"line {no}", json.loads(line)
+            except ValueError as exc:
+                yield f"line {no}", ValueError(f"invalid JSON: {exc}")
+
+
+def import_records(
+    path: str | os.PathLike[str],
+    convert: Callable[[Any, Path, str], Trajectory],
+    suffixes: tuple[str, ...] = (".json", ".jsonl"),
+) -> ImportResult:
+    """Run ``convert(record, file, record_name)`` on every record; failures become issues."""
+    result = ImportResult()
+    for file in data_files(path, suffixes):
+        for name, record in iter_records(file):
+            try:
+                if isinstance(record, Exception):
+                    raise record
+                result.add(convert(record, file, name))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                result.errors.append(ImportIssue(str(file), name, _message(exc)))
+    return result
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    return str(exc) or type(exc).__name__
+
+
+def require(record: Any, *keys: str) -> None:
+    """Raise ``ValueError`` unless ``record`` is an object holding every key."""
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
+
+
+def label_flags(steps: list[Step], agent: str | None, step: int | None) -> list[str]:
+    """Flags for a label whose named agent does not act at its named step (prefix match on roles)."""
+    if agent is None or step is None:
+        return []
+    if not 0 <= step < len(steps):
+        return [f"{SUSPICIOUS}:step-out-of-range"]
+    actual = steps[step]
+    if actual.agent == agent or (actual.role or "").startswith(agent):
+        return []
+    return [f"{SUSPICIOUS}:agent-not-at-step"]

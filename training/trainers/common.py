@@ -1,0 +1,49 @@
+"""What SFT and GRPO share: model + LoRA setup, checkpoint resumption, running a TRL trainer."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from transformers.trainer_utils import get_last_checkpoint
+from trl import ModelConfig, get_peft_config
+
+from .logs import JsonlLog, JsonlLogCallback
+from .modelio import load_causal_lm
+
+logger = logging.getLogger("aegis_probe.train")
+
+
+def last_checkpoint(out_dir: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` directory under ``out_dir`` (None if there is none)."""
+    return get_last_checkpoint(str(out_dir)) if Path(out_dir).is_dir() else None
+
+
+def run_trl(trainer_cls: type, args: argparse.Namespace, train_args: Any, model_args: ModelConfig,
+            dataset: Any, **trainer_kwargs: Any) -> Path:
+    """Build and run ``trainer_cls`` on ``dataset``; saves the final model (safetensors) to ``--out``.
+
+    ``--model`` is loaded here (LoRA adapters added when ``use_peft``); with ``--resume`` training
+    continues from the last checkpoint in ``--out``.
+    """
+    model, tokenizer = load_causal_lm(args.model, model_args.dtype)
+    resume = last_checkpoint(args.out) if args.resume else None
+    if args.resume and resume is None:
+        logger.warning("--resume: no checkpoint in %s, starting from scratch", args.out)
+    trainer = trainer_cls(
+        model=model,
+        args=train_args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[JsonlLogCallback(args.out)],
+        **trainer_kwargs,
+    )
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(args.out)
+    if trainer.is_world_process_zero():
+        JsonlLog(args.out).write({"event": "done", "step": trainer.state.global_step, "resumed_from": resume,
+                                  **result.metrics})
+    return Path(args.out)

@@ -1,0 +1,71 @@
+"""Command-line plumbing shared by the trainers: config dataclasses from a file plus overrides.
+
+Every trainer is configured TRL style, by dataclasses (``SFTConfig`` + ``ModelConfig``, ...).
+Values come, in increasing priority, from the dataclass defaults, ``--config FILE`` (JSON or YAML,
+one flat mapping whose keys are field names of any of the dataclasses) and ``--field value``
+options on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from transformers import HfArgumentParser
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A flat mapping from a ``.json`` or ``.yaml``/``.yml`` file."""
+    text = Path(path).read_text(encoding="utf-8")
+    if Path(path).suffix in {".yaml", ".yml"}:
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file holds one mapping of field names to values")
+    return data
+
+
+def add_trainer_parser(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    config_types: Sequence[type],
+    run: Callable[[argparse.Namespace], Any],
+    model_default: str | None = None,
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` with ``--data/--model/--out/--config/--resume`` and every field of
+    ``config_types`` as an option; parsing sets ``args.func = run``. ``--model`` is required unless
+    ``model_default`` is given."""
+    fields = HfArgumentParser(list(config_types), add_help=False)
+    for action in fields._actions:
+        action.default = argparse.SUPPRESS  # only options given explicitly override the file
+        action.required = False
+    parser = subparsers.add_parser(name, help=help, description=help, parents=[fields])
+    parser.add_argument("--data", required=True, help="training rows (JSON lines)")
+    parser.add_argument("--model", required=model_default is None, default=model_default,
+                        help="base model directory (or .gguf file)" + (f"; default: {model_default}" if model_default else ""))
+    parser.add_argument("--out", required=True, help="output directory: checkpoints, log.jsonl, final model")
+    parser.add_argument("--config", help="JSON or YAML file of config fields")
+    parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    parser.set_defaults(func=run, _config_types=tuple(config_types))
+    return parser
+
+
+def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], **forced: Any) -> list[Any]:
+    """Instances of ``config_types`` from ``args.config`` and explicit options; ``forced`` values
+    (e.g. ``output_dir`` from ``--out``) win over both."""
+    values = read_config_file(args.config) if getattr(args, "config", None) else {}
+    names_by_type = [{f.name for f in dataclasses.fields(t) if f.init} for t in config_types]
+    known = set().union(*names_by_type)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config fields: {', '.join(unknown)}")
+    values.update({k: v for k, v in vars(args).items() if k in known})
+    values.update(forced)
+    return [t(**{k: v for k, v in values.items() if k in names}) for t, names in zip(config_types, names_by_type)]

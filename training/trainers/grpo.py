@@ -1,0 +1,71 @@
+"""GRPO of an attributor with TRL's ``GRPOTrainer`` and the data module's rewards.
+
+Rows are ``{"id", "prompt": [system, user], "gold_pairs", "gold_agent", "gold_step"}``; the gold
+columns reach the reward functions as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer, ModelConfig
+
+from .common import run_trl
+from .config import add_trainer_parser, resolve_configs
+from .modelio import read_rows
+
+REWARDS = {
+    "aegis": "aegis_hierarchical_reward",
+    "agentracer": "agentracer_multigranular_reward",
+}
+
+
+@dataclass
+class AttributorGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the choice of rewards."""
+
+    rewards: list[str] = field(
+        default_factory=lambda: ["aegis"],
+        metadata={"help": f"reward functions of aegis_probe.train.rewards, by short name: {', '.join(REWARDS)}"},
+    )
+
+
+CONFIG_TYPES = (AttributorGRPOConfig, ModelConfig)
+
+
+def reward_functions(names: list[str]) -> list[Callable[..., list[float]]]:
+    """The reward callables named by ``names`` (short names of :data:`REWARDS`)."""
+    module = importlib.import_module("aegis_probe.train.rewards")
+    unknown = [n for n in names if n not in REWARDS]
+    if unknown:
+        raise ValueError(f"unknown rewards {unknown}; choose from {sorted(REWARDS)}")
+    return [getattr(module, REWARDS[n]) for n in names]
+
+
+def to_example(row: dict[str, Any]) -> dict[str, Any]:
+    """A GRPO row with the columns the trainer and rewards read."""
+    return {
+        "prompt": row["prompt"],
+        "gold_pairs": [list(p) for p in row.get("gold_pairs") or []],
+        "gold_agent": row.get("gold_agent"),
+        "gold_step": row.get("gold_step"),
+    }
+
+
+def train(args: argparse.Namespace) -> Path:
+    """Run GRPO as configured by ``args`` (see :func:`add_parser`)."""
+    grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, output_dir=args.out)
+    dataset = Dataset.from_list([to_example(r) for r in read_rows(args.data)])
+    return run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
+                   reward_funcs=reward_functions(grpo_args.rewards))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``grpo`` subcommand."""
+    return add_trainer_parser(subparsers, "grpo", "GRPO of an attributor (TRL GRPOTrainer, data-module rewards)",
+                              CONFIG_TYPES, train)

@@ -1,0 +1,64 @@
+"""Loading base models and rows: Hugging Face directories, GGUF files, JSON-lines data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("aegis_probe.train")
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (blank lines skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def gguf_to_hf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
+    """Dequantize a GGUF checkpoint once into a plain Hugging Face directory (safetensors).
+
+    Reuses ``out_dir`` when it already holds a converted model.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, src = Path(out_dir), Path(gguf_file)
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    quantized = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = type(quantized)(config)  # a plain, serialisable copy of the dequantized weights
+    model.load_state_dict(quantized.state_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    logger.info("converted %s to %s", src, out)
+    return out
+
+
+def resolve_model_path(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """A Hugging Face model directory for ``path``; a ``.gguf`` file is converted once into
+    ``cache_dir`` (default: ``<file>.hf`` beside it)."""
+    p = Path(path)
+    if p.suffix == ".gguf":
+        return gguf_to_hf(p, cache_dir or p.with_suffix(".hf"))
+    return p
+
+
+def load_causal_lm(path: str | os.PathLike[str], dtype: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a model directory or ``.gguf`` file; pad token set if missing."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = resolve_model_path(path)
+    torch_dtype = getattr(torch, dtype) if dtype and dtype != "auto" else ("auto" if dtype else None)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
