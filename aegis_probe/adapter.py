@@ -179,20 +179,31 @@ def loaded_adapters() -> list[Adapter]:
     return list(_instances.values())
 
 
+def _importable_adapter(name: str) -> Adapter | None:
+    """``get_adapter(name)``, or None when the framework is missing or fails at import.
+
+    A failed import can leave the framework's top-level package in ``sys.modules`` (metagpt
+    without its config does), so this guards detection as well as the error message.
+    """
+    try:
+        return get_adapter(name)
+    except Exception:
+        logger.debug("aegis-probe: adapter %s not importable", name, exc_info=True)
+        return None
+
+
 def adapter_for(app: Any) -> Adapter:
     """The adapter whose framework ``app`` belongs to; ``TypeError`` naming the supported types."""
     for name, (marker, _) in ADAPTERS.items():
         if marker not in sys.modules:
             continue
-        adapter = get_adapter(name)
-        if adapter.detect(app):
+        adapter = _importable_adapter(name)
+        if adapter is not None and adapter.detect(app):
             return adapter
     supported = []
     for name in ADAPTERS:
-        try:
-            supported.append(f"{name}: {get_adapter(name).supported_types}")
-        except Exception:  # not installed, or fails at import (metagpt without its config)
-            supported.append(f"{name}: (not importable here)")
+        adapter = _importable_adapter(name)
+        supported.append(f"{name}: {adapter.supported_types if adapter else '(not importable here)'}")
     raise TypeError(
         f"aegis_probe.instrument() does not know how to instrument {type(app).__module__}."
         f"{type(app).__qualname__}; supported app types are " + "; ".join(supported)

@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "aegis_probe.commands.demo:add_parser",
     "traces": "aegis_probe.commands.traces:add_parser",
+    "inject": "aegis_probe.commands.inject:add_parser",
     "blame": "aegis_probe.commands.blame:add_parser",
     "report": "aegis_probe.commands.report:add_parser",
 }

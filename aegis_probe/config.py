@@ -12,6 +12,8 @@ ENV_TRACE_DIR = "AEGIS_TRACE_DIR"
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+TRACES_PATH = "/v1/traces"
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 DEFAULT_TRACE_DIR = "aegis-traces"
 
@@ -50,17 +52,19 @@ class ProbeConfig:
     ) -> "ProbeConfig":
         if capture_content is None:
             capture_content = env_flag(ENV_CAPTURE, True)
-        endpoint = (
-            otlp_endpoint
-            or os.environ.get(ENV_OTLP_TRACES_ENDPOINT)
-            or os.environ.get(ENV_OTLP_ENDPOINT)
-            or None
-        )
-        protocol = (otlp_protocol or os.environ.get(ENV_OTLP_PROTOCOL) or "").strip()
+        # The OTLP exporter spec: the signal-specific endpoint is a full URL used as is; a base
+        # endpoint (argument or OTEL_EXPORTER_OTLP_ENDPOINT) gets /v1/traces for http.
+        signal_endpoint = None if otlp_endpoint else os.environ.get(ENV_OTLP_TRACES_ENDPOINT)
+        endpoint = (otlp_endpoint or signal_endpoint or os.environ.get(ENV_OTLP_ENDPOINT) or "").strip() or None
+        protocol = (
+            otlp_protocol or os.environ.get(ENV_OTLP_TRACES_PROTOCOL) or os.environ.get(ENV_OTLP_PROTOCOL) or ""
+        ).strip()
         if not protocol:
             protocol = "grpc" if endpoint and endpoint.rstrip("/").endswith(":4317") else "http/protobuf"
         if protocol not in {"grpc", "http/protobuf"}:
             raise ValueError(f"unsupported OTLP protocol {protocol!r}: use 'grpc' or 'http/protobuf'")
+        if endpoint and protocol == "http/protobuf" and not signal_endpoint and not endpoint.rstrip("/").endswith(TRACES_PATH):
+            endpoint = endpoint.rstrip("/") + TRACES_PATH
         return cls(
             capture_content=capture_content,
             trace_dir=Path(trace_dir or os.environ.get(ENV_TRACE_DIR) or DEFAULT_TRACE_DIR),

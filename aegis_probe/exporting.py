@@ -14,25 +14,26 @@ from .store import StoreSpanProcessor, TraceStore
 
 logger = logging.getLogger("aegis_probe")
 
+#: Seconds one OTLP export may take before it is abandoned (on the exporter's background thread).
+EXPORT_TIMEOUT_S = 5
+
 _providers: dict[tuple[Any, ...], tuple[TracerProvider, StoreSpanProcessor | None]] = {}
 
 
 def otlp_exporter(config: ProbeConfig) -> SpanExporter:
     """An OTLP span exporter for ``config.otlp_endpoint`` (http/protobuf or grpc).
 
-    A base endpoint (``http://host:4318``) gets the ``/v1/traces`` path for http, as the
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` convention says.
+    Each export gives up after 5 s. For grpc, TLS follows the exporter's own rules (``http://``
+    means plaintext, else ``OTEL_EXPORTER_OTLP_INSECURE``); headers come from the usual
+    ``OTEL_EXPORTER_OTLP_HEADERS``.
     """
-    endpoint = config.otlp_endpoint or ""
     if config.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
 
-        return Grpc(endpoint=endpoint, insecure=endpoint.startswith("http://"), timeout=5)
+        return Grpc(endpoint=config.otlp_endpoint, timeout=EXPORT_TIMEOUT_S)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
-    if not endpoint.rstrip("/").endswith("/v1/traces"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return Http(endpoint=endpoint, timeout=5)
+    return Http(endpoint=config.otlp_endpoint, timeout=EXPORT_TIMEOUT_S)
 
 
 def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> tuple[TracerProvider, StoreSpanProcessor | None]:

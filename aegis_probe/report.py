@@ -157,13 +157,15 @@ def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, op
             f'<div class="msg"><span class="role">{_e(m.role)}{" · " + _e(m.name) if m.name else ""}</span>{_block(m.content)}</div>'
             for m in step.input_messages
         )
-        body.append(f"<h4>Input ({len(step.input_messages)} messages)</h4>{msgs}")
+        n = len(step.input_messages)
+        body.append(f"<h4>Input ({n} message{'s' if n > 1 else ''})</h4>{msgs}")
     body.append(f"<h4>Output</h4>{_block(step.output, 'out')}")
     for t in step.tool_calls:
         status = f'<span class="badge error">{_e(t.error)}</span>' if t.error else ""
         body.append(
             f'<div class="tool"><h4>Tool <code>{_e(t.name)}</code> {status}</h4>'
-            f"<div class=\"kv\">arguments</div>{_block(t.arguments)}<div class=\"kv\">result</div>{_block(t.result)}</div>"
+            + "".join(f'<div class="kv">{k}</div>{_block(v)}' for k, v in (("arguments", t.arguments), ("result", t.result)) if v)
+            + "</div>"
         )
     if step.llm_calls:
         rows = "".join(

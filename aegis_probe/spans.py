@@ -334,15 +334,20 @@ async def iterate_in_scope(
         error = exc
         raise
     finally:
-        aclose = getattr(agen, "aclose", None)
-        if aclose is not None:
-            token = scope.attach()
-            try:
-                await aclose()
-            finally:
-                scope.detach(token)
-        if on_done is not None:
-            try:
-                on_done(error)
-            except Exception:
-                log_hook_error("stream end")
+        try:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                token = scope.attach()
+                try:
+                    await aclose()
+                finally:
+                    scope.detach(token)
+        except BaseException as exc:
+            error = error or exc
+            raise
+        finally:
+            if on_done is not None:
+                try:
+                    on_done(error)
+                except Exception:
+                    log_hook_error("stream end")

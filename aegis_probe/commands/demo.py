@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 
 from ..demos import FRAMEWORKS
 from ..demos.task import judge
@@ -31,12 +32,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key for --base-url (default: OPENAI_API_KEY)")
     p.add_argument("--trace-dir", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    p.add_argument("--report-dir", help="where to write the HTML report (default: the current directory)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import aegis_probe
     from ..modelserver import ModelServer
+    from ..report import write_report
     from ..steptable import step_table, summary
 
     try:
@@ -65,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     print(summary(traj))
     print()
     print(step_table(traj))
+    report = write_report(traj, Path(args.report_dir or ".") / f"aegis-report-{traj.trace_id[:12]}.html")
     print(f"\nanswer: {answer!r}")
     print(f"trace written to {probe.store.file} (python -m aegis_probe traces show {traj.trace_id[:12]})")
+    print(f"report written to {report}")
     return 0

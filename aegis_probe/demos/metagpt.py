@@ -111,7 +111,7 @@ class Review(Action):
         )
 
 
-class _DemoRole(Role):
+class DemoRole(Role):
     """A role with one action that reacts to the messages of one upstream action."""
 
     def __init__(self, action: type[Action], watch: type[Action], **data: Any) -> None:
@@ -120,20 +120,29 @@ class _DemoRole(Role):
         self._watch([watch])
 
 
-def build_app(base_url: str, model: str, api_key: str) -> Team:
-    """A three-role ``Team`` whose every model call goes to ``base_url`` through the openai client."""
+def llm_context(base_url: str, model: str, api_key: str) -> Context:
+    """A metagpt ``Context`` whose LLMs call ``model`` at ``base_url`` (pass it to every Role and Team).
+
+    Roles and actions create their LLM from the context they are built with, so a role built
+    without it would talk to the placeholder endpoint.
+    """
     config = Config.from_llm_config(
         {"api_type": "openai", "base_url": base_url, "model": model, "api_key": api_key,
          "stream": False, "calc_usage": False}
     )
-    ctx = Context(config=config)
+    return Context(config=config)
+
+
+def build_app(base_url: str, model: str, api_key: str) -> Team:
+    """A three-role ``Team`` whose every model call goes to ``base_url`` through the openai client."""
+    ctx = llm_context(base_url, model, api_key)
     specs = (
         ("Planner", "plan how to solve the task", WritePlan, UserRequirement),
         ("Calculator", "compute the numbers exactly with the calculator", Calculate, WritePlan),
         ("Reviewer", "check the result and give the final answer", Review, Calculate),
     )
     roles = [
-        _DemoRole(action, watch, name=name, profile=name, goal=goal, context=ctx)
+        DemoRole(action, watch, name=name, profile=name, goal=goal, context=ctx)
         for name, goal, action, watch in specs
     ]
     team = Team(context=ctx)

@@ -131,7 +131,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
             loss.backward()
             opt.step()
             state["global_step"] += 1
-            totals += torch.tensor([float(loss), *(float(t) for t in terms)])
+            totals += torch.tensor([loss.item(), *(t.item() for t in terms)])
             if state["global_step"] % cfg.logging_steps == 0:
                 log.write({"step": state["global_step"], "epoch": epoch, "loss": float(loss)})
         mean = (totals / max(len(batches), 1)).tolist()

@@ -1,0 +1,71 @@
+"""``inject``: a verified fault-injection campaign over a tasks file (see docs/injection.md).
+
+Runs a deterministic baseline per task, then K sampled injection plans per successful baseline,
+keeps the runs whose outcome flipped from success to failure (labelled by construction), and
+prints a summary per failure mode and strategy. Re-running the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inject", help="run a verified fault-injection campaign (labelled failing runs)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--app", required=True, metavar="MODULE:FACTORY",
+                   help="app factory: module:function or path/to/file.py:function (e.g. aegis_probe.demos.autogen:build_app)")
+    p.add_argument("--tasks", required=True, help="JSON-lines tasks file ({id, task, type, expected | tests, ...})")
+    p.add_argument("--plans-per-run", type=int, default=3, metavar="K", help="plans sampled per successful baseline (default 3)")
+    p.add_argument("--out", required=True, metavar="DIR", help="campaign directory (runs.jsonl, traces/, baselines/)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs at a time, in threads (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed for plan sampling and the app's model (default 0)")
+    p.add_argument("--modes", help="comma-separated FM ids to sample from (default: all 14)")
+    p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
+    p.add_argument("--base-url", help="the app's OpenAI-compatible endpoint (default: embedded server with the module's policy)")
+    p.add_argument("--model", default="aegis-scripted", help="the app's model name")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env var with the API key for --base-url")
+    p.add_argument("--operator", choices=("deterministic", "llm"), default="deterministic", help="manipulator kind (default deterministic)")
+    p.add_argument("--manipulator-base-url", help="OpenAI-compatible endpoint of the LLM manipulator (for --operator llm)")
+    p.add_argument("--manipulator-model", help="model of the LLM manipulator")
+    p.add_argument("--manipulator-api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env var with its API key")
+    p.add_argument("--manipulator-temperature", type=float, default=0.7, help="LLM manipulator temperature (default 0.7)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def _csv(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else default
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..injection import MODES, STRATEGIES, LLMManipulator
+    from ..injection.campaign import Endpoint, format_summary, run_campaign
+
+    endpoint = None
+    if args.base_url:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            print(f"error: --base-url needs an API key in ${args.api_key_env}", file=sys.stderr)
+            return 2
+        endpoint = Endpoint(args.base_url, args.model, key)
+    manipulators = {}
+    if args.operator == "llm":
+        if not (args.manipulator_base_url and args.manipulator_model):
+            print("error: --operator llm needs --manipulator-base-url and --manipulator-model", file=sys.stderr)
+            return 2
+        manipulators["llm"] = LLMManipulator(args.manipulator_model, args.manipulator_base_url,
+                                             os.environ.get(args.manipulator_api_key_env, "not-needed"),
+                                             temperature=args.manipulator_temperature)
+    modes, strategies = _csv(args.modes, tuple(MODES)), _csv(args.strategies, STRATEGIES)
+    unknown = [m for m in modes if m not in MODES] + [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
+    rows = run_campaign(args.app, args.tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
+                        concurrency=args.concurrency, endpoint=endpoint, manipulators=manipulators,
+                        operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
+    print(format_summary(rows))
+    print(f"\nkept runs (labelled): {args.out}/traces   records: {args.out}/runs.jsonl")
+    return 0

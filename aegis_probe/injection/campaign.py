@@ -1,0 +1,327 @@
+"""Verified injection campaigns: baseline runs, sampled plans, verification, labelled traces.
+
+For each task a deterministic baseline runs first (temperature 0, fixed seed); if it succeeds,
+``plans_per_run`` plans are sampled over agents x modes x strategies and each runs with its plan.
+A run is kept only if the baseline succeeded, the plan was applied, and the injected run failed.
+Everything is recorded in ``OUT/runs.jsonl``, so an interrupted campaign resumes where it stopped;
+kept runs go to the trace store ``OUT/traces`` (labels on their root spans), baselines to
+``OUT/baselines``.
+
+App contract (``--app module:factory`` or ``path/to/file.py:factory``; the demo modules in
+``aegis_probe.demos`` satisfy it): ``factory(base_url, model, api_key)`` returns the framework's
+app (it also gets ``temperature=`` and ``seed=`` if it accepts them); the module defines
+``run_app(app, task) -> str | None`` (sync, one run, the final answer), ``AGENTS`` (agent names),
+optionally ``policy`` (a scripted model for the embedded server, used when no endpoint is given)
+and ``TERMINATION`` (the team's termination marker, default "TERMINATE").
+
+Tasks file: JSON lines ``{"id", "task", "type": "math"|"code"|..., "expected", "judge",
+"tests", "tolerance", "timeout"}`` (see :func:`~aegis_probe.injection.judges.judge_for`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import random
+import sys
+import threading
+import traceback
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+from .. import semconv as sc
+from ..modelserver import ModelServer, Policy
+from ..otlp_json import SpanRecord
+from ..store import TraceStore
+from ..trajectory import Trajectory
+from .judges import judge_for
+from .operators import Manipulator
+from .plan import MODES, STRATEGIES, InjectionPlan, Target
+
+logger = logging.getLogger("aegis_probe")
+
+RUNS_FILE = "runs.jsonl"
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """How to build, run and describe the app under test (see the module docstring)."""
+
+    factory: Callable[..., Any]
+    run_app: Callable[[Any, str], "str | None"]
+    agents: tuple[str, ...]
+    policy: Policy | None = None
+    termination: str = "TERMINATE"
+
+    @classmethod
+    def load(cls, ref: str) -> "AppSpec":
+        """``module:factory`` or ``path/to/file.py:factory`` (factory defaults to ``build_app``)."""
+        target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
+        if target.endswith(".py"):
+            sys.path.insert(0, str(Path(target).resolve().parent))  # as `python file.py` would
+            spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+            if spec is None or spec.loader is None:
+                raise FileNotFoundError(f"no app module at {target}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+        return cls(
+            factory=getattr(module, attr or "build_app"),
+            run_app=module.run_app,
+            agents=tuple(module.AGENTS),
+            policy=getattr(module, "policy", None),
+            termination=getattr(module, "TERMINATION", "TERMINATE"),
+        )
+
+    def build(self, base_url: str, model: str, api_key: str, *, temperature: float, seed: int) -> Any:
+        params = inspect.signature(self.factory).parameters
+        extra = {k: v for k, v in (("temperature", temperature), ("seed", seed)) if k in params}
+        return self.factory(base_url, model, api_key, **extra)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str
+    api_key: str
+
+
+class _Collector(SpanProcessor):
+    """Keeps finished spans by trace until the campaign takes them."""
+
+    def __init__(self) -> None:
+        self._spans: dict[int, list[ReadableSpan]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            self._spans[span.context.trace_id].append(span)
+
+    def take(self, trace_id: str) -> list[SpanRecord]:
+        with self._lock:
+            spans = self._spans.pop(int(trace_id, 16), [])
+        return [SpanRecord.from_readable(s) for s in spans]
+
+
+@dataclass
+class RunResult:
+    """One finished run: its answer, outcome, applied faults and spans."""
+
+    answer: str | None
+    success: bool
+    applied: list[dict[str, Any]]
+    records: list[SpanRecord]
+
+    @property
+    def trajectory(self) -> Trajectory:
+        return Trajectory.from_spans(self.records)
+
+
+@dataclass
+class Campaign:
+    """A campaign over ``tasks`` for ``app`` into ``out`` (see :func:`run_campaign`)."""
+
+    app: AppSpec
+    tasks: list[dict[str, Any]]
+    out: Path
+    plans_per_run: int = 3
+    seed: int = 0
+    concurrency: int = 1
+    endpoint: Endpoint | None = None
+    manipulators: dict[str, Manipulator] = field(default_factory=dict)
+    operator: str = "deterministic"
+    modes: tuple[str, ...] = tuple(MODES)
+    strategies: tuple[str, ...] = STRATEGIES
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self._provider = TracerProvider()
+        self._collector = _Collector()
+        self._provider.add_span_processor(self._collector)
+        self._lock = threading.Lock()
+        self.kept_store = TraceStore(self.out / "traces")
+        self.baseline_store = TraceStore(self.out / "baselines")
+
+    # -- records -------------------------------------------------------------------------
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Finished runs by key (the last record of each key wins; errors are not finished)."""
+        path = self.out / RUNS_FILE
+        if not path.exists():
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                out[rec["key"]] = rec
+        return {k: r for k, r in out.items() if "error" not in r}
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / RUNS_FILE, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    # -- one run -------------------------------------------------------------------------
+    def execute(self, endpoint: Endpoint, task: dict[str, Any], plan: InjectionPlan | None) -> RunResult:
+        """Run the app once on ``task`` (with ``plan`` applied, if any) and judge it."""
+        import aegis_probe
+
+        app = self.app.build(endpoint.base_url, endpoint.model, endpoint.api_key, temperature=0.0, seed=self.seed)
+        probe = aegis_probe.instrument(app, tracer_provider=self._provider, store=False)
+        try:
+            with ExitStack() as stack:
+                injector = None
+                if plan is not None:
+                    injector = stack.enter_context(probe.inject(
+                        plan, manipulators=self.manipulators, agents=self.app.agents,
+                        termination=self.app.termination, task_type=task.get("type", "generic")))
+                answer = self.app.run_app(app, task["task"])
+            trace_id = probe.last_trace_id
+        finally:
+            probe.uninstrument()
+        if trace_id is None:
+            raise RuntimeError("the run produced no trace (is the app instrumented by its adapter?)")
+        outcome = judge_for(task)(task["task"], answer)
+        records = self._collector.take(trace_id)
+        root = next(r for r in records if r.parent_span_id is None)
+        root.attributes.update({sc.OUTCOME_SUCCESS: bool(outcome.success), sc.OUTCOME_ANSWER: probe.redact(answer or "")})
+        if outcome.expected is not None:
+            root.attributes[sc.OUTCOME_EXPECTED] = outcome.expected
+        applied = [f.model_dump() for f in injector.applied_in(root.attributes[sc.RUN_ID])] if injector else []
+        return RunResult(answer, bool(outcome.success), applied, records)
+
+    # -- planning ------------------------------------------------------------------------
+    def plans_for(self, task_id: str, agent_steps: dict[str, int]) -> list[InjectionPlan]:
+        """``plans_per_run`` one-target plans sampled (seeded by task) over agents x modes x strategies."""
+        rng = random.Random(f"{self.seed}:{task_id}")
+        combos = [(a, m, s) for a in self.app.agents if agent_steps.get(a) for m in self.modes for s in self.strategies]
+        chosen = rng.sample(combos, min(self.plans_per_run, len(combos)))
+        return [
+            InjectionPlan(targets=[Target(agent=a, mode=m, strategy=s, operator=self.operator, nth=rng.randrange(agent_steps[a]))])  # type: ignore[arg-type]
+            for a, m, s in chosen
+        ]
+
+    # -- the campaign --------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Run (or resume) the campaign; return the summary rows."""
+        with ExitStack() as stack:
+            endpoint = self.endpoint
+            if endpoint is None:
+                if self.app.policy is None:
+                    raise ValueError("the app module has no scripted `policy`; give an endpoint (--base-url)")
+                server = stack.enter_context(ModelServer(self.app.policy))
+                endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
+            bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
+            done = self.records()
+            self._stage(endpoint, [(f"{t['id']}/baseline", t, None) for t in self.tasks], done, bar)
+            done = self.records()
+            injected = []
+            for t in self.tasks:
+                base = done.get(f"{t['id']}/baseline")
+                if base is None or not base["success"]:
+                    bar.update(self.plans_per_run)
+                    continue
+                injected += [(f"{t['id']}/plan-{k}", t, plan) for k, plan in enumerate(self.plans_for(t["id"], base["agent_steps"]))]
+            self._stage(endpoint, injected, done, bar)
+        return summarize(self.records().values())
+
+    def _stage(self, endpoint: Endpoint, jobs: list[tuple[str, dict, InjectionPlan | None]], done: dict, bar: Any) -> None:
+        todo = [j for j in jobs if j[0] not in done]
+        bar.update(len(jobs) - len(todo))
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            futures = [pool.submit(self._one, endpoint, *job) for job in todo]
+            for fut in as_completed(futures):
+                fut.result()
+                bar.update(1)
+
+    def _one(self, endpoint: Endpoint, key: str, task: dict[str, Any], plan: InjectionPlan | None) -> None:
+        base = {"key": key, "task_id": task["id"]}
+        if plan is not None:
+            target = plan.targets[0]
+            base.update(plan=json.loads(plan.to_json()), agent=target.agent, mode=target.mode, strategy=target.strategy)
+        try:
+            result = self.execute(endpoint, task, plan)
+        except Exception as exc:
+            logger.warning("run %s failed: %s", key, exc)
+            self._write({**base, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            return
+        trace_id = result.records[0].trace_id if result.records else None
+        if plan is None:
+            steps = defaultdict(int)
+            for step in result.trajectory.steps:
+                if step.llm_calls:
+                    steps[step.agent] += 1
+            if result.success:
+                self.baseline_store.append(result.records)
+            self._write({**base, "kind": "baseline", "success": result.success, "answer": result.answer,
+                         "agent_steps": dict(steps), "trace_id": trace_id})
+            return
+        flipped = not result.success
+        kept = flipped and bool(result.applied)
+        if kept:
+            self.kept_store.append(result.records)
+        self._write({**base, "kind": "injected", "success": result.success, "answer": result.answer,
+                     "applied": result.applied, "flipped": flipped, "kept": kept, "trace_id": trace_id})
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (mode, strategy): attempted, applied, flipped and kept injected runs."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in records:
+        if rec.get("kind") != "injected":
+            continue
+        row = rows.setdefault((rec["mode"], rec["strategy"]), {"mode": rec["mode"], "strategy": rec["strategy"],
+                                                                "attempted": 0, "applied": 0, "flipped": 0, "kept": 0})
+        row["attempted"] += 1
+        row["applied"] += bool(rec["applied"])
+        row["flipped"] += rec["flipped"]
+        row["kept"] += rec["kept"]
+    return [rows[k] for k in sorted(rows)]
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    """The summary rows as a text table with a total line."""
+    cols = ("mode", "strategy", "attempted", "applied", "flipped", "kept")
+    total = {"mode": "total", "strategy": "", **{c: sum(r[c] for r in rows) for c in cols[2:]}}
+    body = [*rows, total]
+    widths = [max(len(c), *(len(str(r[c])) for r in body)) for c in cols]
+    line = lambda r: "  ".join(str(r[c]).ljust(w) if i < 2 else str(r[c]).rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))  # noqa: E731
+    return "\n".join([line(dict(zip(cols, cols))), *(line(r) for r in body)])
+
+
+def load_tasks(path: str | Path) -> list[dict[str, Any]]:
+    """Task records of a JSON-lines file (each needs ``id`` and ``task``)."""
+    tasks = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for i, t in enumerate(tasks):
+        if "id" not in t or "task" not in t:
+            raise ValueError(f"{path}:{i + 1}: a task needs 'id' and 'task'")
+    return tasks
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc="injection runs", unit="run")
+
+
+def run_campaign(app: AppSpec | str, tasks: list[dict[str, Any]] | str | Path, out: str | Path, **options: Any) -> list[dict[str, Any]]:
+    """Run (or resume) a verified injection campaign; return the per-(mode, strategy) summary.
+
+    ``options``: ``plans_per_run``, ``seed``, ``concurrency``, ``endpoint``, ``manipulators``,
+    ``operator``, ``modes``, ``strategies``, ``progress`` (see :class:`Campaign`).
+    """
+    spec = AppSpec.load(app) if isinstance(app, str) else app
+    records = load_tasks(tasks) if isinstance(tasks, (str, Path)) else tasks
+    return Campaign(spec, records, Path(out), **options).run()

@@ -1,0 +1,344 @@
+"""CAMEL adapter: RolePlaying, Workforce and a lone ChatAgent, driven through real camel-ai and the
+real openai client against the loopback model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from typing import Any
+
+import pytest
+
+pytest.importorskip("camel.agents")
+
+import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.adapter import _MISSING, get_adapter
+from aegis_probe.demos import camel as demo
+from aegis_probe.demos.task import EXPECTED, EXPRESSION, calculate
+from aegis_probe.modelserver import Reply
+
+API_KEY = "sk-test-key-do-not-leak-1234567890"
+MODEL = "aegis-scripted"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def backend(server) -> Any:
+    from camel.models import ModelFactory
+    from camel.models.stub_model import StubTokenCounter
+    from camel.types import ModelPlatformType
+
+    return ModelFactory.create(
+        model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL, model_type=MODEL, url=server.base_url,
+        api_key=API_KEY, token_counter=StubTokenCounter(),
+    )
+
+
+def agent(server, name: str, prompt: str, tools: list | None = None, **kwargs: Any) -> Any:
+    from camel.agents import ChatAgent
+    from camel.messages import BaseMessage
+
+    return ChatAgent(BaseMessage.make_assistant_message(name, prompt), model=backend(server), tools=tools, **kwargs)
+
+
+def tool_policy(body: dict[str, Any]) -> Reply:
+    """Call the agent's tool once, then answer with its result."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(content=f"The total is {last['content']}.")
+    return Reply(tool_calls=[(body["tools"][0]["function"]["name"], {"expression": EXPRESSION})])
+
+
+def ours(exporter) -> list:
+    return sorted((s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"),
+                  key=lambda s: s.start_time)
+
+
+def parent_of(span, spans) -> Any:
+    by_id = {s.context.span_id: s for s in spans}
+    return by_id.get(span.parent.span_id) if span.parent else None
+
+
+def steps_of(spans) -> list:
+    return [s for s in spans if s.attributes.get(sc.STEP_INDEX) is not None]
+
+
+def op(spans, operation: str) -> list:
+    return [s for s in spans if s.attributes.get(sc.OPERATION) == operation]
+
+
+def run_demo(model_server, provider, tmp_path, **kwargs: Any) -> tuple[Any, Any, str | None]:
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store", **kwargs)
+    answer = demo.run_app(app, demo.TASK)
+    probe.flush()
+    return app, probe, answer
+
+
+# -- RolePlaying -----------------------------------------------------------------------------
+def test_role_playing_span_tree(model_server, provider, exporter, tmp_path):
+    _, probe, answer = run_demo(model_server, provider, tmp_path)
+    assert EXPECTED in answer
+    spans = ours(exporter)
+    assert len({s.context.trace_id for s in spans}) == 1
+    root = next(s for s in spans if s.parent is None)
+    assert root.name == "invoke_workflow Calculator & Customer"
+    assert root.attributes[sc.FRAMEWORK] == "camel" and root.attributes[sc.TASK] == demo.TASK
+
+    steps = steps_of(spans)
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2, 3]
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["Customer", "Calculator", "Customer", "Calculator"]
+    assert [s.attributes[sc.AGENT_ROLE] for s in steps] == ["user", "assistant", "user", "assistant"]
+    assert all(s.name == f"invoke_agent {s.attributes[sc.AGENT_NAME]}" and parent_of(s, spans) is root for s in steps)
+
+    chats = op(spans, sc.OP_CHAT)
+    assert len(chats) == 5 and all(s.name == f"chat {MODEL}" for s in chats)
+    assert all(parent_of(s, spans) in steps for s in chats)
+    assert all(s.attributes[sc.USAGE_INPUT_TOKENS] > 0 and s.attributes[sc.USAGE_OUTPUT_TOKENS] > 0 for s in chats)
+    assert [s.attributes[sc.AGENT_CALL_INDEX] for s in chats if s.attributes[sc.AGENT_NAME] == "Calculator"] == [0, 1, 2]
+
+    (tool,) = op(spans, sc.OP_TOOL)
+    assert tool.name == "execute_tool calculate" and parent_of(tool, spans) is steps[1]
+    assert json.loads(tool.attributes[sc.TOOL_CALL_ARGUMENTS]) == {"expression": EXPRESSION}
+    assert tool.attributes[sc.TOOL_CALL_RESULT] == EXPECTED
+    assert tool.attributes[sc.TOOL_CALL_ID]
+
+    traj = probe.trajectory()
+    assert traj.agents == ["Customer", "Calculator"] and traj.task == demo.TASK
+    assert EXPECTED in traj.steps[1].output and traj.steps[1].tool_calls[0].result == EXPECTED
+    assert traj.steps[1].usage.input_tokens == sum(
+        c.attributes[sc.USAGE_INPUT_TOKENS] for c in chats if parent_of(c, spans) is steps[1])
+
+
+def test_each_conversation_is_one_run(model_server, provider, exporter, tmp_path):
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    demo.run_app(app, demo.TASK)
+    demo.run_app(app, demo.TASK)
+    spans = ours(exporter)
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 2 and len({s.context.trace_id for s in spans}) == 2
+    for root in roots:
+        steps = [s for s in steps_of(spans) if s.context.trace_id == root.context.trace_id]
+        assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2, 3]
+    assert len(aegis_probe.load_trajectories(tmp_path / "store")) == 2
+
+
+def test_probe_run_groups_rounds_without_termination(model_server, provider, exporter, tmp_path):
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    with probe.run(task="one round only"):
+        app.step(app.init_chat())  # the user's loop stops before CAMEL_TASK_DONE
+    spans = ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.attributes[sc.TASK] == "one round only"
+    assert [s.attributes[sc.AGENT_NAME] for s in steps_of(spans)] == ["Customer", "Calculator"]
+    assert len({s.context.trace_id for s in spans}) == 1
+
+
+def test_role_playing_astep(model_server, provider, exporter):
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    aegis_probe.instrument(app, tracer_provider=provider, store=False)
+
+    async def play() -> None:
+        message = await app.ainit_chat()
+        for _ in range(demo.MAX_ROUNDS):
+            assistant, user = await app.astep(message)
+            message = assistant.msgs[-1]
+            if any(demo.DONE in m.content for m in user.msgs):
+                return
+
+    asyncio.run(play())
+    spans = ours(exporter)
+    assert len({s.context.trace_id for s in spans}) == 1
+    steps = steps_of(spans)
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2, 3]
+    assert len(op(spans, sc.OP_TOOL)) == 1 and all(parent_of(c, spans) in steps for c in op(spans, sc.OP_CHAT))
+
+
+def test_content_capture_off(model_server, provider, exporter, tmp_path):
+    run_demo(model_server, provider, tmp_path, capture_content=False)
+    spans = ours(exporter)
+    assert spans
+    for s in spans:
+        for key in (sc.INPUT_MESSAGES, sc.OUTPUT_MESSAGES, sc.TASK, sc.TOOL_CALL_ARGUMENTS, sc.TOOL_CALL_RESULT):
+            assert key not in s.attributes
+    exporter.clear()
+    aegis_probe.uninstrument()
+    run_demo(model_server, provider, tmp_path)
+    spans = ours(exporter)
+    step_inputs = [json.loads(s.attributes[sc.INPUT_MESSAGES]) for s in steps_of(spans)]
+    assert step_inputs[1][0]["name"] == "Customer" and "Instruction" in step_inputs[1][0]["parts"][0]["content"]
+    assert API_KEY not in json.dumps([dict(s.attributes) for s in spans], default=str)
+
+
+# -- lone ChatAgent --------------------------------------------------------------------------
+def test_lone_agent_with_tool(model_server, provider, exporter):
+    server = model_server(tool_policy)
+    calc = agent(server, "Calculator", "You compute.", tools=[calculate])
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    response = calc.step("What do 3 pens at 17 and 3 notebooks at 25 cost?")
+    assert EXPECTED in response.msgs[0].content
+    spans = ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_agent Calculator" and root.attributes[sc.FRAMEWORK] == "camel"
+    (step,) = steps_of(spans)
+    assert step.attributes[sc.STEP_INDEX] == 0 and parent_of(step, spans) is root
+    chats, (tool,) = op(spans, sc.OP_CHAT), op(spans, sc.OP_TOOL)
+    assert len(chats) == 2 and all(parent_of(s, spans) is step for s in chats)
+    assert chats[0].attributes[sc.RESPONSE_FINISH_REASONS] == ("tool_calls",)
+    assert parent_of(tool, spans) is step and tool.attributes[sc.TOOL_CALL_RESULT] == EXPECTED
+    out = json.loads(chats[0].attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]
+    assert out["type"] == "tool_call" and out["name"] == "calculate"
+
+    calc.step("And again?")  # a lone agent: one run per step call
+    assert len({s.context.trace_id for s in ours(exporter)}) == 2
+
+
+def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
+    threads: list[int] = []
+
+    def calculate_here(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        threads.append(threading.get_ident())
+        return calculate(expression)
+
+    server = model_server(tool_policy)
+    calc = agent(server, "Calculator", "You compute.", tools=[calculate_here], step_timeout=30)
+    calc.step("warm-up, uninstrumented")
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    calc.step("What do 3 pens at 17 and 3 notebooks at 25 cost?")
+    assert threads and all(t != threading.get_ident() for t in threads), "step_timeout must run the step in a pool thread"
+    spans = ours(exporter)
+    (step,) = steps_of(spans)
+    assert len(op(spans, sc.OP_CHAT)) == 2
+    assert all(parent_of(s, spans) is step for s in op(spans, sc.OP_CHAT) + op(spans, sc.OP_TOOL))
+    assert len({s.context.trace_id for s in spans}) == 1
+
+
+# -- Workforce -------------------------------------------------------------------------------
+def workforce_policy(body: dict[str, Any]) -> Reply:
+    """Planner decomposes into one subtask, Coordinator assigns it, the worker uses the tool."""
+    last = body["messages"][-1]
+    text = str(last.get("content"))
+    if last["role"] == "tool":
+        return Reply(content=json.dumps({"content": f"The total is {last['content']}.", "failed": False}))
+    if "<tasks>" in text:
+        return Reply(content=f"<tasks>\n<task>Compute {EXPRESSION} with the calculate tool.</task>\n</tasks>")
+    if "assignee_id" in text:
+        worker = re.findall(r"<([0-9a-f\-]{36})>", text)[0]
+        assignments = [{"task_id": t, "assignee_id": worker, "dependencies": []} for t in re.findall(r"Task ID: (\S+)", text)]
+        return Reply(content=json.dumps({"assignments": assignments}))
+    if body.get("tools"):
+        return Reply(tool_calls=[("calculate", {"expression": EXPRESSION})])
+    return Reply(content=json.dumps({"reasoning": "The result is correct.", "quality_score": 95, "issues": []}))
+
+
+def build_workforce(server) -> Any:
+    from camel.societies.workforce import Workforce
+
+    wf = Workforce(
+        "Shop team",
+        coordinator_agent=agent(server, "Coordinator", "You coordinate workers."),
+        task_agent=agent(server, "Planner", "You plan tasks."),
+        new_worker_agent=agent(server, "Helper", "You help."),
+    )
+    wf.add_single_agent_worker("Calculator: computes prices with the calculate tool",
+                               worker=agent(server, "Calculator", "You compute.", tools=[calculate]))
+    return wf
+
+
+def check_workforce_trace(exporter) -> None:
+    spans = ours(exporter)
+    assert len({s.context.trace_id for s in spans}) == 1
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_workflow Shop team"
+    steps = steps_of(spans)
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
+    assert {"Planner", "Coordinator", "Calculator"} <= {s.attributes[sc.AGENT_NAME] for s in steps}
+    (tool,) = op(spans, sc.OP_TOOL)
+    assert parent_of(tool, spans).attributes[sc.AGENT_NAME] == "Calculator"  # a clone of the registered worker
+    assert all(parent_of(c, spans) in steps for c in op(spans, sc.OP_CHAT))
+
+
+def test_workforce_process_task(model_server, provider, exporter, tmp_path):
+    from camel.tasks import Task
+
+    server = model_server(workforce_policy)
+    wf = build_workforce(server)
+    probe = aegis_probe.instrument(wf, tracer_provider=provider, store=tmp_path / "store")
+    assert probe.apps[0].agents == ("Coordinator", "Planner", "Calculator")
+    result = wf.process_task(Task(content=demo.TASK, id="0"))
+    assert EXPECTED in result.result
+    check_workforce_trace(exporter)
+    traj = probe.trajectory()
+    assert traj.task == demo.TASK and EXPECTED in (traj.outcome.answer or EXPECTED)
+    assert any(t.name == "calculate" for s in traj.steps for t in s.tool_calls)
+
+
+def test_workforce_process_task_inside_running_loop(model_server, provider, exporter):
+    """``process_task`` called from a coroutine runs the work in a new thread: one trace still."""
+    from camel.tasks import Task
+
+    server = model_server(workforce_policy)
+    wf = build_workforce(server)
+    aegis_probe.instrument(wf, tracer_provider=provider, store=False)
+
+    async def main() -> Any:
+        return wf.process_task(Task(content=demo.TASK, id="0"))
+
+    assert EXPECTED in asyncio.run(main()).result
+    check_workforce_trace(exporter)
+
+
+# -- robustness ------------------------------------------------------------------------------
+def test_uninstrument_restores_every_patch(model_server, provider, exporter, tmp_path):
+    adapter = get_adapter("camel")
+    adapter.install()
+    patched = list(adapter._patcher._saved)
+    assert len(patched) == 13
+    aegis_probe.uninstrument()
+    for owner, name, saved in patched:
+        if saved is _MISSING:
+            assert name not in vars(owner)
+        else:
+            assert vars(owner)[name] is saved, f"{owner.__qualname__}.{name}"
+    server = model_server(tool_policy)
+    calc = agent(server, "Calculator", "You compute.", tools=[calculate])
+    probe = aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    probe.uninstrument()
+    calc.step("untraced")
+    assert ours(exporter) == []
+
+
+@pytest.mark.parametrize("target", ["start_step", "start_tool", "start_run"])
+def test_hook_errors_never_reach_app(target, model_server, provider, monkeypatch, caplog, tmp_path):
+    import aegis_probe.adapters.camel as camel_adapter
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("hook failure")
+
+    monkeypatch.setattr(camel_adapter, target, boom)
+    monkeypatch.setattr(camel_adapter.CamelCodec, "response", boom)
+    _, _, answer = run_demo(model_server, provider, tmp_path)
+    assert EXPECTED in answer
+    assert "error in camel" in caplog.text or "error in llm" in caplog.text
+
+
+def test_app_exceptions_propagate(model_server, provider, exporter):
+    from pydantic import ValidationError
+
+    server = model_server(tool_policy)
+    calc = agent(server, "Calculator", "You compute.")
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    with pytest.raises(ValidationError):
+        calc.step(None)  # camel itself rejects the message
+    spans = ours(exporter)
+    assert spans and all(s.status.status_code.name == "ERROR" for s in spans)
+    assert {s.attributes[sc.ERROR_TYPE] for s in spans} == {"ValidationError"}

@@ -1,0 +1,303 @@
+"""MetaGPT adapter: a real metagpt Team and lone Role, the real openai client, the loopback model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.modelserver import Reply
+
+demo = pytest.importorskip("aegis_probe.demos.metagpt")
+
+from metagpt.actions import Action, UserRequirement  # noqa: E402
+from metagpt.provider.base_llm import BaseLLM  # noqa: E402
+from metagpt.roles import Role  # noqa: E402
+from metagpt.team import Team  # noqa: E402
+
+import aegis_probe.adapters.metagpt as adapter_module  # noqa: E402
+
+pytestmark = pytest.mark.metagpt
+
+MODEL = "aegis-scripted"
+API_KEY = "sk-test-key-do-not-leak-1234567890"
+PATCHED = [(Team, "run"), (Role, "run"), (Role, "react"), (Role, "_act"), (BaseLLM, "aask"), (BaseLLM, "_update_costs")]
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def server(model_server):
+    return model_server(demo.policy)
+
+
+def _instrument(app: Any, provider, tmp_path, **kwargs: Any):
+    return aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store", **kwargs)
+
+
+def _ours(exporter) -> list:
+    return [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"]
+
+
+def _steps(spans) -> list:
+    steps = [s for s in spans if sc.STEP_INDEX in (s.attributes or {})]
+    return sorted(steps, key=lambda s: s.start_time)
+
+
+def _parent(span, spans):
+    return next((p for p in spans if span.parent is not None and p.context.span_id == span.parent.span_id), None)
+
+
+def _lone_calculator(server) -> Role:
+    ctx = demo.llm_context(server.base_url, MODEL, API_KEY)
+    return demo.DemoRole(demo.Calculate, UserRequirement, name="Calculator", profile="Calculator", goal="compute", context=ctx)
+
+
+class Never(Action):
+    """An action no role runs (so a role watching it never has news)."""
+
+
+class Bystander(Role):
+    """A role that is run every round and never acts; counts its runs."""
+
+    results: ClassVar[list[Any]] = []
+
+    async def run(self, with_message=None):
+        rsp = await super().run(with_message)
+        Bystander.results.append(rsp)
+        return rsp
+
+
+def test_team_span_tree(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path)
+    assert probe.apps[0].name == "Team" and probe.apps[0].agents == demo.AGENTS
+    answer = demo.run_app(app, demo.TASK)
+    assert answer is not None and demo.EXPECTED in answer
+    spans = _ours(exporter)
+    assert len({s.context.trace_id for s in spans}) == 1
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_workflow Team"
+    assert root.attributes[sc.FRAMEWORK] == "metagpt" and root.attributes[sc.TASK] == demo.TASK
+
+    steps = _steps(spans)
+    assert [(s.attributes[sc.STEP_INDEX], s.name) for s in steps] == [
+        (0, "invoke_agent Planner"), (1, "invoke_agent Calculator"), (2, "invoke_agent Reviewer")]
+    assert all(_parent(s, spans) is root for s in steps)
+    assert steps[1].attributes[sc.AGENT_ROLE] == "Calculator"
+
+    tools = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_TOOL]
+    assert [(t.name, _parent(t, spans).name) for t in sorted(tools, key=lambda s: s.start_time)] == [
+        ("execute_tool WritePlan", "invoke_agent Planner"),
+        ("execute_tool Calculate", "invoke_agent Calculator"),
+        ("execute_tool Review", "invoke_agent Reviewer")]
+    assert next(t for t in tools if t.name == "execute_tool Calculate").attributes[sc.TOOL_CALL_RESULT] == "(17 + 25) * 3 = 126"
+
+    chats = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_CHAT]
+    assert len(chats) == len(server.requests) == 3
+    for chat in chats:
+        assert chat.name == f"chat {MODEL}" and chat.attributes[sc.REQUEST_MODEL] == MODEL
+        assert chat.attributes[sc.PROVIDER] == "openai"
+        assert _parent(chat, spans).attributes[sc.OPERATION] == sc.OP_TOOL
+        assert chat.attributes[sc.USAGE_INPUT_TOKENS] > 0 and chat.attributes[sc.USAGE_OUTPUT_TOKENS] > 0
+    calc_chat = next(c for c in chats if c.attributes[sc.AGENT_NAME] == "Calculator")
+    assert json.loads(calc_chat.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] == "(17 + 25) * 3"
+
+    traj = probe.trajectory()
+    assert [(s.index, s.agent) for s in traj.steps] == list(enumerate(demo.AGENTS))
+    assert traj.steps[1].input_messages[0].name == "Planner"
+    assert traj.steps[2].output == answer
+    assert traj.steps[1].usage.input_tokens == calc_chat.attributes[sc.USAGE_INPUT_TOKENS]
+
+
+def test_idle_role_runs_make_no_spans(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app.hire([Bystander(name="Bystander", profile="Bystander", watch=[Never], context=app.env.context)])
+    Bystander.results.clear()
+    _instrument(app, provider, tmp_path)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    assert Bystander.results == [None] * demo.N_ROUNDS  # run every round, acted in none
+    spans = _ours(exporter)
+    assert not [s for s in spans if "Bystander" in s.name or s.attributes.get(sc.AGENT_NAME) == "Bystander"]
+    # 4 roles x 3 rounds = 12 Role.run calls, 3 of them acted: 3 steps, each with a model call.
+    steps = _steps(spans)
+    assert len(steps) == 3
+    chat_parents = {_parent(_parent(c, spans), spans).context.span_id for c in spans if c.attributes[sc.OPERATION] == sc.OP_CHAT}
+    assert chat_parents == {s.context.span_id for s in steps}
+
+
+def _concurrent_team(server) -> Team:
+    """The demo team plus a Critic that acts in round 1 alongside the Planner."""
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app.hire([demo.DemoRole(demo.Review, UserRequirement, name="Critic", profile="Critic", goal="criticise",
+                            context=app.env.context)])
+    return app
+
+
+def test_step_order_follows_start_order_and_is_stable(server, provider, exporter, tmp_path):
+    orders = []
+    for _ in range(2):
+        exporter.clear()
+        app = _concurrent_team(server)
+        _instrument(app, provider, tmp_path)
+        assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+        steps = _steps(_ours(exporter))
+        assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
+        orders.append([s.attributes[sc.AGENT_NAME] for s in steps])
+        aegis_probe.uninstrument()
+    # Round 1: Planner and Critic concurrently, in hiring order; then Calculator, Reviewer.
+    assert orders[0] == orders[1] == ["Planner", "Critic", "Calculator", "Reviewer"]
+
+
+def test_one_trace_per_run(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path)
+
+    async def twice() -> None:  # metagpt's client is bound to one event loop
+        for _ in range(2):
+            await app.run(n_round=demo.N_ROUNDS, idea=demo.TASK)
+
+    asyncio.run(twice())
+    spans = _ours(exporter)
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 2 and len({s.context.trace_id for s in spans}) == 2
+    for root in roots:
+        steps = _steps([s for s in spans if s.context.trace_id == root.context.trace_id])
+        assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2]
+    assert len(aegis_probe.load_trajectories(tmp_path / "store")) == 2
+    assert probe.trajectory().outcome.answer is None  # no judge given
+
+
+def test_lone_role(server, provider, exporter, tmp_path):
+    role = _lone_calculator(server)
+    probe = _instrument(role, provider, tmp_path)
+    assert probe.apps[0].lone_agent and probe.apps[0].agents == ("Calculator",)
+    rsp = asyncio.run(role.run("Please evaluate (2 + 3) * 4."))
+    assert rsp.content == "(2 + 3) * 4 = 20"
+    spans = _ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_agent Calculator" and sc.STEP_INDEX not in root.attributes
+    assert root.attributes[sc.TASK] == "Please evaluate (2 + 3) * 4."
+    (step,) = _steps(spans)
+    assert step.name == "invoke_agent Calculator" and step.attributes[sc.STEP_INDEX] == 0 and _parent(step, spans) is root
+    names = {s.name: _parent(s, spans).name for s in spans if s.parent is not None}
+    assert names["execute_tool Calculate"] == "invoke_agent Calculator"
+    assert names[f"chat {MODEL}"] == "execute_tool Calculate"
+    # A second run with nothing to observe is idle: no span at all.
+    count = len(spans)
+    assert asyncio.run(role.run()) is None
+    assert len(_ours(exporter)) == count
+
+
+def test_content_capture(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    _instrument(app, provider, tmp_path, capture_content=False)
+    demo.run_app(app, demo.TASK)
+    spans = _ours(exporter)
+    content_keys = {sc.INPUT_MESSAGES, sc.OUTPUT_MESSAGES, sc.TASK, sc.TOOL_CALL_RESULT}
+    assert spans and not any(content_keys & set(s.attributes) for s in spans)
+    assert all(sc.USAGE_INPUT_TOKENS in s.attributes for s in spans if s.attributes[sc.OPERATION] == sc.OP_CHAT)
+
+    aegis_probe.uninstrument()
+    exporter.clear()
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    _instrument(app, provider, tmp_path)
+    demo.run_app(app, demo.TASK)
+    spans = _ours(exporter)
+    plan_chat = next(s for s in spans if s.attributes[sc.OPERATION] == sc.OP_CHAT and s.attributes[sc.AGENT_NAME] == "Planner")
+    sent = json.loads(plan_chat.attributes[sc.INPUT_MESSAGES])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert "named Planner" in sent[0]["parts"][0]["content"] and demo.TASK in sent[1]["parts"][0]["content"]
+    planner = _steps(spans)[0]
+    news = json.loads(planner.attributes[sc.INPUT_MESSAGES])
+    assert news[0]["name"] == "Human" and news[0]["parts"][0]["content"] == demo.TASK
+    assert API_KEY not in json.dumps([dict(s.attributes) for s in spans])
+
+
+def test_uninstrument_restores_every_patch(server, provider, exporter, tmp_path):
+    originals = {(owner, name): vars(owner).get(name) for owner, name in PATCHED}
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    _instrument(app, provider, tmp_path)
+    assert all(vars(owner)[name] is not originals[owner, name] for owner, name in PATCHED)
+    aegis_probe.uninstrument()
+    assert {(owner, name): vars(owner).get(name) for owner, name in PATCHED} == originals
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    assert _ours(exporter) == []
+
+
+def test_hook_errors_never_reach_app(server, provider, exporter, tmp_path, monkeypatch, caplog):
+    def boom(*args, **kwargs):
+        raise RuntimeError("hook failure")
+
+    monkeypatch.setattr(adapter_module, "start_step", boom)
+    monkeypatch.setattr(adapter_module, "start_tool", boom)
+    monkeypatch.setattr(adapter_module.MetaGPTCodec, "request", boom)
+    monkeypatch.setattr(adapter_module.MetaGPTCodec, "record_usage", boom)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    _instrument(app, provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="aegis_probe"):
+        assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    assert "error in step start hook" in caplog.text and "error in llm call start hook" in caplog.text
+    assert [s.name for s in _ours(exporter)] == ["invoke_workflow Team"]  # the run is still traced
+
+
+def test_hook_errors_at_span_end(server, provider, exporter, tmp_path, monkeypatch, caplog):
+    import aegis_probe.spans as spans_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("hook failure")
+
+    monkeypatch.setattr(spans_module.StepScope, "finish", boom)
+    monkeypatch.setattr(spans_module.ToolScope, "finish", boom)
+    role = _lone_calculator(server)
+    _instrument(role, provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="aegis_probe"):
+        rsp = asyncio.run(role.run("Please evaluate (1 + 1) * 5."))
+    assert rsp.content == "(1 + 1) * 5 = 10"
+    assert "error in step end hook" in caplog.text and "error in action end hook" in caplog.text
+    names = sorted(s.name for s in _ours(exporter))  # spans still ended, once each
+    assert names == [f"chat {MODEL}", "execute_tool Calculate", "invoke_agent Calculator", "invoke_agent Calculator"]
+
+
+def _bad_expression(body: dict[str, Any]) -> Reply:
+    return Reply("pens * 3 + notebooks * 3") if "named Calculator" in json.dumps(body) else demo.policy(body)
+
+
+def test_app_exceptions_propagate(model_server, provider, exporter, tmp_path):
+    server = model_server(_bad_expression)
+    plain = _lone_calculator(server)
+    with pytest.raises(Exception) as uninstrumented:
+        asyncio.run(plain.run("Please evaluate it."))
+
+    role = _lone_calculator(server)
+    _instrument(role, provider, tmp_path)
+    with pytest.raises(Exception) as instrumented:
+        asyncio.run(role.run("Please evaluate it."))
+    assert type(instrumented.value) is type(uninstrumented.value)
+    assert "only numbers" in str(instrumented.value)
+    spans = _ours(exporter)
+    failed = {s.name for s in spans if s.status.status_code == StatusCode.ERROR}
+    assert failed == {"invoke_agent Calculator", "execute_tool Calculate"}
+    assert len([s for s in spans if s.name == "invoke_agent Calculator"]) == 2  # root and step, both failed
+    chat = next(s for s in spans if s.attributes[sc.OPERATION] == sc.OP_CHAT)
+    assert chat.status.status_code != StatusCode.ERROR  # the model answered; the action failed after
+
+
+def test_team_swallows_role_errors_as_metagpt_does(model_server, provider, exporter, tmp_path):
+    server = model_server(_bad_expression)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    _instrument(app, provider, tmp_path)
+    assert demo.run_app(app, demo.TASK) is None  # Team.run logs, serializes and returns None
+    spans = _ours(exporter)
+    step = next(s for s in spans if s.name == "invoke_agent Calculator")
+    assert step.status.status_code == StatusCode.ERROR
+    assert [s.name for s in _steps(spans)] == ["invoke_agent Planner", "invoke_agent Calculator"]

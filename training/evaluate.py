@@ -1,0 +1,147 @@
+"""``eval`` command: score an attributor (a baseline, an LLM judge, or saved predictions) on
+trajectories; print a table, write JSON, save PNG plots (per-mode F1, agent confusion)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .answers import Attribution
+
+METHODS = ["random", "majority", "majority-present", "all-at-once", "step-by-step", "binary-search"]
+
+
+def read_predictions(path: str | Path) -> dict[str, Attribution]:
+    """Predictions JSON lines ``{"id", "agent", "step", "pairs": [[agent, mode], ...]}`` by id."""
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                pairs = [tuple(p) for p in row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])]
+                out[str(row["id"])] = Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
+    return out
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The headline numbers as an aligned text table."""
+    rows = [("traces", str(report["n"]), ""), ("predicted", str(report["n_predicted"]), "")]
+    for key in [k for k in report if k.endswith("accuracy") or "accuracy_within" in k]:
+        if key.endswith("_ci"):
+            continue
+        lo, hi = report[f"{key}_ci"]
+        rows.append((key, f"{100 * report[key]:.2f}", f"[{100 * lo:.2f}, {100 * hi:.2f}]"))
+    for level in ("pair", "agent", "mode"):
+        f1 = report[f"{level}_f1"]
+        rows.append((f"{level} micro-F1 / macro-F1", f"{100 * f1['micro_f1']:.2f} / {100 * f1['macro_f1']:.2f}", ""))
+    compat = report["whowhen_reference_compat"]
+    rows.append(("whowhen_reference_compat agent/step", f"{100 * compat['agent_accuracy']:.2f} / {100 * compat['step_accuracy']:.2f}", "(substring, /files)"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'metric'.ljust(width)}  {'value':>15}  95% CI", "-" * (width + 30)]
+    lines += [f"{name.ljust(width)}  {value:>15}  {ci}" for name, value, ci in rows]
+    return "\n".join(lines)
+
+
+def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int]]], out_dir: Path) -> list[Path]:
+    """``mode_f1.png`` (per-mode F1 bars) and ``agent_confusion.png``; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_mode = report["mode_f1"]["per_class_f1"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(list(per_mode), list(per_mode.values()), color="#4472c4")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("F1")
+    ax.set_title("Per-mode F1")
+    ax.tick_params(axis="x", rotation=60)
+    fig.tight_layout()
+    mode_png = out_dir / "mode_f1.png"
+    fig.savefig(mode_png, dpi=110)
+    plt.close(fig)
+
+    cols, matrix = confusion
+    rows = cols[:-1]
+    fig, ax = plt.subplots(figsize=(1 + 0.55 * len(cols), 1 + 0.5 * len(rows)))
+    ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    for r, row in enumerate(matrix):
+        for c, v in enumerate(row):
+            if v:
+                ax.text(c, r, str(v), ha="center", va="center", fontsize=7)
+    ax.set_xlabel("predicted agent")
+    ax.set_ylabel("gold agent")
+    fig.tight_layout()
+    conf_png = out_dir / "agent_confusion.png"
+    fig.savefig(conf_png, dpi=110)
+    plt.close(fig)
+    return [mode_png, conf_png]
+
+
+def add_eval(subparsers: Any) -> None:
+    from .cli import add_source_args
+
+    p = subparsers.add_parser("eval", help="score a baseline, an LLM judge, or saved predictions",
+                              description=f"Score an attributor on labelled trajectories. Methods: {', '.join(METHODS)}; "
+                                          "or --predictions FILE (JSON lines {id, agent, step, pairs}).")
+    add_source_args(p)
+    p.add_argument("--method", choices=METHODS, default="random", help="attributor (ignored with --predictions)")
+    p.add_argument("--predictions", help="JSON lines of predictions to score instead of running a method")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint for the LLM judges")
+    p.add_argument("--model", default="gpt-4o", help="judge model name")
+    p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random and the bootstrap")
+    p.add_argument("--k", type=int, default=1, help="tolerance for step accuracy within +-k")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--out-dir", default="eval-out", help="where metrics.json and the PNG plots go")
+    p.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from . import baselines
+    from .answers import gold_attribution
+    from .builders import row_id
+    from .cli import load_source
+    from .metrics import agent_confusion, evaluate
+
+    trajs = load_source(args).trajectories
+    if not trajs:
+        print("nothing to evaluate", file=sys.stderr)
+        return 1
+    preds: Sequence[Attribution | None]
+    if args.predictions:
+        by_id = read_predictions(args.predictions)
+        preds = [by_id.get(row_id(t)) for t in trajs]
+        method = f"predictions:{args.predictions}"
+    else:
+        method = args.method
+        attributor: Any
+        if method == "random":
+            attributor = baselines.RandomBaseline(args.seed)
+        elif method.startswith("majority"):
+            attributor = baselines.MostFrequentAgent(trajs, present_only=method == "majority-present")
+        else:
+            import os
+
+            attributor = baselines.JUDGES[method](base_url=args.base_url, model=args.model,
+                                                  api_key=args.api_key or os.environ.get("OPENAI_API_KEY"))
+        preds = baselines.predict(attributor, trajs, progress=True)
+    golds = [gold_attribution(t) for t in trajs]
+    report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed)
+    report["method"] = method
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report["predictions"] = [
+        {"id": row_id(t), "agent": p.agent, "step": p.step, "pairs": [list(x) for x in p.pairs]} if p else {"id": row_id(t)}
+        for t, p in zip(trajs, preds)
+    ]
+    (out_dir / "metrics.json").write_text(json.dumps(report, indent=2, default=list))
+    plots = save_plots(report, agent_confusion(golds, preds), out_dir)
+    print(f"method: {method}\n{format_table(report)}")
+    print(f"wrote {out_dir / 'metrics.json'}, {', '.join(str(p) for p in plots)}")
+    return 0
