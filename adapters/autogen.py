@@ -18,10 +18,15 @@ is registered and when a run starts):
 autogen-core opens its own ``invoke_agent`` and ``execute_tool`` spans (``trace_invoke_agent_span``,
 ``trace_tool_span``, on the global tracer provider). Inside an aegis run those helpers are
 patched to reuse the current span instead, so each step and tool call has exactly one span.
+Its runtime messaging spans (``TraceHelper.trace_block``) and the trace context the in-process
+runtime copies into every message envelope are skipped inside aegis runs too, unless
+``AEGIS_AUTOGEN_RUNTIME_SPANS=true``: that propagation alone costs about as much per step as the
+aegis spans themselves. Apps that are not being traced run untouched.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
@@ -31,7 +36,8 @@ from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_agentchat.teams import BaseGroupChat
 from autogen_core import FunctionCall
-from autogen_core._telemetry import _genai
+from autogen_core import _single_threaded_agent_runtime as _runtime_module
+from autogen_core._telemetry import EnvelopeMetadata, TraceHelper, _genai
 from autogen_core.models import (
     AssistantMessage,
     ChatCompletionClient,
@@ -66,6 +72,9 @@ if TYPE_CHECKING:
     from aegis_probe.spans import RunScope
 
 FRAMEWORK = "autogen"
+#: Set to ``true`` to keep autogen-core's runtime messaging spans (and the trace context it
+#: propagates with every message) inside aegis runs; off by default, as they are noise per step.
+ENV_RUNTIME_SPANS = "AEGIS_AUTOGEN_RUNTIME_SPANS"
 _CORE_SPAN_HELPERS = (_genai.trace_invoke_agent_span, _genai.trace_tool_span)
 _MODULE_PREFIXES = ("autogen_core", "autogen_agentchat", "autogen_ext")
 
@@ -81,21 +90,38 @@ def _calls(calls: Sequence[FunctionCall]) -> list[dict[str, Any]]:
     return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
 
 
+def _system(m: SystemMessage) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": m.content}]
+
+
+def _user(m: UserMessage) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": _text(m.content), "name": m.source}]
+
+
+def _assistant(m: AssistantMessage) -> list[dict[str, Any]]:
+    if isinstance(m.content, str):
+        return [{"role": "assistant", "content": m.content, "name": m.source}]
+    return [{"role": "assistant", "content": m.thought, "name": m.source, "tool_calls": _calls(m.content)}]
+
+
+def _results(m: FunctionExecutionResultMessage) -> list[dict[str, Any]]:
+    return [{"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in m.content]
+
+
+_CONVERTERS: dict[type, Callable[[Any], list[dict[str, Any]]]] = {
+    SystemMessage: _system, UserMessage: _user, AssistantMessage: _assistant, FunctionExecutionResultMessage: _results,
+}
+
+
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if isinstance(m, SystemMessage):
-            out.append({"role": "system", "content": m.content})
-        elif isinstance(m, UserMessage):
-            out.append({"role": "user", "content": _text(m.content), "name": m.source})
-        elif isinstance(m, AssistantMessage):
-            if isinstance(m.content, str):
-                out.append({"role": "assistant", "content": m.content, "name": m.source})
-            else:
-                out.append({"role": "assistant", "content": m.thought, "name": m.source, "tool_calls": _calls(m.content)})
-        elif isinstance(m, FunctionExecutionResultMessage):
-            out.extend({"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in m.content)
+        convert = _CONVERTERS.get(type(m))
+        if convert is None:  # a subclass
+            convert = next((c for t, c in _CONVERTERS.items() if isinstance(m, t)), None)
+        if convert is not None:
+            out.extend(convert(m))
     return out
 
 
@@ -444,6 +470,20 @@ def _reuse_current_span(wrapped: Callable[..., Any], instance: Any, args: tuple,
     return nullcontext(trace.get_current_span())
 
 
+def _no_runtime_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``TraceHelper.trace_block`` (runtime messaging spans): none inside an aegis run."""
+    if current_run() is None:
+        return wrapped(*args, **kwargs)
+    return nullcontext(trace.get_current_span())
+
+
+def _no_envelope_context(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The in-process runtime's per-message trace context, only read by runtime spans: none in a run."""
+    if current_run() is None:
+        return wrapped(*args, **kwargs)
+    return EnvelopeMetadata()
+
+
 # -- the adapter ---------------------------------------------------------------------------------
 def _subclasses(base: type) -> Iterator[type]:
     seen, stack = set(), [base]
@@ -496,6 +536,9 @@ class AutogenAdapter(Adapter):
     def _instrument(self, patcher: Patcher) -> None:
         self._patched.clear()
         self.sync_patches(modules=True)
+        if os.environ.get(ENV_RUNTIME_SPANS, "").strip().lower() != "true":
+            patcher.wrap(TraceHelper, "trace_block", _no_runtime_span)
+            patcher.wrap(_runtime_module, "get_telemetry_envelope_metadata", _no_envelope_context)
 
     def uninstall(self) -> None:
         super().uninstall()

@@ -66,6 +66,10 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def _neutral(message: dict[str, Any]) -> dict[str, Any]:
+    return {"role": message.get("role", "user"), "content": _text(message.get("content"))}
+
+
 def _aask_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     named = dict(zip(_AASK_PARAMS, args))
     named.update(kwargs)
@@ -103,12 +107,9 @@ class MetaGPTCodec:
         if getattr(self.llm, "use_system_prompt", True):
             system = named.get("system_msgs") or [self.llm.system_prompt]
             out += [{"role": "system", "content": s} for s in system]
-        out += [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in named.get("format_msgs") or ()]
+        out += [_neutral(m) for m in named.get("format_msgs") or ()]
         msg = named.get("msg")
-        if isinstance(msg, str):
-            out.append({"role": "user", "content": msg})
-        else:
-            out += [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in msg or ()]
+        out += [{"role": "user", "content": msg}] if isinstance(msg, str) else [_neutral(m) for m in msg or ()]
         return out
 
     def with_request(
@@ -120,7 +121,7 @@ class MetaGPTCodec:
         """
         named = _aask_args(args, kwargs)
         system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
-        rest = [{"role": m.get("role", "user"), "content": str(m.get("content") or "")} for m in messages if m.get("role") != "system"]
+        rest = [_neutral(m) for m in messages if m.get("role") != "system"]
         msg: Any = rest
         if rest and rest[-1]["role"] == "user":
             msg, rest = rest[-1]["content"], rest[:-1]  # keeps ``images`` attached to the user text
@@ -231,7 +232,8 @@ class MetaGPTAdapter(Adapter):
     async def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
         try:
             message = args[0] if args else kwargs.get("with_message")
-            run = self._start(instance, instance.name, _task_text(message), lone=True) if _has_input(instance, message) else None
+            idle = not _has_input(instance, message)
+            run = None if idle else self._start(instance, instance.name, _task_text(message), lone=True)
         except Exception:
             log_hook_error("role run start")
             run = None

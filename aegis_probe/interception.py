@@ -92,7 +92,8 @@ class Interceptor(Protocol):
 
 
 def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", LLMCall]:
-    messages = codec.request(args, kwargs)
+    # Neutral messages are needed only to capture them or to show them to interceptors.
+    messages = codec.request(args, kwargs) if probe.config.capture_content or probe.interceptors else []
     model = codec.model(instance, args, kwargs)
     step, run = current_step(), current_run()
     agent = step.agent if step else None

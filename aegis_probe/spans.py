@@ -42,9 +42,10 @@ def log_hook_error(where: str) -> None:
 
 def current_run() -> "RunScope | None":
     """The run the calling code belongs to, or None outside instrumented runs."""
-    if otel_context.get_value(_SUPPRESS_KEY):
+    ctx = otel_context.get_current()  # one context read: this runs on every patched call
+    if ctx.get(_SUPPRESS_KEY):
         return None
-    return otel_context.get_value(_RUN_KEY)  # type: ignore[return-value]
+    return ctx.get(_RUN_KEY)  # type: ignore[return-value]
 
 
 def current_step() -> "StepScope | None":
@@ -57,31 +58,54 @@ def in_llm_call() -> bool:
     return otel_context.get_value(_LLM_KEY) is not None
 
 
+_FRAGMENTS: dict[tuple[Any, ...], str] = {}
+_FRAGMENTS_MAX = 4096  # messages
+_FRAGMENT_MAX_CHARS = 8192  # longer contents are encoded every time, not kept
+
+
 def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
-    """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages."""
+    """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
+
+    Each LLM call's prompt repeats the conversation so far, so the JSON of a message without tool
+    calls is cached (bounded) and reused: capture stays linear in the new messages.
+    """
     out = []
     for m in messages:
-        parts: list[dict[str, Any]] = []
         content = m.get("content")
-        if content:
-            key = "response" if m.get("tool_call_id") else "content"
-            kind = "tool_call_response" if m.get("tool_call_id") else "text"
-            part: dict[str, Any] = {"type": kind, key: redact(str(content))}
-            if m.get("tool_call_id"):
-                part["id"] = m["tool_call_id"]
-            parts.append(part)
-        for call in m.get("tool_calls") or ():
-            parts.append(
-                {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
-                 "arguments": redact(str(call.get("arguments", "")))}
-            )
-        msg: dict[str, Any] = {"role": m.get("role", "user"), "parts": parts}
-        if m.get("name"):
-            msg["name"] = m["name"]
-        if m.get("finish_reason"):
-            msg["finish_reason"] = m["finish_reason"]
-        out.append(msg)
-    return json.dumps(out, ensure_ascii=False)
+        if m.get("tool_calls") or (isinstance(content, str) and len(content) > _FRAGMENT_MAX_CHARS):
+            out.append(json.dumps(_encode_message(m, redact), ensure_ascii=False))
+            continue
+        key = (redact, m.get("role"), content, m.get("name"), m.get("tool_call_id"), m.get("finish_reason"))
+        fragment = _FRAGMENTS.get(key)
+        if fragment is None:
+            if len(_FRAGMENTS) >= _FRAGMENTS_MAX:
+                _FRAGMENTS.clear()
+            fragment = _FRAGMENTS[key] = json.dumps(_encode_message(m, redact), ensure_ascii=False)
+        out.append(fragment)
+    return "[" + ", ".join(out) + "]"
+
+
+def _encode_message(m: ChatMessage, redact: Callable[[str], str]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    content = m.get("content")
+    if content:
+        key = "response" if m.get("tool_call_id") else "content"
+        kind = "tool_call_response" if m.get("tool_call_id") else "text"
+        part: dict[str, Any] = {"type": kind, key: redact(str(content))}
+        if m.get("tool_call_id"):
+            part["id"] = m["tool_call_id"]
+        parts.append(part)
+    for call in m.get("tool_calls") or ():
+        parts.append(
+            {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
+             "arguments": redact(str(call.get("arguments", "")))}
+        )
+    msg: dict[str, Any] = {"role": m.get("role", "user"), "parts": parts}
+    if m.get("name"):
+        msg["name"] = m["name"]
+    if m.get("finish_reason"):
+        msg["finish_reason"] = m["finish_reason"]
+    return msg
 
 
 class _Scope:

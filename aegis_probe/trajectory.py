@@ -161,7 +161,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 role=s.attributes.get(sc.AGENT_ROLE),
                 input_messages=messages_from_json(s.attributes.get(sc.INPUT_MESSAGES)),
                 output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))),
-                error=s.status_message or s.attributes.get(sc.ERROR_TYPE) if s.status == "ERROR" else None,
+                error=(s.status_message or s.attributes.get(sc.ERROR_TYPE) or "error") if s.status == "ERROR" else None,
                 events=s.events,
                 span_id=s.span_id,
                 trace_id=s.trace_id,
@@ -189,7 +189,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                     call_id=s.attributes.get(sc.TOOL_CALL_ID),
                     arguments=s.attributes.get(sc.TOOL_CALL_ARGUMENTS),
                     result=s.attributes.get(sc.TOOL_CALL_RESULT),
-                    error=s.status_message or "error" if s.status == "ERROR" else None,
+                    error=(s.status_message or "error") if s.status == "ERROR" else None,
                     span_id=s.span_id,
                 )
             )
@@ -225,7 +225,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
             expected=attrs.get(sc.OUTCOME_EXPECTED),
         ),
         labels=Labels(faults=faults, source=attrs.get(sc.LABEL_SOURCE)),
-        error=root.status_message or "error" if root.status == "ERROR" else None,
+        error=(root.status_message or "error") if root.status == "ERROR" else None,
     )
 
 

@@ -7,7 +7,9 @@ model client answers instantly in-process (no I/O):
 - ``aegis``: ``aegis_probe.instrument(team)``, content capture on, in-memory exporter;
 - ``openinference``: OpenInference's ``AutogenAgentChatInstrumentor`` (it traces OpenAI clients
   only, so it makes no LLM spans here: compare span counts);
-- ``floor:<config>``: the bare cost of creating that configuration's spans (same names, parents
+- ``aegis (no content)``: the same with ``capture_content=False``;
+- ``root span only`` (diagnostic): one SDK span current around the run, nothing patched;
+- the floor of each configuration: the bare cost of creating that configuration's spans (same names, parents
   and attribute values, one context attach each) with the OpenTelemetry SDK.
 
 Configurations are interleaved and repeated; medians are reported. Run: ``python benchmarks/overhead.py``.
@@ -44,6 +46,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import aegis_probe  # noqa: E402
 
 STEPS = 50
+#: The run is CPU-bound in one thread (no I/O), so process CPU time equals wall time on an idle
+#: machine and stays stable on a shared one; ``--clock wall`` uses ``perf_counter`` instead.
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
 
 
 class InstantClient(ChatCompletionClient):
@@ -98,9 +104,9 @@ def memory_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
 
 
 async def timed_run(team: RoundRobinGroupChat) -> float:
-    start = time.perf_counter()
+    start = clock()
     result = await team.run(task="Count together.")
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     assert len(result.messages) == STEPS + 1, len(result.messages)
     return elapsed
 
@@ -109,14 +115,28 @@ async def run_uninstrumented() -> tuple[float, tuple[ReadableSpan, ...]]:
     return await timed_run(build_team()), ()
 
 
-async def run_aegis() -> tuple[float, tuple[ReadableSpan, ...]]:
+async def run_aegis(capture: bool = True) -> tuple[float, tuple[ReadableSpan, ...]]:
     provider, exporter = memory_provider()
     team = build_team()
-    probe = aegis_probe.instrument(team, tracer_provider=provider, store=False, capture_content=True)
+    probe = aegis_probe.instrument(team, tracer_provider=provider, store=False, capture_content=capture)
     try:
         elapsed = await timed_run(team)
     finally:
         probe.uninstrument()
+    return elapsed, exporter.get_finished_spans()
+
+
+async def run_aegis_no_content() -> tuple[float, tuple[ReadableSpan, ...]]:
+    return await run_aegis(capture=False)
+
+
+async def run_root_span_only() -> tuple[float, tuple[ReadableSpan, ...]]:
+    """Diagnostic: one SDK span current around the run, nothing else patched. autogen's runtime
+    then propagates a real trace context with every message, a cost any tracer pays."""
+    provider, exporter = memory_provider()
+    team = build_team()
+    with provider.get_tracer("bench").start_as_current_span("run"):
+        elapsed = await timed_run(team)
     return elapsed, exporter.get_finished_spans()
 
 
@@ -139,7 +159,7 @@ def floor_cost(spans: Sequence[ReadableSpan]) -> float:
     tracer = provider.get_tracer("floor")
     plan = [(s.name, s.kind, dict(s.attributes or {}), s.context.span_id, s.parent.span_id if s.parent else None)
             for s in sorted(spans, key=lambda s: s.start_time)]
-    start = time.perf_counter()
+    start = clock()
     made: dict[int, Any] = {}
     for name, kind, attrs, span_id, parent_id in plan:
         parent = made.get(parent_id)
@@ -149,10 +169,16 @@ def floor_cost(spans: Sequence[ReadableSpan]) -> float:
             made[span_id] = span
     for span in reversed(list(made.values())):
         span.end()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-CONFIGS = {"uninstrumented": run_uninstrumented, "aegis": run_aegis, "openinference": run_openinference}
+CONFIGS = {
+    "uninstrumented": run_uninstrumented,
+    "aegis": run_aegis,
+    "aegis (no content)": run_aegis_no_content,
+    "openinference": run_openinference,
+    "root span only": run_root_span_only,
+}
 
 
 async def measure(repeats: int) -> dict[str, dict[str, float]]:
@@ -171,16 +197,16 @@ async def measure(repeats: int) -> dict[str, dict[str, float]]:
                    "spans": counts[name]} for name in CONFIGS}
 
 
-def report(results: Mapping[str, Mapping[str, float]]) -> str:
+def report(results: Mapping[str, Mapping[str, float]], clock_name: str, repeats: int) -> str:
     base = results["uninstrumented"]["wall"]
-    lines = [f"{STEPS}-step RoundRobinGroupChat, zero-latency model client, medians",
-             f"{'config':<16}{'spans':>7}{'wall ms':>10}{'overhead us/step':>18}{'ratio':>8}{'floor us/step':>15}{'overhead/floor':>16}"]
+    lines = [f"{STEPS}-step RoundRobinGroupChat, zero-latency model client, medians of {repeats} runs, {clock_name} clock",
+             f"{'config':<20}{'spans':>7}{'time ms':>10}{'overhead us/step':>18}{'ratio':>8}{'floor us/step':>15}{'overhead/floor':>16}"]
     for name, r in results.items():
         overhead = (r["wall"] - base) / STEPS * 1e6
         floor = r["floor"] / STEPS * 1e6
         ratio = r["wall"] / base
         over_floor = f"{overhead / floor:.2f}" if floor else "-"
-        lines.append(f"{name:<16}{int(r['spans']):>7}{r['wall'] * 1e3:>10.1f}{overhead:>18.1f}{ratio:>8.3f}"
+        lines.append(f"{name:<20}{int(r['spans']):>7}{r['wall'] * 1e3:>10.1f}{overhead:>18.1f}{ratio:>8.3f}"
                      f"{floor:>15.1f}{over_floor:>16}")
     return "\n".join(lines)
 
@@ -188,8 +214,11 @@ def report(results: Mapping[str, Mapping[str, float]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     args = parser.parse_args()
-    print(report(asyncio.run(measure(args.repeats))))
+    global clock
+    clock = CLOCKS[args.clock]
+    print(report(asyncio.run(measure(args.repeats)), args.clock, args.repeats))
 
 
 if __name__ == "__main__":

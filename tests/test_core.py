@@ -336,11 +336,11 @@ async def test_early_break_detaches_cleanly(probe, caplog):
         del agen2
         gc.collect()
         await asyncio.sleep(0.05)
+    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
     assert [s for s in seen if s[0] != "closed"][:3] == [(0, "worker"), (1, "worker"), (2, "worker")]
     assert seen.count(("closed", "worker")) == 2, "the inner generator is closed inside the scope"
     assert consumer == [None, None, None], "the scope is never left attached across a yield"
     assert done == [None, None]
-    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 

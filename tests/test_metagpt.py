@@ -12,6 +12,7 @@ from opentelemetry.trace import StatusCode
 
 import aegis_probe
 from aegis_probe import semconv as sc
+from aegis_probe.interception import LLMCall, LLMResponse
 from aegis_probe.modelserver import Reply
 
 demo = pytest.importorskip("aegis_probe.demos.metagpt")
@@ -221,6 +222,34 @@ def test_content_capture(server, provider, exporter, tmp_path):
     news = json.loads(planner.attributes[sc.INPUT_MESSAGES])
     assert news[0]["name"] == "Human" and news[0]["parts"][0]["content"] == demo.TASK
     assert API_KEY not in json.dumps([dict(s.attributes) for s in spans])
+
+
+class _Rewrite:
+    """Edits the Planner's prompt and answers the Calculator's call without the model."""
+
+    def before(self, call: LLMCall) -> LLMResponse | None:
+        if call.agent == "Planner":
+            call.messages[-1]["content"] += " Be brief."
+        return LLMResponse(content="(1 + 1) * 2") if call.agent == "Calculator" else None
+
+    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+        return response
+
+
+def test_interceptors_rewrite_prompt_and_response(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path)
+    probe.interceptors.append(_Rewrite())
+    answer = demo.run_app(app, demo.TASK)
+    assert answer == "The calculation is correct. FINAL ANSWER: 4"
+    planner_request, reviewer_request = server.requests  # the Calculator's call never reached the model
+    assert [m["role"] for m in planner_request["messages"]] == ["system", "user"]
+    assert "named Planner" in planner_request["messages"][0]["content"]
+    assert planner_request["messages"][1]["content"].endswith(" Be brief.")
+    assert "(1 + 1) * 2 = 4" in reviewer_request["messages"][-1]["content"]
+    chats = [s for s in _ours(exporter) if s.attributes[sc.OPERATION] == sc.OP_CHAT]
+    calc_chat = next(s for s in chats if s.attributes[sc.AGENT_NAME] == "Calculator")
+    assert json.loads(calc_chat.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] == "(1 + 1) * 2"
 
 
 def test_uninstrument_restores_every_patch(server, provider, exporter, tmp_path):

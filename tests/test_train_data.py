@@ -288,17 +288,18 @@ def test_render_numbering_budget_and_labelled_steps():
     full = render(t, max_tokens=10_000)
     assert full.splitlines()[0] == "Task: Do it" and full.splitlines()[2] == "Step 1 - B: short answer"
     counter = TokenCounter()
-    for budget in (600, 250):
-        out = render(t, max_tokens=budget)
-        assert counter.count(out) <= budget
-        assert f"Step 2 - C: {long} CRUCIAL" in out  # labelled step never cut
-    assert "tokens elided" in render(t, max_tokens=600) and "steps" not in render(t, max_tokens=600).split("CRUCIAL")[0].split("Step 0")[0]
-    tight = render(t, max_tokens=400)
-    assert "[... step" in tight and "Step 2 - C:" in tight
-    dropped = [line for line in tight.splitlines() if line.startswith("[... step")]
-    assert dropped and "Step 5" not in tight or "Step 0" not in tight  # far steps go first
-    # with nothing protected, the labelled step is cut like any other
-    assert "CRUCIAL" in render(t, max_tokens=250, protect=()) or counter.count(render(t, max_tokens=250, protect=())) <= 250
+    cut = render(t, max_tokens=900)  # middle cuts suffice
+    assert counter.count(cut) <= 900 and "tokens elided" in cut and "[... step" not in cut
+    assert f"Step 2 - C: {long} CRUCIAL" in cut and "Step 1 - B: short answer" in cut  # labelled and short: whole
+    tight = render(t, max_tokens=400)  # then the farthest unlabelled steps go (5 first, then 4 and 0)
+    assert counter.count(tight) <= 400 and f"Step 2 - C: {long} CRUCIAL" in tight
+    assert "Step 5 -" not in tight and ("[... step 5 elided ...]" in tight or "[... steps 4-5 elided ...]" in tight)
+    assert "Step 1 - B:" in tight and "Step 3 - A:" in tight
+    # the labelled step alone exceeds 250: everything else goes, it stays whole
+    assert render(t, max_tokens=250).splitlines()[1:] == ["[... steps 0-1 elided ...]", f"Step 2 - C: {long} CRUCIAL",
+                                                          "[... steps 3-5 elided ...]"]
+    # with nothing protected the same budget is met
+    assert counter.count(render(t, max_tokens=250, protect=())) <= 250
 
 
 def test_render_with_real_tokenizer():
@@ -366,7 +367,8 @@ def test_set_f1_hand_computed_and_zero_support():
     # classes seen in gold: coder/1.3 (tp1 fn1 -> F1 2/3), planner/2.2 (F1 0)
     assert pair["macro_f1"] == pytest.approx((2 / 3 + 0) / 2)
     agent = metrics.set_f1(golds, preds, "agent")
-    assert agent["micro_f1"] == pytest.approx(2 * (3 / 4) * 1.0 / (3 / 4 + 1.0))  # TP=3? see below
+    # agents: TP=2 (coder, planner), FP=1 (tester), FN=1 (coder in trace 2)
+    assert agent["micro_f1"] == pytest.approx(2 / 3) and agent["macro_f1"] == pytest.approx((2 / 3 + 1.0) / 2)  # coder 2/3, planner 1
     mode = metrics.set_f1(golds, preds, "mode")
     # modes: FM-1.3 tp=2 fp=0 fn=0 (F1 1), FM-2.2 fn=1 (F1 0), FM-3.1 fp=1 (F1 0, zero support), 11 others 0
     assert mode["macro_f1"] == pytest.approx(1 / 14) and mode["macro_f1_supported"] == pytest.approx(1 / 2)
@@ -393,7 +395,7 @@ def test_accuracies_within_k_and_reference_compat():
 
 
 def test_bootstrap_is_seeded_and_brackets_estimate():
-    golds = [A("a", 0)] * 50 + [A("b", 1)] * 50
+    golds = [A("a", 0)] * 70 + [A("b", 1)] * 30
     preds = [A("a", 0)] * 70 + [A("x", 5)] * 30
     ci1 = metrics.bootstrap_ci(metrics.agent_accuracy, golds, preds, n_resamples=300, seed=3)
     assert ci1 == metrics.bootstrap_ci(metrics.agent_accuracy, golds, preds, n_resamples=300, seed=3)
@@ -480,7 +482,6 @@ def test_llm_judges_against_model_server(model_server, judge_cls):
     pred = judge(t)
     assert (pred.agent, pred.step) == ("B", 3)
     assert judge.calls == {AllAtOnceJudge: 1, StepByStepJudge: 4, BinarySearchJudge: 3}[judge_cls] == len(server.requests)
-    assert all("BUG" in r["messages"][-1]["content"] or judge_cls is not AllAtOnceJudge for r in server.requests)
 
 
 # ---------------------------------------------------------------- CLI
@@ -494,7 +495,7 @@ def add_demo(subparsers):
 def test_cli_import_build_eval(tmp_path, capsys, monkeypatch):
     d = tmp_path / "ww"
     for i in range(6):
-        write_json(d / f"{i}.json", whowhen_record(mistake_agent=["Coder", "Planner"][i % 2], mistake_step=str(i % 2)))
+        write_json(d / f"{i}.json", whowhen_record(mistake_agent=["Planner", "Coder"][i % 2], mistake_step=str(i % 2)))
     (d / "9.json").write_text("[")
     out = tmp_path / "trajs.jsonl"
     assert cli.main(["import", str(d), "-o", str(out)]) == 0
@@ -503,7 +504,7 @@ def test_cli_import_build_eval(tmp_path, capsys, monkeypatch):
     assert cli.main(["build", "grpo", str(out), "-o", str(tmp_path / "g.jsonl"), "--target", "agent_step",
                      "--hf-dir", str(tmp_path / "hf")]) == 0
     rows = builders.read_jsonl(tmp_path / "g.jsonl")
-    assert len(rows) == 6 and rows[1]["gold_agent"] == "Planner" and (tmp_path / "hf" / "dataset_info.json").exists()
+    assert len(rows) == 6 and rows[1]["gold_agent"] == "Coder" and (tmp_path / "hf" / "dataset_info.json").exists()
     preds = tmp_path / "p.jsonl"
     preds.write_text("".join(json.dumps({"id": r["id"], "agent": "Coder", "step": 0}) + "\n" for r in rows))
     assert cli.main(["eval", str(out), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev"), "--bootstrap", "50"]) == 0

@@ -72,10 +72,10 @@ def tiny_qwen(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny-qwen2")
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)  # merges may span words
     tok.decoder = decoders.ByteLevel()
     corpus = [f"{SYSTEM} system user assistant\n{text} {target(a, m)}" for text, a, m in CASES] * 20
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=1500, special_tokens=specials,
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, unk_token=None)
@@ -180,15 +180,25 @@ def dcl_rows() -> list[dict]:
     return rows
 
 
-def test_dcl_learns_separable_toy_set_and_resumes(tmp_path):
-    from safetensors.torch import load_file
+DCL_ARGS = ("--groups_per_batch", "2", "--hidden_size", "64")
 
+
+@pytest.fixture(scope="module")
+def dcl_data(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("dcl-data") / "dcl.jsonl", dcl_rows())
+
+
+@pytest.fixture(scope="module")
+def dcl_ckpt(dcl_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dcl")
+    cli("dcl", "--data", dcl_data, "--out", out, "--epochs", "60", *DCL_ARGS)
+    return out
+
+
+def test_dcl_learns_separable_toy_set(dcl_ckpt):
     from aegis_probe.train.dcl.attributor import DCLAttributor
 
-    rows = dcl_rows()
-    data = write_jsonl(tmp_path / "dcl.jsonl", rows)
-    full = tmp_path / "full"
-    cli("dcl", "--data", data, "--out", full, "--epochs", "60", "--groups_per_batch", "2", "--hidden_size", "64")
+    rows, full = dcl_rows(), dcl_ckpt
     model = DCLAttributor.load(full)
     preds = {p["id"]: p for p in map(model.predict, rows)}
     faulty = [r for r in rows if not r["positive"]]
@@ -206,9 +216,13 @@ def test_dcl_learns_separable_toy_set_and_resumes(tmp_path):
     assert {p.name for p in (full / "checkpoint-120").iterdir()} == {
         "model.safetensors", "optimizer.safetensors", "dcl_config.json", "trainer_state.json"}
 
-    # Interrupted after 30 epochs, resumed to 60: the same weights as one uninterrupted run.
-    part = tmp_path / "part"
-    common = ["--data", data, "--out", part, "--groups_per_batch", "2", "--hidden_size", "64"]
+
+def test_dcl_resume_matches_uninterrupted_run(dcl_ckpt, dcl_data, tmp_path):
+    """Interrupted after 30 epochs, resumed to 60: the same weights as one uninterrupted run."""
+    from safetensors.torch import load_file
+
+    full, part = dcl_ckpt, tmp_path / "part"
+    common = ["--data", dcl_data, "--out", part, *DCL_ARGS]
     cli("dcl", *common, "--epochs", "30")
     cli("dcl", *common, "--epochs", "60", "--resume")
     assert any(r.get("event") == "resume" and r["epoch"] == 30 for r in read_log(part))
@@ -247,11 +261,8 @@ def store_trace(store: TraceStore, turns: list[dict]) -> str:
     return format(root.get_span_context().trace_id, "032x")
 
 
-def test_attribute_writes_verdict_onto_stored_trace(tmp_path, capsys):
-    rows = dcl_rows()
-    data = write_jsonl(tmp_path / "dcl.jsonl", rows)
-    ckpt = tmp_path / "dcl"
-    cli("dcl", "--data", data, "--out", ckpt, "--epochs", "60", "--groups_per_batch", "2", "--hidden_size", "64")
+def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path, capsys):
+    rows, data, ckpt = dcl_rows(), dcl_data, dcl_ckpt
 
     store = TraceStore(tmp_path / "traces")
     turns = [{"agent": "Tester", "text": CLEAN["Tester"]}, {"agent": "Planner", "text": CLEAN["Planner"]},

@@ -118,7 +118,7 @@ def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
         decisive = decisive_fault(faults)
         rows.append({
             "id": row_id(traj), "group": group_key(traj),
-            "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s))} for s in traj.steps],
+            "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s)).strip()} for s in traj.steps],
             "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
             "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),
             "label_step": decisive.step if decisive else None,

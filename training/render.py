@@ -104,7 +104,7 @@ def render(traj: Trajectory, *, max_tokens: int, tokenizer: Any = None, protect:
     protected = labelled_steps(traj) if protect is None else set(protect)
     task = strip_artefacts(traj.task or "").strip()
     prefixes = {s.index: f"Step {s.index} - {s.agent}: " for s in traj.steps}
-    full = {s.index: strip_artefacts(step_text(s)) for s in traj.steps}
+    full = {s.index: strip_artefacts(step_text(s)).strip() for s in traj.steps}
     cost_cache: dict[tuple[int, str], int] = {}
 
     def line_cost(i: int, text: str) -> int:

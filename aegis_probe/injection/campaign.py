@@ -9,7 +9,8 @@ kept runs go to the trace store ``OUT/traces`` (labels on their root spans), bas
 
 App contract (``--app module:factory`` or ``path/to/file.py:factory``; the demo modules in
 ``aegis_probe.demos`` satisfy it): ``factory(base_url, model, api_key)`` returns the framework's
-app (it also gets ``temperature=`` and ``seed=`` if it accepts them); the module defines
+app (it also gets ``task=``, ``temperature=`` and ``seed=`` if it accepts them: apps whose task
+is fixed when built take ``task``); the module defines
 ``run_app(app, task) -> str | None`` (sync, one run, the final answer), ``AGENTS`` (agent names),
 optionally ``policy`` (a scripted model for the embedded server, used when no endpoint is given)
 and ``TERMINATION`` (the team's termination marker, default "TERMINATE").
@@ -84,9 +85,9 @@ class AppSpec:
             termination=getattr(module, "TERMINATION", "TERMINATE"),
         )
 
-    def build(self, base_url: str, model: str, api_key: str, *, temperature: float, seed: int) -> Any:
+    def build(self, base_url: str, model: str, api_key: str, *, task: str, temperature: float, seed: int) -> Any:
         params = inspect.signature(self.factory).parameters
-        extra = {k: v for k, v in (("temperature", temperature), ("seed", seed)) if k in params}
+        extra = {k: v for k, v in (("task", task), ("temperature", temperature), ("seed", seed)) if k in params}
         return self.factory(base_url, model, api_key, **extra)
 
 
@@ -178,7 +179,7 @@ class Campaign:
         """Run the app once on ``task`` (with ``plan`` applied, if any) and judge it."""
         import aegis_probe
 
-        app = self.app.build(endpoint.base_url, endpoint.model, endpoint.api_key, temperature=0.0, seed=self.seed)
+        app = self.app.build(endpoint.base_url, endpoint.model, endpoint.api_key, task=task["task"], temperature=0.0, seed=self.seed)
         probe = aegis_probe.instrument(app, tracer_provider=self._provider, store=False)
         try:
             with ExitStack() as stack:

@@ -133,7 +133,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
             state["global_step"] += 1
             totals += torch.tensor([loss.item(), *(t.item() for t in terms)])
             if state["global_step"] % cfg.logging_steps == 0:
-                log.write({"step": state["global_step"], "epoch": epoch, "loss": float(loss)})
+                log.write({"step": state["global_step"], "epoch": epoch, "loss": loss.item()})
         mean = (totals / max(len(batches), 1)).tolist()
         state["epoch"] = epoch + 1
         log.write({"step": state["global_step"], "epoch": epoch + 1, "loss": mean[0], "classification": mean[1],

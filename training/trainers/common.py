@@ -16,6 +16,13 @@ from .modelio import load_causal_lm
 logger = logging.getLogger("aegis_probe.train")
 
 
+def device_defaults() -> dict[str, Any]:
+    """Defaults that depend on the hardware: no bf16 where it is unsupported (e.g. on CPU)."""
+    import torch
+
+    return {} if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else {"bf16": False}
+
+
 def last_checkpoint(out_dir: str | Path) -> str | None:
     """The newest ``checkpoint-N`` directory under ``out_dir`` (None if there is none)."""
     return get_last_checkpoint(str(out_dir)) if Path(out_dir).is_dir() else None

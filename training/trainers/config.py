@@ -57,13 +57,15 @@ def add_trainer_parser(
     return parser
 
 
-def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], **forced: Any) -> list[Any]:
-    """Instances of ``config_types`` from ``args.config`` and explicit options; ``forced`` values
-    (e.g. ``output_dir`` from ``--out``) win over both."""
-    values = read_config_file(args.config) if getattr(args, "config", None) else {}
+def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], defaults: dict[str, Any] | None = None,
+                    **forced: Any) -> list[Any]:
+    """Instances of ``config_types`` from ``defaults`` (below the file), ``args.config`` and explicit
+    options; ``forced`` values (e.g. ``output_dir`` from ``--out``) win over all."""
+    values = dict(defaults or {})
+    values.update(read_config_file(args.config) if getattr(args, "config", None) else {})
     names_by_type = [{f.name for f in dataclasses.fields(t) if f.init} for t in config_types]
     known = set().union(*names_by_type)
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known - set(defaults or {}))
     if unknown:
         raise ValueError(f"unknown config fields: {', '.join(unknown)}")
     values.update({k: v for k, v in vars(args).items() if k in known})

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
-from .common import run_trl
+from .common import device_defaults, run_trl
 from .config import add_trainer_parser, resolve_configs
 from .modelio import read_rows
 
@@ -59,7 +59,7 @@ def to_example(row: dict[str, Any]) -> dict[str, Any]:
 
 def train(args: argparse.Namespace) -> Path:
     """Run GRPO as configured by ``args`` (see :func:`add_parser`)."""
-    grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, output_dir=args.out)
+    grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
     dataset = Dataset.from_list([to_example(r) for r in read_rows(args.data)])
     return run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
                    reward_funcs=reward_functions(grpo_args.rewards))

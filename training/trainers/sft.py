@@ -13,7 +13,7 @@ from typing import Any
 from datasets import Dataset
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
-from .common import run_trl
+from .common import device_defaults, run_trl
 from .config import add_trainer_parser, resolve_configs
 from .modelio import read_rows
 
@@ -30,7 +30,7 @@ def to_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
 
 def train(args: argparse.Namespace) -> Path:
     """Run SFT as configured by ``args`` (see :func:`add_parser`)."""
-    sft_args, model_args = resolve_configs(args, CONFIG_TYPES, output_dir=args.out)
+    sft_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
     dataset = Dataset.from_list([to_prompt_completion(r) for r in read_rows(args.data)])
     return run_trl(SFTTrainer, args, sft_args, model_args, dataset)
 

@@ -1,0 +1,248 @@
+"""OTLP export: a round trip through a real receiver (Arize Phoenix), and a collector that is down or slow.
+
+Phoenix runs from its own venv (``scripts/start-phoenix.sh --install-only`` creates
+``.venv-phoenix``); the fixture starts it once per session on free ports and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from aegis_probe import exporting
+from aegis_probe.config import ProbeConfig
+from aegis_probe.exporting import default_provider, otlp_exporter
+from aegis_probe.probe import Probe
+from aegis_probe.store import TraceStore
+from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
+
+ROOT = Path(__file__).resolve().parent.parent
+PHOENIX = ROOT / ".venv-phoenix" / "bin" / "phoenix"
+PROTOCOLS = ["http/protobuf", "grpc"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str) -> tuple[int, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, None
+
+
+class Phoenix:
+    def __init__(self, http_port: int, grpc_port: int, log: Path) -> None:
+        self.base = f"http://127.0.0.1:{http_port}"
+        self.grpc = f"http://127.0.0.1:{grpc_port}"
+        self.log = log
+
+    def endpoint(self, protocol: str) -> str:
+        return self.grpc if protocol == "grpc" else self.base
+
+    def spans(self, project: str, count: int, timeout: float = 20.0) -> list[dict]:
+        """The project's spans once ``count`` have landed (404 until the first one does)."""
+        deadline = time.monotonic() + timeout
+        data: list[dict] = []
+        while time.monotonic() < deadline:
+            status, body = get_json(f"{self.base}/v1/projects/{project}/spans?limit=1000")
+            if status == 200:
+                data = body["data"]  # type: ignore[index]
+                if len(data) >= count:
+                    return data
+            time.sleep(0.2)
+        raise AssertionError(f"Phoenix holds {len(data)} of {count} spans for {project} after {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory) -> Iterator[Phoenix]:
+    if not PHOENIX.exists():
+        pytest.skip("Arize Phoenix not installed: run scripts/start-phoenix.sh --install-only (creates .venv-phoenix)")
+    work = tmp_path_factory.mktemp("phoenix")
+    http_port, grpc_port = free_port(), free_port()
+    env = dict(os.environ, PHOENIX_HOST="127.0.0.1", PHOENIX_PORT=str(http_port), PHOENIX_GRPC_PORT=str(grpc_port),
+               PHOENIX_WORKING_DIR=str(work), PHOENIX_TELEMETRY_ENABLED="false")
+    server = Phoenix(http_port, grpc_port, work / "phoenix.log")
+    with open(server.log, "wb") as log:
+        proc = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while get_json_ok(f"{server.base}/healthz") is False:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = server.log.read_text(errors="replace")[-3000:]
+                pytest.fail(f"Phoenix did not become healthy (exit code {proc.poll()}):\n{tail}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def get_json_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def probe_on(config: ProbeConfig, store: TraceStore) -> Probe:
+    """A probe on the provider ``instrument()`` builds by default: store + batched OTLP."""
+    provider, store_processor = default_provider(config, store, None)
+    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, store_processor, provider, None)
+    probe.apps.append(probe.adapter.register(ToyApp(), probe))
+    return probe
+
+
+def span_tree(records) -> set[tuple[str, str, str, str | None]]:
+    return {(r.trace_id, r.span_id, r.name, r.parent_span_id) for r in records}
+
+
+# -- round trip through Phoenix ----------------------------------------------------------------
+
+
+@pytest.mark.phoenix
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_round_trip_through_phoenix(phoenix, protocol, tmp_path, monkeypatch):
+    project = f"aegis-{protocol.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+    config = ProbeConfig.resolve(otlp_endpoint=phoenix.endpoint(protocol), otlp_protocol=protocol)
+    probe = probe_on(config, TraceStore(tmp_path / "store"))
+    try:
+        run = run_script(probe, "add six sevens", sample_steps(), answer="42", outcome=True)
+        assert probe.flush(10_000)
+        local = probe.store.trace(run.trace_id)  # type: ignore[union-attr]
+        remote = phoenix.spans(project, len(local))
+    finally:
+        probe.provider.shutdown()
+    assert len(local) == 1 + 4 + 4 + 2  # run, steps, chat calls, tool calls
+    got = {(s["context"]["trace_id"], s["context"]["span_id"], s["name"], s["parent_id"]) for s in remote}
+    assert got == span_tree(local), "names, span ids, parent ids and the trace id survive the trip"
+    assert {s["context"]["trace_id"] for s in remote} == {run.trace_id}
+    by_name = {s["name"]: s for s in remote}
+    print("DEBUG", json.dumps(by_name["chat toy-model"])[:1500])
+    assert by_name["execute_tool search"]["status_code"] == "ERROR"
+    assert by_name["invoke_workflow toy-team"]["parent_id"] is None
+
+
+@pytest.mark.phoenix
+def test_spans_are_flushed_at_exit(phoenix, tmp_path):
+    """A process that never flushes still delivers its run: the provider flushes at exit."""
+    project = f"aegis-exit-{uuid.uuid4().hex[:8]}"
+    script = (
+        "from aegis_probe.config import ProbeConfig\n"
+        "from aegis_probe.store import TraceStore\n"
+        "from test_otlp import probe_on\n"
+        "from toyrun import run_script, sample_steps\n"
+        "probe = probe_on(ProbeConfig.resolve(), TraceStore(ProbeConfig.resolve().trace_dir))\n"
+        "print(run_script(probe, 't', sample_steps()).trace_id)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+               OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.base, AEGIS_TRACE_DIR=str(tmp_path / "store"),
+               OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    trace_id = out.stdout.split()[-1]
+    remote = phoenix.spans(project, 11)
+    assert {s["context"]["trace_id"] for s in remote} == {trace_id} and len(remote) == 11
+
+
+# -- a collector that is down or slow ------------------------------------------------------------
+
+
+class BlackHole:
+    """A 'collector' that accepts connections and never answers (a hung backend)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[float] = []
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(time.monotonic())
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("collector", ["down", "hung"])
+def test_collector_trouble_never_blocks_or_breaks_the_app(protocol, collector, tmp_path, monkeypatch):
+    """20 runs take a small fraction of one export timeout while the exporter is stuck on the collector."""
+    timeout = 2
+    monkeypatch.setattr(exporting, "EXPORT_TIMEOUT_S", timeout)  # shorter than the default 5 s: faster test
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")  # export at once: the exporter is busy while the app runs
+    hole = BlackHole() if collector == "hung" else None
+    port = hole.port if hole else free_port()  # "down": nothing listens on the port
+    config = ProbeConfig.resolve(otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=protocol)
+    probe = probe_on(config, TraceStore(tmp_path / "store"))
+    try:
+        run_script(probe, "warm-up", sample_steps("w"))
+        if hole:  # wait until the exporter is stuck in a request to the hung collector
+            deadline = time.monotonic() + 5
+            while not hole.accepted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert hole.accepted, "the exporter never tried to reach the collector"
+        else:
+            time.sleep(0.2)  # the first export attempt has been refused and is now backing off
+        start = time.monotonic()
+        ids = [run_script(probe, f"t{i}", sample_steps(str(i))).trace_id for i in range(20)]
+        elapsed = time.monotonic() - start
+        if hole:
+            assert time.monotonic() - hole.accepted[0] < timeout, "the export was still in flight"
+    finally:
+        t0 = time.monotonic()
+        probe.provider.shutdown()
+        shutdown_s = time.monotonic() - t0
+        if hole:
+            hole.close()
+    print(f"\n{protocol} collector {collector}: 20 runs (220 spans) in {elapsed * 1000:.0f} ms; "
+          f"provider shutdown {shutdown_s:.2f} s (export timeout {timeout} s)")
+    assert elapsed < timeout / 4, f"the app waited on the collector: {elapsed:.2f}s for 20 runs"
+    # Shutdown (at exit) waits for each pending batch's export: two here, the warm-up's and the rest.
+    assert shutdown_s < 3 * timeout + 2, "flushing at exit is bounded by the export timeout"
+    stored = {t for t in probe.store.traces()}  # type: ignore[union-attr]
+    assert set(ids) <= stored and len(stored) == 21, "the local store is unaffected"
+
+
+def test_otlp_exporter_kinds():
+    http = otlp_exporter(ProbeConfig.resolve(otlp_endpoint="http://c:4318"))
+    assert type(http).__module__.startswith("opentelemetry.exporter.otlp.proto.http")
+    assert http._endpoint == "http://c:4318/v1/traces"
+    grpc = otlp_exporter(ProbeConfig.resolve(otlp_endpoint="http://c:4317"))
+    assert type(grpc).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+    assert grpc._endpoint == "c:4317" and grpc._insecure is True
+    assert grpc._timeout == exporting.EXPORT_TIMEOUT_S
+    grpc.shutdown()
