@@ -23,6 +23,10 @@ Span shape and where each span comes from (class-level patches, installed once):
   the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
   with ``calc_usage: false``); providers that never report usage leave it unset.
 
+Errors: a lone role's exception propagates unchanged and marks its spans ERROR. ``Team.run``
+itself logs, serializes and swallows role errors (metagpt's ``serialize_decorator``) and returns
+None; that behaviour is kept, so the failed step and action spans are ERROR and the root is not.
+
 Roles run as ``asyncio`` tasks that copy the context, so steps and model calls of roles inside a
 traced run nest under it; roles hired after ``instrument()`` are traced too. Only the app object
 (team or lone role) is registered.

@@ -315,6 +315,21 @@ def test_inject_command(tmp_path, capsys):
     assert {r["mode"] for r in _records(tmp_path / "out") if r["kind"] == "injected"} <= {"FM-3.3", "FM-2.6"}
 
 
+def test_code_campaign_judged_by_unit_tests(tmp_path):
+    pytest.importorskip("autogen_agentchat")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(next(line for line in (EXAMPLES / "code_tasks.jsonl").read_text().splitlines() if "fizzbuzz" in line))
+    out = tmp_path / "campaign"
+    rows = run_campaign(f"{EXAMPLES / 'autogen_code.py'}:build_app", tasks, out, plans_per_run=2,
+                        modes=("FM-1.1",), strategies=("response_corruption",), progress=False)
+    records = _records(out)
+    assert records[0]["kind"] == "baseline" and records[0]["success"]  # the reference code passes its tests
+    assert rows == [{"mode": "FM-1.1", "strategy": "response_corruption", "attempted": 2, "applied": 2, "flipped": 2, "kept": 2}]
+    kept = load_trajectories(out / "traces")
+    assert sorted(t.labels.faults[0].agent for t in kept) == ["coder", "reviewer"]
+    assert all("% 30 == 0" in t.outcome.answer for t in kept)  # numbers doubled in the handed-in code
+
+
 @pytest.mark.parametrize("framework", ["camel", "metagpt"])
 def test_campaign_on_other_frameworks(framework, tmp_path, monkeypatch):
     pytest.importorskip({"camel": "camel.agents", "metagpt": "metagpt"}[framework])
@@ -322,7 +337,8 @@ def test_campaign_on_other_frameworks(framework, tmp_path, monkeypatch):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(MATH.read_text().splitlines()[:2]) + "\n")
     out = tmp_path / "campaign"
-    rows = run_campaign(f"{EXAMPLES / f'{framework}_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3, progress=False)
+    rows = run_campaign(f"{EXAMPLES / f'{framework}_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3,
+                        modes=("FM-1.1", "FM-2.6", "FM-3.3"), progress=False)
     records = _records(out)
     assert not [r for r in records if "error" in r]
     assert all(r["success"] for r in records if r["kind"] == "baseline")

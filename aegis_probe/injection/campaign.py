@@ -2,7 +2,9 @@
 
 For each task a deterministic baseline runs first (temperature 0, fixed seed); if it succeeds,
 ``plans_per_run`` plans are sampled over agents x modes x strategies and each runs with its plan.
-A run is kept only if the baseline succeeded, the plan was applied, and the injected run failed.
+A run is kept only if the baseline succeeded, the plan was applied, and the injected run failed
+(an app exception after the fault was applied counts as a failure; other errors are logged,
+recorded and retried when the campaign resumes).
 Everything is recorded in ``OUT/runs.jsonl``, so an interrupted campaign resumes where it stopped;
 kept runs go to the trace store ``OUT/traces`` (labels on their root spans), baselines to
 ``OUT/baselines``.
@@ -123,6 +125,7 @@ class RunResult:
     success: bool
     applied: list[dict[str, Any]]
     records: list[SpanRecord]
+    app_error: str | None = None
 
     @property
     def trajectory(self) -> Trajectory:
@@ -181,27 +184,33 @@ class Campaign:
 
         app = self.app.build(endpoint.base_url, endpoint.model, endpoint.api_key, task=task["task"], temperature=0.0, seed=self.seed)
         probe = aegis_probe.instrument(app, tracer_provider=self._provider, store=False)
+        injector = None
+        error: str | None = None
         try:
             with ExitStack() as stack:
-                injector = None
                 if plan is not None:
                     injector = stack.enter_context(probe.inject(
                         plan, manipulators=self.manipulators, agents=self.app.agents,
                         termination=self.app.termination, task_type=task.get("type", "generic")))
-                answer = self.app.run_app(app, task["task"])
-            trace_id = probe.last_trace_id
+                try:
+                    answer = self.app.run_app(app, task["task"])
+                except Exception as exc:  # an injected fault that crashes the app is a failed run
+                    if injector is None or not injector.applied:
+                        raise
+                    answer, error = None, f"{type(exc).__name__}: {exc}"
         finally:
+            trace_id = probe.last_trace_id
             probe.uninstrument()
-        if trace_id is None:
+            records = self._collector.take(trace_id) if trace_id else []
+        if not records:
             raise RuntimeError("the run produced no trace (is the app instrumented by its adapter?)")
         outcome = judge_for(task)(task["task"], answer)
-        records = self._collector.take(trace_id)
         root = next(r for r in records if r.parent_span_id is None)
         root.attributes.update({sc.OUTCOME_SUCCESS: bool(outcome.success), sc.OUTCOME_ANSWER: probe.redact(answer or "")})
         if outcome.expected is not None:
             root.attributes[sc.OUTCOME_EXPECTED] = outcome.expected
         applied = [f.model_dump() for f in injector.applied_in(root.attributes[sc.RUN_ID])] if injector else []
-        return RunResult(answer, bool(outcome.success), applied, records)
+        return RunResult(answer, bool(outcome.success), applied, records, error)
 
     # -- planning ------------------------------------------------------------------------
     def plans_for(self, task_id: str, agent_steps: dict[str, int]) -> list[InjectionPlan]:
@@ -274,7 +283,8 @@ class Campaign:
         if kept:
             self.kept_store.append(result.records)
         self._write({**base, "kind": "injected", "success": result.success, "answer": result.answer,
-                     "applied": result.applied, "flipped": flipped, "kept": kept, "trace_id": trace_id})
+                     "applied": result.applied, "flipped": flipped, "kept": kept, "trace_id": trace_id,
+                     "app_error": result.app_error})
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
