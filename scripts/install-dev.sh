@@ -15,3 +15,5 @@ $PY -m pip install -q -c "$C" -r requirements/metagpt-runtime.txt
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# 4. Arize Phoenix, the OTLP receiver of tests/test_otlp.py, in its own venv (.venv-phoenix).
+PYTHON=$PY bash scripts/start-phoenix.sh --install-only

@@ -10,7 +10,8 @@
 # the install step is needed for them. Override with PHOENIX_PORT, PHOENIX_GRPC_PORT, PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PHOENIX_VERSION=20.26.1
+REQ=requirements/phoenix.txt
+PHOENIX_VERSION=$(sed -n 's/^arize-phoenix==//p' "$REQ")
 VENV=.venv-phoenix
 PY=${PYTHON:-python3}
 
@@ -18,7 +19,7 @@ if [[ ! -x "$VENV/bin/phoenix" ]] || ! "$VENV/bin/python" -c \
     "import importlib.metadata as m, sys; sys.exit(m.version('arize-phoenix') != '$PHOENIX_VERSION')"; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "arize-phoenix==$PHOENIX_VERSION"
+  "$VENV/bin/python" -m pip install -q -r "$REQ"
 fi
 [[ "${1:-}" == "--install-only" ]] && exit 0
 

@@ -147,14 +147,14 @@ def test_grpo_rewards_move(sft_out, tmp_path):
     data = write_jsonl(tmp_path / "grpo.jsonl", rows)
     out = tmp_path / "grpo"
     cli("grpo", "--data", data, "--model", sft_out, "--out", out, "--num_generations", "2",
-        "--max_completion_length", "16", "--beta", "0", "--per_device_train_batch_size", "2", "--max_steps", "6",
-        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_steps", "3", "--report_to", "none",
+        "--max_completion_length", "16", "--beta", "0", "--per_device_train_batch_size", "4", "--max_steps", "8",
+        "--learning_rate", "1e-3", "--logging_steps", "1", "--save_steps", "4", "--report_to", "none",
         "--rewards", "aegis")
     rewards = [r["reward"] for r in read_log(out) if "reward" in r]
-    assert len(rewards) == 6
+    assert len(rewards) == 8
     assert len(set(rewards)) > 1, rewards  # the reward is live: it differs from batch to batch
     assert any(r.get("reward_std", 0) > 0 for r in read_log(out))  # and within a group, so there is signal
-    assert_safetensors_only(out / "checkpoint-6")
+    assert_safetensors_only(out / "checkpoint-8")
 
 
 # --- DCL ------------------------------------------------------------------------------------
@@ -313,4 +313,4 @@ def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
         "--max_length", "256")
     losses = [r["loss"] for r in read_log(out) if "loss" in r]
     assert losses[-1] < losses[0], losses
-    assert_safetensors_only(out / "checkpoint-6")
+    assert_safetensors_only(out / "checkpoint-8")
