@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Callable, Iterator
 
 import pytest
@@ -13,15 +11,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import aegis_probe
 from aegis_probe.modelserver import ModelServer, Policy
-
-os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
-
-
-def has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from aegis_probe.injection import (
     MODES, OPERATORS, Context, DeterministicManipulator, InjectionPlan, LLMManipulator, Target, exact, judge_for,
     numeric, run_with_plan, unit_tests,
 )
-from aegis_probe.injection.campaign import AppSpec, Endpoint, format_summary, run_campaign
+from aegis_probe.injection.campaign import AppSpec, run_campaign
 from aegis_probe.injection.operators import TERMINATION_MARKERS, numbers
 from aegis_probe.interception import LLMResponse
 from aegis_probe.modelserver import Reply
@@ -109,7 +109,7 @@ def test_each_operator_changes_the_input_for_prompt_injection(mode):
 
 # -- judges ----------------------------------------------------------------------------------
 def test_judges():
-    assert exact("Paris").__call__(None, "  paris. ").success
+    assert exact("Paris")(None, "  paris. ").success
     assert not exact("Paris")(None, "Lyon").success
     assert numeric(126)(None, "The total is 126.0 coins").success
     assert numeric("1000", rel_tol=0.01)(None, "about 1,005").success

@@ -24,10 +24,9 @@ import pytest
 
 from aegis_probe import exporting
 from aegis_probe.config import ProbeConfig
-from aegis_probe.exporting import default_provider, otlp_exporter
-from aegis_probe.probe import Probe
+from aegis_probe.exporting import otlp_exporter
 from aegis_probe.store import TraceStore
-from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
+from toyrun import default_probe, run_script, sample_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 PHOENIX = ROOT / ".venv-phoenix" / "bin" / "phoenix"
@@ -108,14 +107,6 @@ def get_json_ok(url: str) -> bool:
         return False
 
 
-def probe_on(config: ProbeConfig, store: TraceStore) -> Probe:
-    """A probe on the provider ``instrument()`` builds by default: store + batched OTLP."""
-    provider, store_processor = default_provider(config, store, None)
-    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, store_processor, provider, None)
-    probe.apps.append(probe.adapter.register(ToyApp(), probe))
-    return probe
-
-
 def span_tree(records) -> set[tuple[str, str, str, str | None]]:
     return {(r.trace_id, r.span_id, r.name, r.parent_span_id) for r in records}
 
@@ -129,7 +120,7 @@ def test_round_trip_through_phoenix(phoenix, protocol, tmp_path, monkeypatch):
     project = f"aegis-{protocol.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
     config = ProbeConfig.resolve(otlp_endpoint=phoenix.endpoint(protocol), otlp_protocol=protocol)
-    probe = probe_on(config, TraceStore(tmp_path / "store"))
+    probe = default_probe(config, TraceStore(tmp_path / "store"))
     try:
         run = run_script(probe, "add six sevens", sample_steps(), answer="42", outcome=True)
         assert probe.flush(10_000)
@@ -156,9 +147,8 @@ def test_spans_are_flushed_at_exit(phoenix, tmp_path):
     script = (
         "from aegis_probe.config import ProbeConfig\n"
         "from aegis_probe.store import TraceStore\n"
-        "from test_otlp import probe_on\n"
-        "from toyrun import run_script, sample_steps\n"
-        "probe = probe_on(ProbeConfig.resolve(), TraceStore(ProbeConfig.resolve().trace_dir))\n"
+        "from toyrun import default_probe, run_script, sample_steps\n"
+        "probe = default_probe(ProbeConfig.resolve(), TraceStore(ProbeConfig.resolve().trace_dir))\n"
         "print(run_script(probe, 't', sample_steps()).trace_id)\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
@@ -209,7 +199,7 @@ def test_collector_trouble_never_blocks_or_breaks_the_app(protocol, collector, t
     hole = BlackHole() if collector == "hung" else None
     port = hole.port if hole else free_port()  # "down": nothing listens on the port
     config = ProbeConfig.resolve(otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=protocol)
-    probe = probe_on(config, TraceStore(tmp_path / "store"))
+    probe = default_probe(config, TraceStore(tmp_path / "store"))
     try:
         run_script(probe, "warm-up", sample_steps("w"))
         if hole:  # wait until the exporter is stuck in a request to the hung collector

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
+from aegis_probe.exporting import default_provider
 from aegis_probe.probe import Judge, Probe
 from aegis_probe.spans import RunScope, start_llm, start_run, start_step, start_tool
 from aegis_probe.store import StoreSpanProcessor, TraceStore
@@ -62,6 +63,14 @@ def make_probe(
         provider.add_span_processor(extra)
     config = ProbeConfig.resolve(capture_content=capture_content, redact=redact)
     probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, processor, provider, judge)
+    probe.apps.append(probe.adapter.register(ToyApp(), probe))
+    return probe
+
+
+def default_probe(config: ProbeConfig, store: TraceStore) -> Probe:
+    """A probe on the provider ``instrument()`` builds by default: the store plus batched OTLP."""
+    provider, store_processor = default_provider(config, store, None)
+    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, store_processor, provider, None)
     probe.apps.append(probe.adapter.register(ToyApp(), probe))
     return probe
 
