@@ -501,7 +501,6 @@ class AutogenAdapter(Adapter):
 
     name = FRAMEWORK
     instrumentation_dependencies = ("autogen-agentchat >= 0.7.5, < 0.8",)
-    supported_types = "BaseGroupChat teams (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) and BaseChatAgent"
 
     def __init__(self) -> None:
         super().__init__()

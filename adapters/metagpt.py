@@ -194,7 +194,6 @@ class MetaGPTAdapter(Adapter):
 
     name = "metagpt"
     instrumentation_dependencies = ("metagpt == 0.8.2",)
-    supported_types = "Team and Role"
 
     def detect(self, app: Any) -> bool:
         return isinstance(app, (Team, Role))

@@ -25,12 +25,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("aegis_probe")
 
-#: Adapter registry: framework name -> (top-level module that marks the framework as loaded,
-#: "module:Class" of its adapter). Adapters are imported only when their framework is.
-ADAPTERS: dict[str, tuple[str, str]] = {
-    "autogen": ("autogen_agentchat", "aegis_probe.adapters.autogen:AutogenAdapter"),
-    "camel": ("camel", "aegis_probe.adapters.camel:CamelAdapter"),
-    "metagpt": ("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter"),
+@dataclass(frozen=True)
+class AdapterEntry:
+    """Where a framework's adapter lives, and what it instruments."""
+
+    marker: str  #: top-level module whose presence in ``sys.modules`` means the app may use it
+    target: str  #: "module:Class" of the adapter, imported only once ``marker`` is loaded
+    supports: str  #: the app types it accepts, for error messages
+
+
+#: Adapter registry: framework name -> entry.
+ADAPTERS: dict[str, AdapterEntry] = {
+    "autogen": AdapterEntry("autogen_agentchat", "aegis_probe.adapters.autogen:AutogenAdapter",
+                            "AutoGen BaseGroupChat teams (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) and BaseChatAgent"),
+    "camel": AdapterEntry("camel", "aegis_probe.adapters.camel:CamelAdapter", "CAMEL RolePlaying, Workforce and ChatAgent"),
+    "metagpt": AdapterEntry("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter", "MetaGPT Team and Role"),
 }
 
 _MISSING = object()
@@ -118,8 +127,6 @@ class Adapter(ABC):
     name: ClassVar[str]
     #: Requirement strings of the framework versions the adapter was written for.
     instrumentation_dependencies: ClassVar[tuple[str, ...]]
-    #: Human-readable list of the app types ``detect`` accepts (used in error messages).
-    supported_types: ClassVar[str]
 
     def __init__(self) -> None:
         self.registry = Registry()
@@ -168,8 +175,7 @@ _instances: dict[str, Adapter] = {}
 def get_adapter(name: str) -> Adapter:
     """The process-wide adapter instance for framework ``name``."""
     if name not in _instances:
-        _, target = ADAPTERS[name]
-        module_name, _, cls_name = target.partition(":")
+        module_name, _, cls_name = ADAPTERS[name].target.partition(":")
         _instances[name] = getattr(importlib.import_module(module_name), cls_name)()
     return _instances[name]
 
@@ -194,17 +200,14 @@ def _importable_adapter(name: str) -> Adapter | None:
 
 def adapter_for(app: Any) -> Adapter:
     """The adapter whose framework ``app`` belongs to; ``TypeError`` naming the supported types."""
-    for name, (marker, _) in ADAPTERS.items():
-        if marker not in sys.modules:
+    for name, entry in ADAPTERS.items():
+        if entry.marker not in sys.modules:
             continue
         adapter = _importable_adapter(name)
         if adapter is not None and adapter.detect(app):
             return adapter
-    supported = []
-    for name in ADAPTERS:
-        adapter = _importable_adapter(name)
-        supported.append(f"{name}: {adapter.supported_types if adapter else '(not importable here)'}")
+    supported = "; ".join(entry.supports for entry in ADAPTERS.values())
     raise TypeError(
         f"aegis_probe.instrument() does not know how to instrument {type(app).__module__}."
-        f"{type(app).__qualname__}; supported app types are " + "; ".join(supported)
+        f"{type(app).__qualname__}; supported app types are: {supported}"
     )

@@ -1,43 +1,79 @@
-"""``AppSpec``: how campaigns, replay and blame build and run a user's app.
+"""``AppSpec`` and ``Endpoint``: how campaigns, replay and blame build and run a user's app.
 
-A spec is loaded from ``module`` or ``module:attribute``. The module (or the object the attribute
-names, or what a zero-argument factory at that attribute returns) provides
-``build_app(base_url, model, api_key) -> app`` and ``run_app(app, task) -> answer``; the built-in
-demos (``aegis_probe.demos.autogen`` ...) are valid specs.
+``--app module:factory`` or ``path/to/file.py:factory`` (the factory defaults to ``build_app``;
+the demo modules in ``aegis_probe.demos`` are valid specs). ``factory(base_url, model, api_key)``
+returns the framework's app wired to an OpenAI-compatible endpoint (it also gets ``task=``,
+``temperature=`` and ``seed=`` when its signature has them: apps whose task is fixed when built
+take ``task``). The module defines ``run_app(app, task) -> str | None`` (sync, one run, the final
+answer), and optionally ``AGENTS`` (agent names), ``policy`` (a scripted model for the embedded
+server, used when no endpoint is given), ``TERMINATION`` (default "TERMINATE") and ``judge``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+from .modelserver import Policy
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible model endpoint."""
+
+    base_url: str
+    model: str
+    api_key: str
 
 
 @dataclass(frozen=True)
 class AppSpec:
-    """Builds an app wired to an OpenAI-compatible endpoint, and runs it on one task."""
+    """How to build, run and describe the app under test."""
 
-    build_app: Callable[[str, str, str], Any]
+    factory: Callable[..., Any]
     run_app: Callable[[Any, str], "str | None"]
-    name: str = "app"
+    agents: tuple[str, ...] = ()
+    policy: Policy | None = None
+    termination: str = "TERMINATE"
+    judge: Callable[..., Any] | None = None
 
     @classmethod
-    def load(cls, target: str) -> "AppSpec":
-        """Resolve ``module[:attribute]``; ``ValueError`` explains what is missing."""
-        module_name, _, attr = target.partition(":")
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"--app {target}: cannot import {module_name!r} ({exc})") from exc
-        if attr:
-            if not hasattr(obj, attr):
-                raise ValueError(f"--app {target}: {module_name!r} has no attribute {attr!r}")
-            obj = getattr(obj, attr)
-            if callable(obj) and not hasattr(obj, "build_app"):
-                obj = obj()
-        if isinstance(obj, AppSpec):
-            return obj
-        missing = [n for n in ("build_app", "run_app") if not callable(getattr(obj, n, None))]
-        if missing:
-            raise ValueError(f"--app {target}: needs callables build_app(base_url, model, api_key) and run_app(app, task); missing {missing}")
-        return cls(obj.build_app, obj.run_app, name=target)
+    def load(cls, ref: str) -> "AppSpec":
+        """Resolve ``module[:factory]`` or ``file.py[:factory]``; ``ValueError`` says what is missing."""
+        target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
+        if target.endswith(".py"):
+            if not Path(target).is_file():
+                raise ValueError(f"--app {ref}: no file {target}")
+            sys.path.insert(0, str(Path(target).resolve().parent))  # as `python file.py` would
+            spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[spec.name] = module  # type: ignore[union-attr]
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            try:
+                module = importlib.import_module(target)
+            except ImportError as exc:
+                raise ValueError(f"--app {ref}: cannot import {target!r} ({exc})") from exc
+        factory = getattr(module, attr or "build_app", None)
+        if not callable(factory) or not callable(getattr(module, "run_app", None)):
+            raise ValueError(f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) "
+                             f"and run_app(app, task) in {target}")
+        return cls(
+            factory=factory,
+            run_app=module.run_app,
+            agents=tuple(getattr(module, "AGENTS", ())),
+            policy=getattr(module, "policy", None),
+            termination=getattr(module, "TERMINATION", "TERMINATE"),
+            judge=getattr(module, "judge", None),
+        )
+
+    def build(self, endpoint: Endpoint, *, task: str | None = None, temperature: float = 0.0, seed: int = 0) -> Any:
+        """A fresh app on ``endpoint`` (frameworks' apps are not reusable across event loops)."""
+        params = inspect.signature(self.factory).parameters
+        extra = {k: v for k, v in (("task", task), ("temperature", temperature), ("seed", seed)) if k in params}
+        return self.factory(endpoint.base_url, endpoint.model, endpoint.api_key, **extra)

@@ -17,7 +17,7 @@ logger = logging.getLogger("aegis_probe")
 #: Seconds one OTLP export may take before it is abandoned (on the exporter's background thread).
 EXPORT_TIMEOUT_S = 5
 
-_providers: dict[tuple[Any, ...], tuple[TracerProvider, StoreSpanProcessor | None]] = {}
+_providers: dict[tuple[Any, ...], TracerProvider] = {}
 
 
 def otlp_exporter(config: ProbeConfig) -> SpanExporter:
@@ -36,7 +36,7 @@ def otlp_exporter(config: ProbeConfig) -> SpanExporter:
     return Http(endpoint=config.otlp_endpoint, timeout=EXPORT_TIMEOUT_S)
 
 
-def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> tuple[TracerProvider, StoreSpanProcessor | None]:
+def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> TracerProvider:
     """A shared SDK provider for this configuration (created once per process and config).
 
     Spans go to ``store`` (written when each trace's root ends) and, batched on a background
@@ -44,21 +44,19 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
     only drops spans after the exporter's timeout; the app never waits on it.
     """
     key = (config.service_name, config.otlp_endpoint, config.otlp_protocol,
-           str(store.path) if store else None, id(exporter) if exporter else None)
+           str(store.path) if store else None, exporter)
     if key in _providers:
         return _providers[key]
     provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
-    store_processor = None
     if store is not None:
-        store_processor = StoreSpanProcessor(store)
-        provider.add_span_processor(store_processor)
+        provider.add_span_processor(StoreSpanProcessor(store))
     remote = exporter
     if remote is None and config.otlp_endpoint:
         remote = otlp_exporter(config)
     if remote is not None:
         provider.add_span_processor(BatchSpanProcessor(remote))
-    _providers[key] = (provider, store_processor)
-    return provider, store_processor
+    _providers[key] = provider
+    return provider
 
 
 def add_processor(provider: Any, processor: SpanProcessor) -> None:

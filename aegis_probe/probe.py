@@ -42,7 +42,6 @@ class Probe:
         config: ProbeConfig,
         tracer: Tracer,
         store: TraceStore | None,
-        store_processor: StoreSpanProcessor | None,
         provider: Any,
         judge: Judge | None,
     ) -> None:
@@ -57,7 +56,6 @@ class Probe:
         self.last_run: RunScope | None = None
         #: Model-call interceptors (recording, replay, injection), applied in order.
         self.interceptors: list[Interceptor] = []
-        self._store_processor = store_processor
         self._active = True
 
     # -- results -------------------------------------------------------------------------
@@ -91,6 +89,8 @@ class Probe:
         attrs: dict[str, Any] = {}
         if outcome.success is not None:
             attrs[sc.OUTCOME_SUCCESS] = outcome.success
+        if not self.config.capture_content:  # answers are message content
+            return attrs
         if outcome.answer is not None:
             attrs[sc.OUTCOME_ANSWER] = self.redact(outcome.answer)
         if outcome.expected is not None:
@@ -146,10 +146,6 @@ class Probe:
         if outcome.answer is None:
             outcome.answer = run.answer
         run.span.set_attributes(self._outcome_attributes(outcome))
-
-    def _run_finished(self, run: RunScope) -> None:
-        if self._store_processor is not None:
-            self._store_processor.force_flush()
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout_millis: int = 30000) -> bool:
@@ -223,18 +219,17 @@ def instrument(
     else:
         trace_store = TraceStore(config.trace_dir)
     if tracer_provider is None:
-        provider, store_processor = default_provider(config, trace_store, exporter)
+        provider = default_provider(config, trace_store, exporter)
     else:
-        provider, store_processor = tracer_provider, None
+        provider = tracer_provider
         if trace_store is not None:
-            store_processor = StoreSpanProcessor(trace_store)
-            add_processor(provider, store_processor)
+            add_processor(provider, StoreSpanProcessor(trace_store))
         if exporter is not None:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
             add_processor(provider, BatchSpanProcessor(exporter))
     tracer = provider.get_tracer("aegis_probe", _version())
-    probe = Probe(adapter, config, tracer, trace_store, store_processor, provider, judge)
+    probe = Probe(adapter, config, tracer, trace_store, provider, judge)
     probe.apps.append(adapter.register(app, probe))
     adapter.install()
     with _probes_lock:

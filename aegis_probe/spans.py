@@ -172,7 +172,7 @@ class RunScope(_Scope):
         return next(counter)
 
     def finish(self, exc: BaseException | None = None) -> None:
-        """End the run: judge it, write the outcome, end the root span, flush the store."""
+        """End the run: judge it, write the outcome, end the root span (which writes the trace)."""
         if self._ended:
             return
         try:
@@ -183,7 +183,6 @@ class RunScope(_Scope):
             self.fail(exc)
         else:
             self.end()
-        self.probe._run_finished(self)
 
 
 class StepScope(_Scope):

@@ -16,7 +16,8 @@ from aegis_probe.injection import (
     MODES, OPERATORS, Context, DeterministicManipulator, InjectionPlan, LLMManipulator, Target, exact, judge_for,
     numeric, run_with_plan, unit_tests,
 )
-from aegis_probe.injection.campaign import AppSpec, run_campaign
+from aegis_probe.apps import AppSpec, Endpoint
+from aegis_probe.injection.campaign import run_campaign
 from aegis_probe.injection.operators import TERMINATION_MARKERS, numbers
 from aegis_probe.interception import LLMResponse
 from aegis_probe.modelserver import Reply
@@ -145,7 +146,7 @@ def _autogen_app(model_server, policy=None):
     pytest.importorskip("autogen_agentchat")
     spec = AppSpec.load(f"{EXAMPLES / 'autogen_math.py'}:build_app")
     server = model_server(policy or spec.policy)
-    app = spec.build(server.base_url, "aegis-scripted", API_KEY, task=TASK, temperature=0, seed=0)
+    app = spec.build(Endpoint(server.base_url, "aegis-scripted", API_KEY), task=TASK, temperature=0, seed=0)
     return spec, server, app
 
 

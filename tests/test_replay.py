@@ -8,8 +8,8 @@ import pytest
 
 import aegis_probe
 from aegis_probe import semconv as sc
-from aegis_probe.apps import AppSpec
-from aegis_probe.counterfactual import Endpoint, blame, load_recording, replay
+from aegis_probe.apps import AppSpec, Endpoint
+from aegis_probe.counterfactual import blame, load_recording, replay
 from aegis_probe.demos import FRAMEWORKS
 from aegis_probe.demos.task import judge
 from aegis_probe.modelserver import Reply
@@ -149,3 +149,27 @@ def test_blame_cli(model_server, tmp_path):
     assert "decisive error: step 1 by calculator" in proc.stdout
     labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
     assert labelled.labels.faults[0].step == 1
+
+
+def test_single_step_injection_keeps_only_flipping_runs(model_server, tmp_path):
+    from aegis_probe.counterfactual import inject_step
+
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, demo.policy, model_server, store)
+    live = model_server(demo.policy)
+    endpoint = Endpoint(live.base_url, "aegis-scripted", "sk-test")
+    spec = AppSpec(demo.build_app, demo.run_app)
+
+    # The calculator's tool call gets mismatched arguments: the total is wrong, the run fails.
+    flipped = inject_step(trace_id, spec, 1, "FM-2.6", endpoint=endpoint, judge=judge, store=store)
+    assert flipped.kept and flipped.result.trajectory.outcome.success is False
+    labelled = aegis_probe.Trajectory.from_spans(store.trace(flipped.result.trajectory.trace_id))
+    assert [(f.agent, f.step, f.mode, f.strategy) for f in labelled.labels.faults] == [
+        ("calculator", 1, "FM-2.6", "response_corruption")]
+    assert labelled.steps[0].output == flipped.result.original.steps[0].output, "the prefix is the recording"
+
+    # The planner's numbers withheld: the scripted calculator still computes the right total.
+    recovered = inject_step(trace_id, spec, 0, "FM-2.4", endpoint=endpoint, judge=judge, store=store)
+    assert not recovered.kept and recovered.result.trajectory.outcome.success is True
+    assert recovered.result.trajectory.steps[0].output != recovered.result.original.steps[0].output

@@ -50,7 +50,7 @@ def handmade_run(store_dir: Path) -> Trajectory:
     processor = StoreSpanProcessor(store)
     provider.add_span_processor(processor)
     config = ProbeConfig.resolve(trace_dir=store_dir)
-    probe = Probe(None, config, provider.get_tracer("aegis_probe"), store, processor, provider, judge)  # type: ignore[arg-type]
+    probe = Probe(None, config, provider.get_tracer("aegis_probe"), store, provider, judge)  # type: ignore[arg-type]
     script = [
         ("Planner", "Add pen and notebook prices, then multiply by 3.", None),
         ("Solver", f"calculate({EXPRESSION})", EXPRESSION),

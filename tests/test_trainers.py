@@ -40,21 +40,21 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The trainers' subcommands on one parser (what ``python -m aegis_probe.train`` registers)."""
-    from aegis_probe.train import attribute
-    from aegis_probe.train.dcl import train as dcl
-    from aegis_probe.train.trainers import grpo, sft
+    from aegis_probe.train.cli import parser as train_parser
 
-    p = argparse.ArgumentParser(prog="aegis_probe.train")
-    sub = p.add_subparsers(required=True)
-    for module in (sft, grpo, dcl, attribute):
-        module.add_parser(sub)
-    return p
+    return train_parser()
 
 
-def cli(*argv: str):
-    args = parser().parse_args([str(a) for a in argv])
-    return args.func(args)
+def cli(*argv: object) -> None:
+    """``python -m aegis_probe.train *argv`` in-process; fails unless it exits 0."""
+    from aegis_probe.train.cli import main
+
+    assert main([str(a) for a in argv]) == 0
+
+
+def attribute(*argv: object, out: Path) -> list[dict]:
+    cli("attribute", *argv, "--output", out)
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
 
 
 def read_log(out: Path) -> list[dict]:
@@ -270,7 +270,7 @@ def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path
     turns = [{"agent": "Tester", "text": CLEAN["Tester"]}, {"agent": "Planner", "text": CLEAN["Planner"]},
              {"agent": "Coder", "text": BROKEN["Coder"]}]
     trace_id = store_trace(store, turns)
-    (pred,) = cli("attribute", "--model", ckpt, "--trace", trace_id[:12], "--store", store.path)
+    (pred,) = attribute("--model", ckpt, "--trace", trace_id[:12], "--store", store.path, out=tmp_path / "p.jsonl")
     assert (pred["agent"], pred["step"]) == ("Coder", 2)
     spans = store.trace(trace_id)
     root = next(s for s in spans if s.parent_span_id is None)
@@ -283,16 +283,16 @@ def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path
     assert Trajectory.from_spans(spans).steps[2].events  # the event reaches the trajectory reader too
 
     capsys.readouterr()
-    preds = cli("attribute", "--model", ckpt, "--data", data)
+    preds = attribute("--model", ckpt, "--data", data, out=tmp_path / "q.jsonl")
     assert len(preds) == len(rows) and "trajectories/s" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("aegis_probe.train.cli") is None, reason="data-side CLI not present")
-def test_commands_are_registered_in_the_cli():
-    from aegis_probe.train import cli as train_cli
-
+def test_commands_are_registered_in_the_cli(capsys):
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--help"])
+    listing = capsys.readouterr().out
     for name in ("sft", "grpo", "dcl", "attribute"):
-        assert name in train_cli.COMMANDS
+        assert name in listing and "unavailable" not in listing
 
 
 # --- one real model --------------------------------------------------------------------------

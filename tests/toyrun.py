@@ -32,7 +32,6 @@ class ToyAdapter(Adapter):
 
     name = "toy"
     instrumentation_dependencies = ()
-    supported_types = "ToyApp"
 
     def detect(self, app: Any) -> bool:
         return isinstance(app, ToyApp)
@@ -62,15 +61,15 @@ def make_probe(
     if extra is not None:
         provider.add_span_processor(extra)
     config = ProbeConfig.resolve(capture_content=capture_content, redact=redact)
-    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, processor, provider, judge)
+    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, provider, judge)
     probe.apps.append(probe.adapter.register(ToyApp(), probe))
     return probe
 
 
 def default_probe(config: ProbeConfig, store: TraceStore) -> Probe:
     """A probe on the provider ``instrument()`` builds by default: the store plus batched OTLP."""
-    provider, store_processor = default_provider(config, store, None)
-    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, store_processor, provider, None)
+    provider = default_provider(config, store, None)
+    probe = Probe(ToyAdapter(), config, provider.get_tracer("aegis_probe"), store, provider, None)
     probe.apps.append(probe.adapter.register(ToyApp(), probe))
     return probe
 

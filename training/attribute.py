@@ -60,7 +60,7 @@ def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]]) -> tuple[li
     return preds, len(rows) / max(time.perf_counter() - start, 1e-9)
 
 
-def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace) -> int:
     """The ``attribute`` subcommand: predictions as JSON lines on stdout (or ``--output``)."""
     model = DCLAttributor.load(args.model)
     if args.trace:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         Path(args.output).write_text(lines, encoding="utf-8")
     else:
         sys.stdout.write(lines)
-    return preds
+    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -19,6 +19,10 @@ COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
     "build": "aegis_probe.train.cli:add_build",
     "eval": "aegis_probe.train.evaluate:add_eval",
+    "sft": "aegis_probe.train.trainers.sft:add_parser",
+    "grpo": "aegis_probe.train.trainers.grpo:add_parser",
+    "dcl": "aegis_probe.train.dcl.train:add_parser",
+    "attribute": "aegis_probe.train.attribute:add_parser",
 }
 
 

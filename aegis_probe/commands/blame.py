@@ -13,7 +13,7 @@ import os
 import sys
 from contextlib import ExitStack
 
-from ..apps import AppSpec
+from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -35,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fix.add_argument("--analyzer-url", metavar="URL", help="OpenAI-compatible endpoint of an analyzer LLM that proposes fixes")
     p.add_argument("--analyzer-model", default="gpt-4o-mini", help="analyzer model name (with --analyzer-url)")
     p.add_argument("--show-expected", action="store_true", help="let the analyzer see the expected answer")
+    p.add_argument("--expected", help="expected answer for the default judge (default: the one recorded on the trace)")
     p.add_argument("--mode", choices=("scan", "bisect"), default="scan",
                    help="scan: exact, t = 0, 1, ...; bisect: heuristic binary search (see docs/replay.md)")
     p.add_argument("--max-replays", type=int, default=20, help="replay budget (default 20)")
@@ -52,21 +53,25 @@ def _load_fixer(target: str):
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..counterfactual import AnalyzerFixer, Endpoint, blame
-    from ..demos.task import judge as default_judge
+    from ..counterfactual import AnalyzerFixer, blame
+    from ..injection.judges import judge_for
     from ..modelserver import ModelServer
 
     app = AppSpec.load(args.app)
-    module = importlib.import_module(args.app.partition(":")[0])
-    judge = getattr(module, "judge", default_judge)
     api_key = os.environ.get(args.api_key_env, "not-needed")
     store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
-    n_steps = len(Trajectory.from_spans(store.trace(args.trace)).steps)
+    original = Trajectory.from_spans(store.trace(args.trace))
+    expected = args.expected or original.outcome.expected
+    judge = app.judge or (judge_for({"expected": expected}) if expected else None)
+    if judge is None:
+        print("error: no judge: give --expected, or define judge(task, answer) in the app module", file=sys.stderr)
+        return 2
+    n_steps = len(original.steps)
     with ExitStack() as stack:
         if args.base_url:
             endpoint = Endpoint(args.base_url, args.model, api_key)
-        elif hasattr(module, "policy"):
-            server = stack.enter_context(ModelServer(module.policy))
+        elif app.policy is not None:
+            server = stack.enter_context(ModelServer(app.policy))
             endpoint = Endpoint(server.base_url, args.model, "not-needed")
         else:
             print("error: --base-url is needed: the app has no embedded policy", file=sys.stderr)

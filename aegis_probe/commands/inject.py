@@ -42,7 +42,8 @@ def _csv(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from ..injection import MODES, STRATEGIES, LLMManipulator
-    from ..injection.campaign import Endpoint, format_summary, run_campaign
+    from ..apps import Endpoint
+    from ..injection.campaign import format_summary, run_campaign
 
     endpoint = None
     if args.base_url:

@@ -4,21 +4,23 @@
 
 from .blame import Attempt, BlameReport, Fixer, blame
 from .fixers import AnalyzerFixer
+from .step_injection import StepInjection, inject_step
 from .recording import RecordedCall, RecordingError, load_recording
-from .replayer import Endpoint, ReplayDivergence, ReplayResult, first_difference, replay
+from .replayer import ReplayDivergence, ReplayResult, first_difference, replay
 
 __all__ = [
     "AnalyzerFixer",
     "Attempt",
     "BlameReport",
-    "Endpoint",
     "Fixer",
     "RecordedCall",
     "RecordingError",
     "ReplayDivergence",
     "ReplayResult",
+    "StepInjection",
     "blame",
     "first_difference",
+    "inject_step",
     "load_recording",
     "replay",
 ]

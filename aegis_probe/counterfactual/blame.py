@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from .. import semconv as sc
-from ..apps import AppSpec
+from ..apps import AppSpec, Endpoint
 from ..probe import Judge
 from ..store import TraceStore
 from ..trajectory import Fault, Trajectory
-from .replayer import Endpoint, ReplayResult, replay
+from .replayer import ReplayResult, replay
 
 #: ``fixer(trajectory, step_index) -> corrected action text`` (None: no correction to try).
 Fixer = Callable[[Trajectory, int], "str | None"]

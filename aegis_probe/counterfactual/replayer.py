@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import semconv as sc
-from ..apps import AppSpec
+from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
 from ..interception import InterceptAbort, LLMCall, LLMResponse
 from ..otlp_json import SpanRecord
@@ -37,20 +37,11 @@ class ReplayDivergence(InterceptAbort):
         self.step, self.agent, self.detail = step, agent, detail
 
 
-@dataclass
-class Endpoint:
-    """The live model endpoint used after the substituted step."""
-
-    base_url: str = DEAD_ENDPOINT
-    model: str = "replay"
-    api_key: str = "replay"
-
-
 class Replayer:
     """Interceptor answering model calls from a recording until the run goes live."""
 
     def __init__(self, recording: dict[Key, RecordedCall], redact: Callable[[str], str], *,
-                 until_step: int | None, substitute: str | None) -> None:
+                 until_step: int | None, substitute: str | LLMResponse | None) -> None:
         self.recording, self.redact = recording, redact
         self.until_step, self.substitute = until_step, substitute
         self.live = False
@@ -67,8 +58,8 @@ class Replayer:
     def before(self, call: LLMCall) -> LLMResponse | None:
         if self._goes_live(call):
             if self.substitute is not None and call.step_index == self.until_step:
-                text, self.substitute = self.substitute, None
-                return LLMResponse(content=text, finish_reason="stop")
+                action, self.substitute = self.substitute, None
+                return action if isinstance(action, LLMResponse) else LLMResponse(content=action, finish_reason="stop")
             self.live_calls += 1
             return None
         key = (call.agent or "", call.call_index or 0)
@@ -129,7 +120,7 @@ def replay(
     app: AppSpec,
     *,
     until_step: int | None = None,
-    substitute: str | None = None,
+    substitute: str | LLMResponse | None = None,
     endpoint: Endpoint | None = None,
     judge: Judge | None = None,
     store: TraceStore | None = None,
@@ -147,8 +138,7 @@ def replay(
     if original.task is None:
         raise ValueError(f"trace {original.trace_id} has no captured task; replay needs capture_content on")
     recording = load_recording(spans)
-    endpoint = endpoint or Endpoint()
-    target = app.build_app(endpoint.base_url, endpoint.model, endpoint.api_key)
+    target = app.build(endpoint or Endpoint(DEAD_ENDPOINT, "replay", "replay"), task=original.task)
     probe = instrument(target, store=store, judge=judge)
     replayer = Replayer(recording, probe.redact, until_step=until_step, substitute=substitute)
     probe.interceptors.append(replayer)

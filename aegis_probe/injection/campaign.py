@@ -9,13 +9,7 @@ Everything is recorded in ``OUT/runs.jsonl``, so an interrupted campaign resumes
 kept runs go to the trace store ``OUT/traces`` (labels on their root spans), baselines to
 ``OUT/baselines``.
 
-App contract (``--app module:factory`` or ``path/to/file.py:factory``; the demo modules in
-``aegis_probe.demos`` satisfy it): ``factory(base_url, model, api_key)`` returns the framework's
-app (it also gets ``task=``, ``temperature=`` and ``seed=`` if it accepts them: apps whose task
-is fixed when built take ``task``); the module defines
-``run_app(app, task) -> str | None`` (sync, one run, the final answer), ``AGENTS`` (agent names),
-optionally ``policy`` (a scripted model for the embedded server, used when no endpoint is given)
-and ``TERMINATION`` (the team's termination marker, default "TERMINATE").
+The app contract is :class:`aegis_probe.apps.AppSpec` (the demo modules satisfy it).
 
 Tasks file: JSON lines ``{"id", "task", "type": "math"|"code"|..., "expected", "judge",
 "tests", "tolerance", "timeout"}`` (see :func:`~aegis_probe.injection.judges.judge_for`).
@@ -23,13 +17,9 @@ Tasks file: JSON lines ``{"id", "task", "type": "math"|"code"|..., "expected", "
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import json
 import logging
 import random
-import sys
 import threading
 import traceback
 from collections import defaultdict
@@ -42,7 +32,8 @@ from typing import Any, Callable, Iterable
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from .. import semconv as sc
-from ..modelserver import ModelServer, Policy
+from ..apps import AppSpec, Endpoint
+from ..modelserver import ModelServer
 from ..otlp_json import SpanRecord
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -53,51 +44,6 @@ from .plan import MODES, STRATEGIES, InjectionPlan, Target
 logger = logging.getLogger("aegis_probe")
 
 RUNS_FILE = "runs.jsonl"
-
-
-@dataclass(frozen=True)
-class AppSpec:
-    """How to build, run and describe the app under test (see the module docstring)."""
-
-    factory: Callable[..., Any]
-    run_app: Callable[[Any, str], "str | None"]
-    agents: tuple[str, ...]
-    policy: Policy | None = None
-    termination: str = "TERMINATE"
-
-    @classmethod
-    def load(cls, ref: str) -> "AppSpec":
-        """``module:factory`` or ``path/to/file.py:factory`` (factory defaults to ``build_app``)."""
-        target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
-        if target.endswith(".py"):
-            sys.path.insert(0, str(Path(target).resolve().parent))  # as `python file.py` would
-            spec = importlib.util.spec_from_file_location(Path(target).stem, target)
-            if spec is None or spec.loader is None:
-                raise FileNotFoundError(f"no app module at {target}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(target)
-        return cls(
-            factory=getattr(module, attr or "build_app"),
-            run_app=module.run_app,
-            agents=tuple(module.AGENTS),
-            policy=getattr(module, "policy", None),
-            termination=getattr(module, "TERMINATION", "TERMINATE"),
-        )
-
-    def build(self, base_url: str, model: str, api_key: str, *, task: str, temperature: float, seed: int) -> Any:
-        params = inspect.signature(self.factory).parameters
-        extra = {k: v for k, v in (("task", task), ("temperature", temperature), ("seed", seed)) if k in params}
-        return self.factory(base_url, model, api_key, **extra)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    base_url: str
-    model: str
-    api_key: str
 
 
 class _Collector(SpanProcessor):
@@ -182,7 +128,7 @@ class Campaign:
         """Run the app once on ``task`` (with ``plan`` applied, if any) and judge it."""
         import aegis_probe
 
-        app = self.app.build(endpoint.base_url, endpoint.model, endpoint.api_key, task=task["task"], temperature=0.0, seed=self.seed)
+        app = self.app.build(endpoint, task=task["task"], temperature=0.0, seed=self.seed)
         probe = aegis_probe.instrument(app, tracer_provider=self._provider, store=False)
         injector = None
         error: str | None = None
@@ -206,9 +152,11 @@ class Campaign:
             raise RuntimeError("the run produced no trace (is the app instrumented by its adapter?)")
         outcome = judge_for(task)(task["task"], answer)
         root = next(r for r in records if r.parent_span_id is None)
-        root.attributes.update({sc.OUTCOME_SUCCESS: bool(outcome.success), sc.OUTCOME_ANSWER: probe.redact(answer or "")})
-        if outcome.expected is not None:
-            root.attributes[sc.OUTCOME_EXPECTED] = outcome.expected
+        root.attributes[sc.OUTCOME_SUCCESS] = bool(outcome.success)
+        if probe.config.capture_content:  # answers are message content
+            root.attributes[sc.OUTCOME_ANSWER] = probe.redact(answer or "")
+            if outcome.expected is not None:
+                root.attributes[sc.OUTCOME_EXPECTED] = probe.redact(outcome.expected)
         applied = [f.model_dump() for f in injector.applied_in(root.attributes[sc.RUN_ID])] if injector else []
         return RunResult(answer, bool(outcome.success), applied, records, error)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from datasets import Dataset
@@ -57,12 +56,13 @@ def to_example(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def train(args: argparse.Namespace) -> Path:
+def train(args: argparse.Namespace) -> int:
     """Run GRPO as configured by ``args`` (see :func:`add_parser`)."""
     grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
     dataset = Dataset.from_list([to_example(r) for r in read_rows(args.data)])
-    return run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
+    run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
                    reward_funcs=reward_functions(grpo_args.rewards))
+    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

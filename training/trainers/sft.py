@@ -7,7 +7,6 @@ prompt/completion pairs so the loss covers only the assistant's answer.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
@@ -28,11 +27,12 @@ def to_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": messages[:-1], "completion": messages[-1:]}
 
 
-def train(args: argparse.Namespace) -> Path:
+def train(args: argparse.Namespace) -> int:
     """Run SFT as configured by ``args`` (see :func:`add_parser`)."""
     sft_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
     dataset = Dataset.from_list([to_prompt_completion(r) for r in read_rows(args.data)])
-    return run_trl(SFTTrainer, args, sft_args, model_args, dataset)
+    run_trl(SFTTrainer, args, sft_args, model_args, dataset)
+    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
