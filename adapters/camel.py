@@ -13,10 +13,12 @@ Class-level patches, installed once:
 - LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.interception.call_llm`;
 - tool call: ``ChatAgent._execute_tool/_aexecute_tool`` -> ``execute_tool {tool}``.
 
-CAMEL runs work in threads that do not inherit the caller's context (``step_timeout`` submits
-``ChatAgent._step_impl`` to a thread pool; ``Workforce.process_task`` inside a running event loop
-runs ``process_task_async`` in a new thread). The caller's wrapper hands its scope over, keyed by
-the object, and the wrapper of the method that runs in the thread attaches it.
+``step_timeout`` runs ``ChatAgent._step_impl`` in a pool thread that does not inherit the
+caller's context: ``step`` hands its step scope over, keyed by the agent, and the ``_step_impl``
+wrapper attaches it there. ``Workforce.process_task`` without a running loop uses
+``asyncio.run``, whose task copies the context. (Called inside a running loop, camel 0.2.90's
+``process_task`` deadlocks by itself: ``reset()`` waits on a coroutine scheduled on the blocked
+outer loop; so that thread is not handled here.)
 
 Not covered: streaming (``stream=True`` in the model config): the step returns a lazy response
 that is consumed after the step span ended, so no chat span gets the stream's content or usage.
@@ -166,14 +168,13 @@ class CamelAdapter(Adapter):
 
     name = "camel"
     instrumentation_dependencies = ("camel-ai >= 0.2.90, < 0.3",)
-    supported_types = "RolePlaying, Workforce and ChatAgent"
 
     def __init__(self) -> None:
         super().__init__()
         self.codec = CamelCodec()
         self._lone: "WeakSet[Any]" = WeakSet()
         self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
-        self._handoff: dict[int, _Scope] = {}  # id(object) -> scope for the thread camel starts
+        self._handoff: dict[int, StepScope] = {}  # id(agent) -> its step, for step_timeout's thread
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -261,13 +262,13 @@ class CamelAdapter(Adapter):
             log_hook_error("camel run end")
 
     @contextmanager
-    def _handed_over(self, obj: Any, scope: _Scope) -> Iterator[None]:
-        """Make ``scope`` available to the thread camel starts for ``obj``."""
-        self._handoff[id(obj)] = scope
+    def _handed_over(self, agent: Any, step: StepScope) -> Iterator[None]:
+        """Make ``step`` available to the pool thread ``step_timeout`` runs ``agent``'s step in."""
+        self._handoff[id(agent)] = step
         try:
             yield
         finally:
-            self._handoff.pop(id(obj), None)
+            self._handoff.pop(id(agent), None)
 
     @contextmanager
     def _attached(self, scope: _Scope | None) -> Iterator[None]:
@@ -367,7 +368,7 @@ class CamelAdapter(Adapter):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            with self._attached(run), self._handed_over(instance, run):
+            with self._attached(run):
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._safe_finish(run, exc)
@@ -377,10 +378,6 @@ class CamelAdapter(Adapter):
         return result
 
     async def _aprocess_task(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        handed = self._handoff.get(id(instance)) if current_run() is None else None
-        if handed is not None:  # process_task's worker thread: continue the caller's run
-            with self._attached(handed):
-                return await wrapped(*args, **kwargs)
         run = self._start_workforce_run(instance, args, kwargs)
         if run is None:
             return await wrapped(*args, **kwargs)
@@ -408,7 +405,8 @@ class CamelAdapter(Adapter):
         try:
             message = kwargs["input_message"] if "input_message" in kwargs else args[0]
             if run is None and agent in self._lone:
-                own_run = run = start_run(probe, agent.role_name, framework=self.name, task=_text(getattr(message, "content", message)), lone_agent=True)
+                task = _text(getattr(message, "content", message))
+                own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
             with self._attached(own_run):
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
@@ -420,7 +418,7 @@ class CamelAdapter(Adapter):
                 self._safe_finish(own_run)
             return None
 
-    def _close_step(self, agent: Any, opened: tuple[RunScope | None, StepScope], result: Any, exc: BaseException | None) -> None:
+    def _close_step(self, opened: tuple[RunScope | None, StepScope], result: Any, exc: BaseException | None) -> None:
         own_run, step = opened
         try:
             if exc is not None:
@@ -444,9 +442,9 @@ class CamelAdapter(Adapter):
             with self._attached(opened[1]), self._handed_over(instance, opened[1]):
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            self._close_step(instance, opened, None, exc)
+            self._close_step(opened, None, exc)
             raise
-        self._close_step(instance, opened, result, None)
+        self._close_step(opened, result, None)
         return result
 
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -457,9 +455,9 @@ class CamelAdapter(Adapter):
             with self._attached(opened[1]):
                 result = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            self._close_step(instance, opened, None, exc)
+            self._close_step(opened, None, exc)
             raise
-        self._close_step(instance, opened, result, None)
+        self._close_step(opened, result, None)
         return result
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -98,7 +98,8 @@ def test_role_playing_span_tree(model_server, provider, exporter, tmp_path):
     assert len(chats) == 5 and all(s.name == f"chat {MODEL}" for s in chats)
     assert all(parent_of(s, spans) in steps for s in chats)
     assert all(s.attributes[sc.USAGE_INPUT_TOKENS] > 0 and s.attributes[sc.USAGE_OUTPUT_TOKENS] > 0 for s in chats)
-    assert [s.attributes[sc.AGENT_CALL_INDEX] for s in chats if s.attributes[sc.AGENT_NAME] == "Calculator"] == [0, 1, 2]
+    calculator_chats = [s for s in chats if s.attributes[sc.AGENT_NAME] == "Calculator"]
+    assert [s.attributes[sc.AGENT_CALL_INDEX] for s in calculator_chats] == [0, 1, 2]
 
     (tool,) = op(spans, sc.OP_TOOL)
     assert tool.name == "execute_tool calculate" and parent_of(tool, spans) is steps[1]
@@ -214,7 +215,7 @@ def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
     calc.step("warm-up, uninstrumented")
     aegis_probe.instrument(calc, tracer_provider=provider, store=False)
     calc.step("What do 3 pens at 17 and 3 notebooks at 25 cost?")
-    assert threads and all(t != threading.get_ident() for t in threads), "step_timeout must run the step in a pool thread"
+    assert threads and all(t != threading.get_ident() for t in threads), "step_timeout runs the step in a pool thread"
     spans = ours(exporter)
     (step,) = steps_of(spans)
     assert len(op(spans, sc.OP_CHAT)) == 2
@@ -233,7 +234,8 @@ def workforce_policy(body: dict[str, Any]) -> Reply:
         return Reply(content=f"<tasks>\n<task>Compute {EXPRESSION} with the calculate tool.</task>\n</tasks>")
     if "assignee_id" in text:
         worker = re.findall(r"<([0-9a-f\-]{36})>", text)[0]
-        assignments = [{"task_id": t, "assignee_id": worker, "dependencies": []} for t in re.findall(r"Task ID: (\S+)", text)]
+        task_ids = re.findall(r"Task ID: (\S+)", text)
+        assignments = [{"task_id": t, "assignee_id": worker, "dependencies": []} for t in task_ids]
         return Reply(content=json.dumps({"assignments": assignments}))
     if body.get("tools"):
         return Reply(tool_calls=[("calculate", {"expression": EXPRESSION})])
@@ -267,34 +269,21 @@ def check_workforce_trace(exporter) -> None:
     assert all(parent_of(c, spans) in steps for c in op(spans, sc.OP_CHAT))
 
 
-def test_workforce_process_task(model_server, provider, exporter, tmp_path):
+@pytest.mark.parametrize("entry", ["process_task", "process_task_async"])
+def test_workforce(entry, model_server, provider, exporter, tmp_path):
     from camel.tasks import Task
 
     server = model_server(workforce_policy)
     wf = build_workforce(server)
     probe = aegis_probe.instrument(wf, tracer_provider=provider, store=tmp_path / "store")
     assert probe.apps[0].agents == ("Coordinator", "Planner", "Calculator")
-    result = wf.process_task(Task(content=demo.TASK, id="0"))
+    task = Task(content=demo.TASK, id="0")
+    result = wf.process_task(task) if entry == "process_task" else asyncio.run(wf.process_task_async(task))
     assert EXPECTED in result.result
     check_workforce_trace(exporter)
     traj = probe.trajectory()
     assert traj.task == demo.TASK and EXPECTED in (traj.outcome.answer or EXPECTED)
     assert any(t.name == "calculate" for s in traj.steps for t in s.tool_calls)
-
-
-def test_workforce_process_task_inside_running_loop(model_server, provider, exporter):
-    """``process_task`` called from a coroutine runs the work in a new thread: one trace still."""
-    from camel.tasks import Task
-
-    server = model_server(workforce_policy)
-    wf = build_workforce(server)
-    aegis_probe.instrument(wf, tracer_provider=provider, store=False)
-
-    async def main() -> Any:
-        return wf.process_task(Task(content=demo.TASK, id="0"))
-
-    assert EXPECTED in asyncio.run(main()).result
-    check_workforce_trace(exporter)
 
 
 # -- robustness ------------------------------------------------------------------------------
@@ -342,3 +331,14 @@ def test_app_exceptions_propagate(model_server, provider, exporter):
     spans = ours(exporter)
     assert spans and all(s.status.status_code.name == "ERROR" for s in spans)
     assert {s.attributes[sc.ERROR_TYPE] for s in spans} == {"ValidationError"}
+
+
+def test_open_conversation_ends_on_uninstrument(model_server, provider, exporter):
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
+    app.step(app.init_chat())
+    assert not [s for s in ours(exporter) if s.parent is None], "the conversation is still open"
+    probe.uninstrument()
+    (root,) = [s for s in ours(exporter) if s.parent is None]
+    assert len(steps_of(ours(exporter))) == 2 and probe.last_run is not None

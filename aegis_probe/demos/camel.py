@@ -36,9 +36,9 @@ def policy(body: dict[str, Any]) -> Reply:
         answered = any(m.get("role") == "user" and final_number(str(m.get("content"))) == EXPECTED for m in messages)
         if answered:
             return Reply(content=DONE)
-        return Reply(content=f"Instruction: Use the calculate tool to compute {EXPRESSION}, the total cost.\nInput: None")
+        return Reply(content=f"Instruction: Use the calculate tool to compute {EXPRESSION}.\nInput: None")
     if last.get("role") == "tool":
-        return Reply(content=f"Solution: 3 pens and 3 notebooks cost {last.get('content')} coins in total. Next request.")
+        return Reply(content=f"Solution: 3 pens and 3 notebooks cost {last.get('content')} coins. Next request.")
     if DONE in str(last.get("content")):
         return Reply(content=f"The task is done: the total is {EXPECTED} coins.")
     return Reply(tool_calls=[(TOOL, {"expression": EXPRESSION})])

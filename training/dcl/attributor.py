@@ -67,13 +67,15 @@ class DCLAttributor(nn.Module):
 
     @torch.no_grad()
     def predict(self, row: dict[str, Any]) -> dict[str, Any]:
-        """(agent, step, modes) with scores for one DCL row (labels, if any, are ignored)."""
+        """(agent, step, modes) with scores for one DCL row (labels, if any, are ignored);
+        ``top_pair`` is the predicted agent with its best mode, whatever the threshold."""
         self.eval()
         ex = self.example({**row, "label_agents": [], "label_modes": [], "label_step": None, "positive": None})
         out = self(ex)
         agent_p, mode_p = out.agent_logits.sigmoid(), out.mode_logits.sigmoid()
         pair_p, step_p = out.pair_logits.sigmoid(), out.step_logits.softmax(0)
         a, t = int(agent_p.argmax()), int(step_p.argmax())
+        best = int(pair_p[a].argmax())  # the predicted agent's most likely mode
         threshold = float(self.spec["threshold"])
         modes = sorted(((self.modes[m], float(p)) for m, p in enumerate(mode_p) if p >= threshold), key=lambda x: -x[1])
         pairs = [(ex.agents[i], self.modes[m], float(pair_p[i, m])) for i, m in (pair_p >= threshold).nonzero().tolist()]
@@ -85,6 +87,7 @@ class DCLAttributor(nn.Module):
             "step_agent": ex.agents[int(ex.turn_agent[t])],
             "step_score": float(step_p[t]),
             "modes": [{"mode": m, "score": round(p, 4)} for m, p in modes],
+            "top_pair": {"agent": ex.agents[a], "mode": self.modes[best], "score": round(float(pair_p[a, best]), 4)},
             "pairs": [{"agent": x, "mode": m, "score": round(p, 4)} for x, m, p in sorted(pairs, key=lambda x: -x[2])],
             "agents": {name: round(float(p), 4) for name, p in zip(ex.agents, agent_p)},
             "fault_score": float(out.fault_logit.sigmoid()),
