@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-fraction", type=float, default=0.3, help="held out: of Who&When traces, of injected task groups")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--plans-per-run", type=int, default=16, help="injection plans per successful baseline (0: none)")
+    p.add_argument("--plans-per-run", type=int, default=24, help="injection plans per successful baseline (0: none)")
     args = p.parse_args(argv)
 
     ww_train, ww_test = split_traces(load(whowhen_dir()).trajectories, args.test_fraction, args.seed)
