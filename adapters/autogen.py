@@ -56,6 +56,7 @@ from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
 from aegis_probe.spans import (
     ChatMessage,
+    SharedMessage,
     StepScope,
     current_run,
     current_step,
@@ -113,15 +114,33 @@ _CONVERTERS: dict[type, Callable[[Any], list[dict[str, Any]]]] = {
 }
 
 
+def _convert(m: LLMMessage) -> list[dict[str, Any]]:
+    convert = _CONVERTERS.get(type(m))
+    if convert is None:  # a subclass
+        convert = next((c for t, c in _CONVERTERS.items() if isinstance(m, t)), None)
+    return convert(m) if convert is not None else []
+
+
+# A model context hands the same message objects to every call, so the neutral form of a text
+# message is kept per object (checked by identity of its content and source) and shared.
+_SHARED: dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]] = {}
+_SHARED_MAX = 4096
+
+
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        convert = _CONVERTERS.get(type(m))
-        if convert is None:  # a subclass
-            convert = next((c for t, c in _CONVERTERS.items() if isinstance(m, t)), None)
-        if convert is not None:
-            out.extend(convert(m))
+        content, source = m.content, vars(m).get("source")  # a missing field: no pydantic __getattr__
+        if not isinstance(content, str):  # tool calls and results: converted every time
+            out.extend(_convert(m))
+            continue
+        entry = _SHARED.get(id(m))
+        if entry is None or entry[0] is not m or entry[1] is not content or entry[2] is not source:
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.clear()
+            entry = _SHARED[id(m)] = (m, content, source, [SharedMessage(d) for d in _convert(m)])
+        out.extend(entry[3])
     return out
 
 
@@ -470,11 +489,14 @@ def _reuse_current_span(wrapped: Callable[..., Any], instance: Any, args: tuple,
     return nullcontext(trace.get_current_span())
 
 
+_NO_SPAN = nullcontext(trace.INVALID_SPAN)  # reusable; autogen never reads the block's span
+
+
 def _no_runtime_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     """``TraceHelper.trace_block`` (runtime messaging spans): none inside an aegis run."""
     if current_run() is None:
         return wrapped(*args, **kwargs)
-    return nullcontext(trace.get_current_span())
+    return _NO_SPAN
 
 
 def _no_envelope_context(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -85,18 +85,21 @@ class CamelCodec:
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
-        for m in self._messages(args, kwargs):
-            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": _text(m.get("content"))}
-            for key in ("name", "tool_call_id"):
-                if m.get(key):
-                    msg[key] = m[key]
-            calls = [
-                {"id": c.get("id"), "name": c.get("function", {}).get("name"),
-                 "arguments": c.get("function", {}).get("arguments")}
-                for c in m.get("tool_calls") or ()
-            ]
+        for m in self._messages(args, kwargs):  # the whole history, every call: kept lean
+            content = m.get("content")
+            msg: dict[str, Any] = {"role": m.get("role", "user"),
+                                   "content": content if type(content) is str else _text(content)}
+            name, call_id, calls = m.get("name"), m.get("tool_call_id"), m.get("tool_calls")
+            if name:
+                msg["name"] = name
+            if call_id:
+                msg["tool_call_id"] = call_id
             if calls:
-                msg["tool_calls"] = calls
+                msg["tool_calls"] = [
+                    {"id": c.get("id"), "name": c.get("function", {}).get("name"),
+                     "arguments": c.get("function", {}).get("arguments")}
+                    for c in calls
+                ]
             out.append(msg)
         return out
 

@@ -122,7 +122,8 @@ class _Prepared:
         self.args, self.kwargs, self.short_circuit = args, kwargs, None
         if not probe.interceptors:
             return
-        original = [dict(m) for m in self.call.messages]
+        original = self.call.messages
+        self.call.messages = [dict(m) for m in original]  # interceptors edit copies, never shared messages
         for icpt in probe.interceptors:
             self.short_circuit = icpt.before(self.call)
             if self.short_circuit is not None:

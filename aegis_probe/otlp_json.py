@@ -125,18 +125,21 @@ def encode_span(rec: SpanRecord) -> dict[str, Any]:
 
 def encode_request(records: Sequence[SpanRecord]) -> str:
     """One JSON line (no newline) holding ``records``, grouped by resource and scope."""
-    groups: dict[tuple[str, str], tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]] = {}
+    groups: list[tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]] = []  # (resource, spans by scope)
     for rec in records:
-        rkey = json.dumps(rec.resource, sort_keys=True, default=str)
-        resource, scopes = groups.setdefault((rkey, ""), (rec.resource, {}))
-        scopes.setdefault(rec.scope, []).append(encode_span(rec))
+        # Spans of one provider share one resource: compare with the last group first.
+        group = next((g for g in reversed(groups) if g[0] == rec.resource), None)
+        if group is None:
+            group = (rec.resource, {})
+            groups.append(group)
+        group[1].setdefault(rec.scope, []).append(encode_span(rec))
     body = {
         "resourceSpans": [
             {
                 "resource": {"attributes": _attributes(resource)},
                 "scopeSpans": [{"scope": {"name": s}, "spans": spans} for s, spans in scopes.items()],
             }
-            for resource, scopes in groups.values()
+            for resource, scopes in groups
         ]
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)

@@ -26,20 +26,26 @@ _PATTERNS = [
 
 
 # Text without any of these substrings cannot match a pattern above: one scan instead of six.
+# ASCII text is scanned lower-cased, without IGNORECASE (about ten times faster); other text
+# keeps the case-insensitive scan, whose Unicode case folding ``str.lower`` does not match.
 _CANDIDATE = re.compile(r"(?i)sk-|bearer|basic|api|key|token|secret|password|authorization|AKIA|AIza|gh[pousr]_")
+_CANDIDATE_LOWER = re.compile(r"sk-|bearer|basic|api|key|token|secret|password|authorization|akia|aiza|gh[pousr]_")
 _CACHED_MAX_LEN = 8192
 
 
 def redact_secrets(text: str) -> str:
     """Replace API keys, bearer tokens and ``key=value`` secrets in ``text`` with ``[REDACTED]``."""
+    if text.isascii():
+        if _CANDIDATE_LOWER.search(text.lower()) is None:
+            return text
+    elif _CANDIDATE.search(text) is None:
+        return text
     if len(text) <= _CACHED_MAX_LEN:
         return _redact_cached(text)  # prompts repeat earlier messages: redact each text once
     return _redact(text)
 
 
 def _redact(text: str) -> str:
-    if _CANDIDATE.search(text) is None:
-        return text
     for pattern in _PATTERNS:
         if pattern.groups >= 2:
             text = pattern.sub(lambda m: m.group(1) + REDACTED, text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_ascii=False) uses
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -58,6 +59,16 @@ def in_llm_call() -> bool:
     return otel_context.get_value(_LLM_KEY) is not None
 
 
+class SharedMessage(dict):
+    """A neutral message an adapter reuses across calls and never mutates (only ``str`` values).
+
+    Its JSON is kept on the object, so encoding a long conversation of them costs one attribute
+    read per message. Interceptors are given plain-``dict`` copies.
+    """
+
+    __slots__ = ("_fragment",)
+
+
 _FRAGMENTS: dict[tuple[Any, ...], str] = {}
 _FRAGMENTS_MAX = 4096  # messages
 _FRAGMENT_MAX_CHARS = 8192  # longer contents are encoded every time, not kept
@@ -67,22 +78,43 @@ def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str
     """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
 
     Each LLM call's prompt repeats the conversation so far, so the JSON of a message without tool
-    calls is cached (bounded) and reused: capture stays linear in the new messages.
+    calls is cached and reused: on a :class:`SharedMessage` itself, else in a bounded table keyed
+    by content. Capture stays linear in the new messages.
     """
     out = []
     for m in messages:
+        if type(m) is SharedMessage:
+            cached = getattr(m, "_fragment", None)
+            if cached is None or cached[0] is not redact:
+                cached = m._fragment = (redact, _fragment(m, redact))
+            out.append(cached[1])
+            continue
         content = m.get("content")
         if m.get("tool_calls") or (isinstance(content, str) and len(content) > _FRAGMENT_MAX_CHARS):
-            out.append(json.dumps(_encode_message(m, redact), ensure_ascii=False))
+            out.append(_fragment(m, redact))
             continue
         key = (redact, m.get("role"), content, m.get("name"), m.get("tool_call_id"), m.get("finish_reason"))
         fragment = _FRAGMENTS.get(key)
         if fragment is None:
             if len(_FRAGMENTS) >= _FRAGMENTS_MAX:
                 _FRAGMENTS.clear()
-            fragment = _FRAGMENTS[key] = json.dumps(_encode_message(m, redact), ensure_ascii=False)
+            fragment = _FRAGMENTS[key] = _fragment(m, redact)
         out.append(fragment)
     return "[" + ", ".join(out) + "]"
+
+
+def _fragment(m: ChatMessage, redact: Callable[[str], str]) -> str:
+    """The JSON of one message: ``json.dumps(_encode_message(m), ensure_ascii=False)``, built
+    directly (same text) for the common plain-text message, which is most of every prompt."""
+    role, name, reason = m.get("role", "user"), m.get("name"), m.get("finish_reason")
+    if (m.get("tool_calls") or m.get("tool_call_id") or type(role) is not str
+            or (name and type(name) is not str) or (reason and type(reason) is not str)):
+        return json.dumps(_encode_message(m, redact), ensure_ascii=False)
+    content = m.get("content")
+    text = '{"type": "text", "content": ' + _quote(redact(str(content))) + "}" if content else ""
+    return ('{"role": ' + _quote(role) + ', "parts": [' + text + "]"
+            + (', "name": ' + _quote(name) if name else "")
+            + (', "finish_reason": ' + _quote(reason) if reason else "") + "}")
 
 
 def _encode_message(m: ChatMessage, redact: Callable[[str], str]) -> dict[str, Any]:
@@ -141,6 +173,12 @@ class _Scope:
         """Set a message-content attribute when content capture is on."""
         if messages is not None and self.probe.config.capture_content:
             self.span.set_attribute(key, encode_messages(messages, self.probe.redact))
+
+
+def _add_content(probe: "Probe", attrs: dict[str, Any], key: str, messages: Sequence[ChatMessage] | None) -> None:
+    """Put a message-content attribute into a new span's ``attrs`` when content capture is on."""
+    if messages is not None and probe.config.capture_content:
+        attrs[key] = encode_messages(messages, probe.redact)
 
 
 class RunScope(_Scope):
@@ -217,16 +255,17 @@ class LLMScope(_Scope):
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
     ) -> None:
-        span = self.span
+        attrs: dict[str, Any] = {}
         if input_tokens is not None:
-            span.set_attribute(sc.USAGE_INPUT_TOKENS, int(input_tokens))
+            attrs[sc.USAGE_INPUT_TOKENS] = int(input_tokens)
         if output_tokens is not None:
-            span.set_attribute(sc.USAGE_OUTPUT_TOKENS, int(output_tokens))
+            attrs[sc.USAGE_OUTPUT_TOKENS] = int(output_tokens)
         if response_model:
-            span.set_attribute(sc.RESPONSE_MODEL, response_model)
+            attrs[sc.RESPONSE_MODEL] = response_model
         if finish_reasons:
-            span.set_attribute(sc.RESPONSE_FINISH_REASONS, list(finish_reasons))
-        self.content(sc.OUTPUT_MESSAGES, output)
+            attrs[sc.RESPONSE_FINISH_REASONS] = list(finish_reasons)
+        _add_content(self.probe, attrs, sc.OUTPUT_MESSAGES, output)
+        self.span.set_attributes(attrs)  # one lock and one pass, not one per attribute
         self.end()
 
 
@@ -278,11 +317,10 @@ def start_step(
         attrs[sc.AGENT_DESCRIPTION] = description
     if role:
         attrs[sc.AGENT_ROLE] = role
+    _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)
     parent = otel_context.get_current()
     span = probe.tracer.start_span(sc.span_name(sc.OP_AGENT, agent), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
-    scope = StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
-    scope.content(sc.INPUT_MESSAGES, input_messages)
-    return scope
+    return StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
 
 
 def start_llm(
@@ -302,11 +340,10 @@ def start_llm(
         attrs[sc.AGENT_NAME] = agent
     if call_index is not None:
         attrs[sc.AGENT_CALL_INDEX] = call_index
+    _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)
     parent = otel_context.get_current()
     span = probe.tracer.start_span(sc.span_name(sc.OP_CHAT, model), context=parent, kind=SpanKind.CLIENT, attributes=attrs)
-    scope = LLMScope(probe, span, trace.set_span_in_context(span, parent))
-    scope.content(sc.INPUT_MESSAGES, input_messages)
-    return scope
+    return LLMScope(probe, span, trace.set_span_in_context(span, parent))
 
 
 def start_tool(probe: "Probe", name: str, *, call_id: str | None = None, arguments: Any = None) -> ToolScope:

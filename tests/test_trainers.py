@@ -207,6 +207,8 @@ def test_dcl_learns_separable_toy_set(dcl_ckpt):
     assert all(preds[r["id"]]["agent"] == r["label_agents"][0] for r in faulty)
     assert all(preds[r["id"]]["step"] == r["label_step"] for r in faulty)
     assert all(preds[r["id"]]["modes"][0]["mode"] == r["label_modes"][0] for r in faulty)
+    assert all(preds[r["id"]]["top_pair"]["agent"] == r["label_agents"][0]
+               and preds[r["id"]]["top_pair"]["mode"] == r["label_modes"][0] for r in faulty)
     assert all(preds[r["id"]]["fault_score"] < 0.5 for r in rows if r["positive"])
     for p in preds.values():  # hierarchical consistency holds (up to a small slack)
         for pair in p["pairs"]:
@@ -230,6 +232,29 @@ def test_dcl_resume_matches_uninterrupted_run(dcl_ckpt, dcl_data, tmp_path):
     assert any(r.get("event") == "resume" and r["epoch"] == 30 for r in read_log(part))
     a, b = load_file(full / "model.safetensors"), load_file(part / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_benchmark_injection_campaign_is_cached_and_split_by_task_group(tmp_path):
+    """The DCL benchmark's injected data: labelled failures plus clean baselines, reused on rerun,
+    held out by whole (task, framework) groups, deterministically."""
+    from aegis_probe.train.builders import group_key, is_positive
+    from aegis_probe.train.dcl.injected import campaign, split_by_group
+
+    trajs = campaign(tmp_path, plans_per_run=2, seed=0)
+    runs = sorted(tmp_path.glob("*/runs.jsonl"))
+    before = [r.read_text() for r in runs]
+    failures, clean = [t for t in trajs if not is_positive(t)], [t for t in trajs if is_positive(t)]
+    assert len(runs) == 3 and len(clean) == 11 and failures  # 4 + 4 + 3 tasks, every baseline succeeds
+    assert all(len(t.labels.faults) == 1 and t.labels.faults[0].mode and t.labels.faults[0].step is not None
+               for t in failures)
+    assert {group_key(t) for t in failures} <= {group_key(t) for t in clean}
+    again = campaign(tmp_path, plans_per_run=2, seed=0)
+    assert [r.read_text() for r in runs] == before  # nothing re-ran
+    assert [t.trace_id for t in again] == [t.trace_id for t in trajs]
+    train, held = split_by_group(trajs, 0.3, seed=0)
+    assert not {group_key(t) for t in train} & {group_key(t) for t in held}
+    assert len({group_key(t) for t in held}) == 3 and len(train) + len(held) == len(trajs)
+    assert [t.trace_id for t in split_by_group(again, 0.3, seed=0)[1]] == [t.trace_id for t in held]
 
 
 def test_config_file_and_overrides(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, final_number
@@ -14,6 +15,9 @@ FRAMEWORK = "autogen"
 AGENTS = ("planner", "calculator", "reviewer")
 TOOL = "calculate"
 TERMINATION = "TERMINATE"
+
+#: The model client of each team built here, closed after its run (a team runs once).
+_clients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 SYSTEM = {
     "planner": "You are the planner. Break the task into one arithmetic expression for the calculator.",
@@ -66,10 +70,21 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
         for name in AGENTS
     ]
     termination = TextMentionTermination(TERMINATION) | MaxMessageTermination(10)
-    return RoundRobinGroupChat(agents, termination_condition=termination)
+    team = RoundRobinGroupChat(agents, termination_condition=termination)
+    _clients[team] = client
+    return team
 
 
 def run_app(app: Any, task: str) -> str | None:
-    """Run the team once; return the last message's text."""
-    result = asyncio.run(app.run(task=task))
+    """Run the team once (closing its model client after); return the last message's text."""
+
+    async def run() -> Any:
+        try:
+            return await app.run(task=task)
+        finally:
+            client = _clients.pop(app, None)
+            if client is not None:
+                await client.close()
+
+    result = asyncio.run(run())
     return result.messages[-1].to_text() if result.messages else None
