@@ -70,7 +70,11 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
         for name in AGENTS
     ]
     termination = TextMentionTermination(TERMINATION) | MaxMessageTermination(10)
-    team = RoundRobinGroupChat(agents, termination_condition=termination)
+    return closes_after_run(RoundRobinGroupChat(agents, termination_condition=termination), client)
+
+
+def closes_after_run(team: Any, client: Any) -> Any:
+    """Have :func:`run_app` close ``client`` when ``team``'s run ends; returns ``team``."""
     _clients[team] = client
     return team
 

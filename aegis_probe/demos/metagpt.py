@@ -150,9 +150,19 @@ def build_app(base_url: str, model: str, api_key: str) -> Team:
     return team
 
 
+async def _run_and_close(app: Team, task: str) -> None:
+    """Run the team, then close its roles' and actions' HTTP clients inside the same event loop."""
+    try:
+        await app.run(n_round=N_ROUNDS, idea=task)
+    finally:
+        llms = [r.llm for r in app.env.roles.values()] + [a.llm for r in app.env.roles.values() for a in r.actions]
+        for client in {id(c): c for c in (getattr(llm, "aclient", None) for llm in llms) if c is not None}.values():
+            await client.close()
+
+
 def run_app(app: Team, task: str) -> str | None:
     """Run the team on ``task`` and return the Reviewer's last message (None if it never spoke)."""
-    asyncio.run(app.run(n_round=N_ROUNDS, idea=task))
+    asyncio.run(_run_and_close(app, task))
     reviewer = app.env.get_role("Reviewer")
     reviews = reviewer.rc.memory.get_by_action(Review) if reviewer else []
     return reviews[-1].content if reviews else None

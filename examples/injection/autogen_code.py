@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from aegis_probe.demos.autogen import run_app
+from aegis_probe.demos.autogen import closes_after_run, run_app
 from aegis_probe.modelserver import Reply
 from scripted import HERE, text_of
 
@@ -42,7 +42,8 @@ def build_app(base_url: str, model: str, api_key: str, temperature: float = 0.0,
                              family=ModelFamily.UNKNOWN, structured_output=False),
     )
     agents = [AssistantAgent(name, model_client=client, system_message=SYSTEM[name]) for name in AGENTS]
-    return RoundRobinGroupChat(agents, termination_condition=TextMentionTermination(TERMINATION) | MaxMessageTermination(6))
+    team = RoundRobinGroupChat(agents, termination_condition=TextMentionTermination(TERMINATION) | MaxMessageTermination(6))
+    return closes_after_run(team, client)
 
 
 def policy(body: dict[str, Any]) -> Reply:
