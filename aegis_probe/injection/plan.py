@@ -8,25 +8,9 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..interception import LLMCall
+from ..mast import MODES
 from ..trajectory import Fault
 
-#: The 14 MAST failure modes, keyed by id (names as in the MAST taxonomy).
-MODES: dict[str, str] = {
-    "FM-1.1": "disobey task specification",
-    "FM-1.2": "disobey role specification",
-    "FM-1.3": "step repetition",
-    "FM-1.4": "loss of conversation history",
-    "FM-1.5": "unaware of termination conditions",
-    "FM-2.1": "conversation reset",
-    "FM-2.2": "fail to ask for clarification",
-    "FM-2.3": "task derailment",
-    "FM-2.4": "information withholding",
-    "FM-2.5": "ignored other agent's input",
-    "FM-2.6": "reasoning-action mismatch",
-    "FM-3.1": "premature termination",
-    "FM-3.2": "no or incomplete verification",
-    "FM-3.3": "incorrect verification",
-}
 
 Strategy = Literal["prompt_injection", "response_corruption"]
 STRATEGIES: tuple[Strategy, ...] = ("prompt_injection", "response_corruption")
