@@ -125,13 +125,15 @@ def _convert(m: LLMMessage) -> list[dict[str, Any]]:
 # message is kept per object (checked by identity of its content and source) and shared.
 _SHARED: dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]] = {}
 _SHARED_MAX = 4096
+_NO_FIELDS: dict[str, Any] = {}
 
 
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        content, source = m.content, vars(m).get("source")  # a missing field: no pydantic __getattr__
+        # (a field read from __dict__: a missing one would go through pydantic's slow __getattr__)
+        content, source = m.content, getattr(m, "__dict__", _NO_FIELDS).get("source")
         if not isinstance(content, str):  # tool calls and results: converted every time
             out.extend(_convert(m))
             continue
@@ -564,6 +566,7 @@ class AutogenAdapter(Adapter):
     def uninstall(self) -> None:
         super().uninstall()
         self._patched.clear()
+        _SHARED.clear()  # let go of the apps' messages
 
     def sync_patches(self, *, modules: bool = False) -> None:
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""

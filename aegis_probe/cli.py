@@ -1,7 +1,8 @@
 """Command line: ``python -m aegis_probe demo | traces ls | traces show ID``.
 
-Each command lives in its own module and registers its sub-parser through :data:`COMMANDS`
-(imported lazily, so ``--help`` stays fast and a missing extra only breaks its own command).
+Each command lives in its own module and registers its sub-parser through :data:`COMMANDS`;
+command modules import their heavy dependencies (frameworks, tqdm) only when they run, so
+``--help`` stays fast and a missing extra only breaks its own command.
 """
 
 from __future__ import annotations
@@ -44,5 +45,5 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except (FileNotFoundError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", file=sys.stderr)
         return 2

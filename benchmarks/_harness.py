@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 #: The runs are CPU-bound in one thread (no I/O), so process CPU time equals wall time on an idle
 #: machine and stays stable on a shared one; ``--clock wall`` uses ``perf_counter`` instead.
@@ -32,10 +33,12 @@ def now() -> float:
     return _clock()
 
 
-def memory_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
-    """An SDK provider exporting synchronously to memory (what aegis and the floor both use)."""
+def memory_provider(sampled: bool = True) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """An SDK provider exporting synchronously to memory (what aegis and the floor both use).
+    ``sampled=False`` samples nothing: spans are not recorded, so a run then costs only the
+    instrumentation's own work (the diagnostic ``not sampled`` rows)."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=None if sampled else ALWAYS_OFF)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
 

@@ -10,6 +10,8 @@ model client answers instantly in-process (no I/O):
 - ``aegis (no content)``: the same with ``capture_content=False``;
 - ``aegis + store``: ``aegis`` plus the embedded trace store (the default when no provider is
   given), which encodes and appends the whole trace on the app thread when the run ends;
+- ``aegis, not sampled`` (diagnostic): ``aegis`` with a sampler that records nothing, so what is
+  left is aegis's own work (hooks, content capture) without the SDK's cost of recording spans;
 - ``root span only`` (diagnostic): one SDK span current around the run, nothing patched;
 - ``no runtime blocks`` (diagnostic): uninstrumented, with autogen-core's runtime tracing blocks
   and per-message trace context skipped, which aegis does inside its runs (they cost even when
@@ -106,8 +108,8 @@ async def run_uninstrumented() -> Result:
     return await timed_run(build_team()), ()
 
 
-async def run_aegis(capture: bool = True, store: Any = False) -> Result:
-    provider, exporter = memory_provider()
+async def run_aegis(capture: bool = True, store: Any = False, sampled: bool = True) -> Result:
+    provider, exporter = memory_provider(sampled)
     team = build_team()
     probe = aegis_probe.instrument(team, tracer_provider=provider, store=store, capture_content=capture)
     try:
@@ -127,6 +129,10 @@ atexit.register(shutil.rmtree, _STORE_DIR, ignore_errors=True)
 
 async def run_aegis_store() -> Result:
     return await run_aegis(store=_STORE_DIR)
+
+
+async def run_aegis_not_sampled() -> Result:
+    return await run_aegis(sampled=False)
 
 
 async def run_root_span_only() -> Result:
@@ -176,6 +182,7 @@ CONFIGS = {
     "aegis": _sync(run_aegis),
     "aegis (no content)": _sync(run_aegis_no_content),
     "aegis + store": _sync(run_aegis_store),
+    "aegis, not sampled": _sync(run_aegis_not_sampled),
     "openinference": _sync(run_openinference),
     "root span only": _sync(run_root_span_only),
     "no runtime blocks": _sync(run_without_runtime_blocks),
@@ -190,7 +197,7 @@ def main() -> None:
     print(table(title, results, STEPS))
     print("against 'no runtime blocks' (aegis skips autogen-core's runtime tracing blocks in its runs):")
     floor = results["aegis"]["floor"] / STEPS * 1e6
-    for name in ("aegis", "aegis (no content)", "aegis + store"):
+    for name in ("aegis", "aegis (no content)", "aegis + store", "aegis, not sampled"):
         own = (results[name]["time"] - results["no runtime blocks"]["time"]) / STEPS * 1e6
         print(f"  {name:<20} own cost {own:7.1f} us/step = {own / floor:5.2f} x aegis floor")
 

@@ -11,8 +11,9 @@ The same measurement as ``overhead.py`` (shared in ``_harness``), one table per 
   file, an INFO line per action) are replaced by one WARNING console sink, in every configuration.
 
 Configurations: ``uninstrumented``; ``aegis`` (content capture on, in-memory exporter);
-``aegis (no content)``; ``aegis + store`` (plus the embedded trace store); the floor of each is
-the bare cost of creating its spans with the SDK. No OpenInference instrumentor exists for
+``aegis (no content)``; ``aegis + store`` (plus the embedded trace store); ``aegis, not
+sampled`` (diagnostic: a sampler that records nothing, so only aegis's own work is left); the
+floor of each is the bare cost of creating its spans with the SDK. No OpenInference instrumentor exists for
 either framework. Run: ``python benchmarks/overhead_adapters.py [--framework camel|metagpt]``.
 """
 
@@ -51,8 +52,8 @@ def configs(build: Callable[[], Any], play: Callable[[Any, Any], None]) -> dict[
         play(app, None)
         return now() - start, ()
 
-    def aegis(capture: bool = True, store: Any = False) -> Result:
-        provider, exporter = memory_provider()
+    def aegis(capture: bool = True, store: Any = False, sampled: bool = True) -> Result:
+        provider, exporter = memory_provider(sampled)
         app = build()
         probe = aegis_probe.instrument(app, tracer_provider=provider, store=store, capture_content=capture)
         try:
@@ -68,6 +69,7 @@ def configs(build: Callable[[], Any], play: Callable[[Any, Any], None]) -> dict[
         "aegis": aegis,
         "aegis (no content)": lambda: aegis(capture=False),
         "aegis + store": lambda: aegis(store=_STORE_DIR),
+        "aegis, not sampled": lambda: aegis(sampled=False),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import types
 from pathlib import Path
@@ -16,7 +17,7 @@ import aegis_probe
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
 from aegis_probe.redact import REDACTED, make_redactor, redact_secrets
-from aegis_probe.spans import current_step, iterate_in_scope, start_step
+from aegis_probe.spans import SharedMessage, current_step, encode_messages, iterate_in_scope, start_step
 from aegis_probe.store import TraceStore
 from toyrun import StepSpec, ToolSpec, make_probe, run_script
 
@@ -166,6 +167,40 @@ def test_secrets_are_redacted(text, secret):
 @pytest.mark.parametrize("text", ["sk-short", "the api_key parameter is documented", "secret=abc", "bearer of news", "hello"])
 def test_ordinary_text_is_left_alone(text):
     assert redact_secrets(text) == text
+
+
+@pytest.mark.parametrize("text,secret", [(f"Grüße, {t}", s) for t, s in SECRETS[:6]] + [("API_KEY=ümlaut12345", "ümlaut12345")])
+def test_non_ascii_text_is_redacted_too(text, secret):
+    """Non-ASCII text takes the case-insensitive prefilter, ASCII text the lower-cased one."""
+    assert secret not in redact_secrets(text) and REDACTED in redact_secrets(text)
+
+
+MESSAGES = [
+    {"role": "user", "content": 'say "hi" \\ é 中文 \u2028 \x00', "name": "bob"},
+    {"role": "assistant", "content": "", "finish_reason": "stop"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]},
+    {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"},
+    {"content": "api_key=hunter2hunter2"},
+    {"role": "user", "content": 7, "name": 3},
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+def test_message_json_is_the_documented_encoding(message):
+    """The directly built JSON of a plain message equals json.dumps of its GenAI form."""
+    from aegis_probe.spans import _encode_message, _fragment
+
+    assert _fragment(message, redact_secrets) == json.dumps(_encode_message(message, redact_secrets), ensure_ascii=False)
+    assert "hunter2" not in _fragment(message, redact_secrets)
+
+
+def test_shared_messages_encode_once_per_redactor():
+    """A SharedMessage keeps its JSON, but a probe with another redactor encodes it afresh."""
+    shared = [SharedMessage(m) for m in MESSAGES if not m.get("tool_calls")]
+    plain = encode_messages([dict(m) for m in shared], redact_secrets)
+    assert encode_messages(shared, redact_secrets) == plain == encode_messages(shared, redact_secrets)
+    other = make_redactor(lambda text: text.replace("hi", "<greeting>"))
+    assert encode_messages(shared, other) == encode_messages([dict(m) for m in shared], other) != plain
 
 
 def test_user_redaction_runs_after_the_builtin_one():
