@@ -520,3 +520,28 @@ def test_cli_import_build_eval(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "demo" in capsys.readouterr().out
+
+
+def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):
+    from aegis_probe.train.evaluate import read_predictions
+    from aegis_probe.train.jsonl import read_jsonl, write_jsonl
+
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"id": "a", "turns": []}\n\n{"id": "b"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl:3: missing field\(s\) turns"):
+        read_jsonl(bad, required=("turns",))
+    with pytest.raises(ValueError, match=r"rows.jsonl:4: invalid JSON"):
+        read_jsonl(bad)
+    out = write_jsonl([{"id": "kept"}], tmp_path / "out.jsonl")
+
+    def rows():
+        yield {"id": "new"}
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        write_jsonl(rows(), out)
+    assert read_jsonl(out) == [{"id": "kept"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "rows.jsonl"]  # no temp file left
+    preds = tmp_path / "preds.jsonl"  # `attribute` writes pairs as objects with scores
+    preds.write_text('{"id": "t", "agent": "Coder", "step": 2, "pairs": [{"agent": "Coder", "mode": "FM-1.1", "score": 0.9}]}\n')
+    assert read_predictions(preds)["t"].pairs == [("Coder", "FM-1.1")]

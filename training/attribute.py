@@ -18,7 +18,7 @@ from aegis_probe.trajectory import Trajectory
 
 from .builders import build_dcl
 from .dcl.attributor import DCLAttributor
-from .trainers.modelio import read_rows
+from .jsonl import read_jsonl
 
 
 def root_attributes(pred: dict[str, Any], model: str) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)
         preds = [attribute_trace(model, store, t, str(args.model)) for t in args.trace]
     else:
-        preds, rate = attribute_rows(model, read_rows(args.data))
+        preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
     lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if args.output:

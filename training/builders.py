@@ -10,13 +10,12 @@ trajectories without an agent and step label are skipped for it.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from aegis_probe.trajectory import Trajectory
 
 from .answers import decisive_fault, format_agent_step, format_pairs, gold_attribution
+from .jsonl import read_jsonl, write_jsonl  # noqa: F401 - re-exported: rows are read and written here
 from .modes import MODES
 from .render import render, step_text, strip_artefacts
 
@@ -125,22 +124,6 @@ def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
             "positive": is_positive(traj),
         })
     return rows
-
-
-def write_jsonl(rows: Iterable[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """Write rows as JSON lines; returns the path."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return out
-
-
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Rows written by :func:`write_jsonl`."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def to_hf_dataset(rows: list[dict[str, Any]]) -> Any:

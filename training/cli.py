@@ -54,7 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = parser([command] if command in COMMANDS else None).parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as exc:  # bad input: one line, no traceback
+        print(f"aegis_probe.train {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_source_args(p: argparse.ArgumentParser) -> None:
@@ -86,7 +93,7 @@ def add_import(subparsers: Any) -> None:
                                           "or traces (OTLP/JSON, Jaeger API) into trajectory JSON lines.")
     add_source_args(p)
     p.add_argument("-o", "--out", required=True, help="output .jsonl of trajectories")
-    p.add_argument("--errors", help="also write the import errors as JSON here")
+    p.add_argument("--errors", help="also write the import errors (file, record, message) as JSON here")
     p.set_defaults(func=_run_import)
 
 
@@ -94,9 +101,12 @@ def _run_import(args: argparse.Namespace) -> int:
     from .importers.native import write
 
     result = load_source(args)
-    write(result.trajectories, args.out)
     if args.errors:
         Path(args.errors).write_text(json.dumps([vars(e) for e in result.errors], indent=2))
+    if result.errors and not result.trajectories:
+        print(f"nothing imported; {args.out} left as it was", file=sys.stderr)
+        return 1
+    write(result.trajectories, args.out)
     print(f"wrote {len(result.trajectories)} trajectories to {args.out}")
     return 0 if result.trajectories or not result.errors else 1
 
@@ -121,7 +131,11 @@ def _run_build(args: argparse.Namespace) -> int:
 
     from . import builders
 
-    trajs = tqdm(load_source(args).trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr)
+    result = load_source(args)
+    if result.errors and not result.trajectories:
+        print(f"nothing imported; {args.out} left as it was", file=sys.stderr)
+        return 1
+    trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr)
     if args.kind == "dcl":
         rows = builders.build_dcl(trajs)
     else:

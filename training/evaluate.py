@@ -10,19 +10,29 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .answers import Attribution
+from .jsonl import read_jsonl
 
 METHODS = ["random", "majority", "majority-present", "all-at-once", "step-by-step", "binary-search"]
 
 
+def _pair(raw: Any) -> tuple[Any, Any]:
+    """``[agent, mode]`` or ``{"agent", "mode", ...}`` (as ``attribute`` writes) as a pair."""
+    if isinstance(raw, dict):
+        return raw.get("agent"), raw.get("mode")
+    agent, mode = raw
+    return agent, mode
+
+
 def read_predictions(path: str | Path) -> dict[str, Attribution]:
-    """Predictions JSON lines ``{"id", "agent", "step", "pairs": [[agent, mode], ...]}`` by id."""
+    """Predictions JSON lines ``{"id", "agent", "step", "pairs"}`` by id; pairs are ``[agent, mode]``
+    lists or ``{"agent", "mode"}`` objects (the output of ``attribute``)."""
     out = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                pairs = [tuple(p) for p in row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])]
-                out[str(row["id"])] = Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
+    for row in read_jsonl(path, required=("id",)):
+        try:
+            pairs = [_pair(p) for p in row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])]
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: prediction {row['id']!r}: pairs must be [agent, mode] or {{agent, mode}}") from None
+        out[str(row["id"])] = Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
     return out
 
 

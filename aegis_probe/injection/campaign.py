@@ -46,6 +46,24 @@ logger = logging.getLogger("aegis_probe")
 RUNS_FILE = "runs.jsonl"
 
 
+def read_records(out: str | Path) -> dict[str, dict[str, Any]]:
+    """Finished runs of the campaign in ``out`` by key: the last record of each key wins, error
+    records are not finished, and an unreadable line (a crash mid-write) is skipped with a warning,
+    so that run is redone."""
+    path = Path(out) / RUNS_FILE
+    if not path.exists():
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            if line.strip():
+                rec = json.loads(line)
+                found[rec["key"]] = rec
+        except (ValueError, KeyError, TypeError):
+            logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
+    return {k: r for k, r in found.items() if "error" not in r}
+
+
 class _Collector(SpanProcessor):
     """Keeps finished spans by trace until the campaign takes them."""
 
@@ -106,22 +124,16 @@ class Campaign:
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> dict[str, dict[str, Any]]:
-        """Finished runs by key (the last record of each key wins; errors are not finished)."""
-        path = self.out / RUNS_FILE
-        if not path.exists():
-            return {}
-        out: dict[str, dict[str, Any]] = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                out[rec["key"]] = rec
-        return {k: r for k, r in out.items() if "error" not in r}
+        """Finished runs by key (see :func:`read_records`)."""
+        return read_records(self.out)
 
     def _write(self, record: dict[str, Any]) -> None:
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / RUNS_FILE, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
+            with open(self.out / RUNS_FILE, "ab+") as fh:
+                if fh.seek(0, 2) and (fh.seek(-1, 2), fh.read(1))[1] != b"\n":
+                    fh.write(b"\n")  # end a record cut short by a crash, so this one stays readable
+                fh.write((json.dumps(record) + "\n").encode("utf-8"))
 
     # -- one run -------------------------------------------------------------------------
     def execute(self, endpoint: Endpoint, task: dict[str, Any], plan: InjectionPlan | None) -> RunResult:
@@ -262,10 +274,17 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
 
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
     """Task records of a JSON-lines file (each needs ``id`` and ``task``)."""
-    tasks = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    for i, t in enumerate(tasks):
-        if "id" not in t or "task" not in t:
-            raise ValueError(f"{path}:{i + 1}: a task needs 'id' and 'task'")
+    tasks = []
+    for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            task = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{no}: invalid JSON: {exc}") from None
+        if not isinstance(task, dict) or "id" not in task or "task" not in task:
+            raise ValueError(f"{path}:{no}: a task is a JSON object with 'id' and 'task'")
+        tasks.append(task)
     return tasks
 
 

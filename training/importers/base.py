@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from pydantic import ValidationError
+
 from aegis_probe.trajectory import Step, Trajectory
 
 SUSPICIOUS = "suspicious"
@@ -107,6 +109,9 @@ def import_records(
 def _message(exc: Exception) -> str:
     if isinstance(exc, KeyError):
         return f"missing field {exc.args[0]!r}"
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(map(str, first['loc'])) or 'record'}: {first['msg']}"
     return str(exc) or type(exc).__name__
 
 

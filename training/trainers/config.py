@@ -23,9 +23,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if Path(path).suffix in {".yaml", ".yml"}:
         import yaml
 
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: invalid YAML: {exc}") from None
     else:
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file holds one mapping of field names to values")
     return data
@@ -38,6 +44,7 @@ def add_trainer_parser(
     config_types: Sequence[type],
     run: Callable[[argparse.Namespace], Any],
     model_default: str | None = None,
+    model_help: str = "base model directory (or .gguf file)",
 ) -> argparse.ArgumentParser:
     """Add subcommand ``name`` with ``--data/--model/--out/--config/--resume`` and every field of
     ``config_types`` as an option; parsing sets ``args.func = run``. ``--model`` is required unless
@@ -49,11 +56,11 @@ def add_trainer_parser(
     parser = subparsers.add_parser(name, help=help, description=help, parents=[fields])
     parser.add_argument("--data", required=True, help="training rows (JSON lines)")
     parser.add_argument("--model", required=model_default is None, default=model_default,
-                        help="base model directory (or .gguf file)" + (f"; default: {model_default}" if model_default else ""))
+                        help=model_help + (f" (default: {model_default})" if model_default else ""))
     parser.add_argument("--out", required=True, help="output directory: checkpoints, log.jsonl, final model")
     parser.add_argument("--config", help="JSON or YAML file of config fields")
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
-    parser.set_defaults(func=run, _config_types=tuple(config_types))
+    parser.set_defaults(func=run)
     return parser
 
 
@@ -67,7 +74,7 @@ def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], defa
     known = set().union(*names_by_type)
     unknown = sorted(set(values) - known - set(defaults or {}))
     if unknown:
-        raise ValueError(f"unknown config fields: {', '.join(unknown)}")
+        raise ValueError(f"{args.config}: unknown config fields: {', '.join(unknown)}")
     values.update({k: v for k, v in vars(args).items() if k in known})
     values.update(forced)
     return [t(**{k: v for k, v in values.items() if k in names}) for t, names in zip(config_types, names_by_type)]

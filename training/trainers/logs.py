@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from transformers import TrainerCallback
 
+from ..jsonl import read_jsonl
+
 LOG_FILE = "log.jsonl"
 logger = logging.getLogger("aegis_probe.train")
 
@@ -33,9 +35,7 @@ class JsonlLog:
 def read_log(out_dir: str | Path) -> list[dict[str, Any]]:
     """The records of ``<out_dir>/log.jsonl``, in order."""
     path = Path(out_dir) / LOG_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(path) if path.exists() else []
 
 
 class JsonlLogCallback(TrainerCallback):

@@ -1,20 +1,13 @@
-"""Loading base models and rows: Hugging Face directories, GGUF files, JSON-lines data."""
+"""Loading base models: Hugging Face directories and GGUF files."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("aegis_probe.train")
-
-
-def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (blank lines skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def gguf_to_hf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:

@@ -13,8 +13,8 @@ from datasets import Dataset
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
 from .common import device_defaults, run_trl
+from ..jsonl import read_jsonl
 from .config import add_trainer_parser, resolve_configs
-from .modelio import read_rows
 
 CONFIG_TYPES = (SFTConfig, ModelConfig)
 
@@ -30,7 +30,7 @@ def to_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
 def train(args: argparse.Namespace) -> int:
     """Run SFT as configured by ``args`` (see :func:`add_parser`)."""
     sft_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
-    dataset = Dataset.from_list([to_prompt_completion(r) for r in read_rows(args.data)])
+    dataset = Dataset.from_list([to_prompt_completion(r) for r in read_jsonl(args.data, required=("messages",))])
     run_trl(SFTTrainer, args, sft_args, model_args, dataset)
     return 0
 

@@ -1,0 +1,50 @@
+"""JSON-lines files: the one reader and writer of rows, predictions and trajectories."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def read_jsonl(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (blank lines skipped).
+
+    Raises ``ValueError`` naming the file and line of a record that is not a JSON object or lacks
+    one of the ``required`` fields.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{no}: invalid JSON: {exc}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise ValueError(f"{path}:{no}: missing field(s) {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+def write_jsonl(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str]) -> Path:
+    """Write rows (objects, or already encoded JSON strings) as JSON lines; returns the path.
+
+    The file is replaced only once every row is written, so a failure leaves an existing file whole.
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
