@@ -26,7 +26,6 @@ aegis spans themselves. Apps that are not being traced run untouched.
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
@@ -53,11 +52,13 @@ from autogen_core.tools import BaseStreamTool, BaseTool
 from opentelemetry import trace
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.config import env_flag
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
 from aegis_probe.spans import (
     ChatMessage,
     SharedMessage,
     StepScope,
+    ToolScope,
     current_run,
     current_step,
     in_llm_call,
@@ -423,6 +424,13 @@ class CreateStreamWrapper(_ClientWrapper):
         return astream_llm(probe, self.codec(instance), wrapped, instance, args, kwargs, _is_result)
 
 
+def _start_tool(probe: "Probe", tool: Any, args: tuple, kwargs: dict) -> ToolScope:
+    """The ``execute_tool`` span of ``run_json(args, cancellation_token, call_id)`` (or its stream form)."""
+    call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
+    raw_args = args[0] if args else kwargs.get("args")
+    return start_tool(probe, tool.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+
+
 class ToolWrapper(_Wrapper):
     """``BaseTool.run_json``: one ``execute_tool`` span per call, inside runs."""
 
@@ -435,9 +443,7 @@ class ToolWrapper(_Wrapper):
     @staticmethod
     async def _traced(probe: "Probe", wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
-            raw_args = args[0] if args else kwargs.get("args")
-            scope = start_tool(probe, instance.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+            scope = _start_tool(probe, instance, args, kwargs)
         except Exception:
             log_hook_error("tool start")
             return await wrapped(*args, **kwargs)
@@ -465,9 +471,7 @@ class ToolStreamWrapper(_Wrapper):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
-            raw_args = args[0] if args else kwargs.get("args")
-            scope = start_tool(run.probe, instance.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+            scope = _start_tool(run.probe, instance, args, kwargs)
         except Exception:
             log_hook_error("tool start")
             return wrapped(*args, **kwargs)
@@ -559,7 +563,7 @@ class AutogenAdapter(Adapter):
     def _instrument(self, patcher: Patcher) -> None:
         self._patched.clear()
         self.sync_patches(modules=True)
-        if os.environ.get(ENV_RUNTIME_SPANS, "").strip().lower() != "true":
+        if not env_flag(ENV_RUNTIME_SPANS, False):
             patcher.wrap(TraceHelper, "trace_block", _no_runtime_span)
             patcher.wrap(_runtime_module, "get_telemetry_envelope_metadata", _no_envelope_context)
 

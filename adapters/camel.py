@@ -37,7 +37,7 @@ from aegis_probe.spans import (
     ChatMessage,
     RunScope,
     StepScope,
-    _Scope,
+    attached,
     current_run,
     current_step,
     log_hook_error,
@@ -250,12 +250,12 @@ class CamelAdapter(Adapter):
     # -- helpers ---------------------------------------------------------------------------
     def _probe(self, obj: Any) -> "Probe | None":
         probe = self.registry.get(obj)
-        return probe if probe is not None and probe._active else None
+        return probe if probe is not None and probe.active else None
 
     @staticmethod
     def _ambient_probe() -> "Probe | None":
         scope = current_step() or current_run()
-        return scope.probe if scope is not None and scope.probe._active else None
+        return scope.probe if scope is not None and scope.probe.active else None
 
     @staticmethod
     def _safe_finish(run: RunScope, exc: BaseException | None = None) -> None:
@@ -272,15 +272,6 @@ class CamelAdapter(Adapter):
             yield
         finally:
             self._handoff.pop(id(agent), None)
-
-    @contextmanager
-    def _attached(self, scope: _Scope | None) -> Iterator[None]:
-        token = scope.attach() if scope is not None else None
-        try:
-            yield
-        finally:
-            if token is not None:
-                scope.detach(token)  # type: ignore[union-attr]
 
     # -- RolePlaying -----------------------------------------------------------------------
     def _new_conversation(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -328,7 +319,7 @@ class CamelAdapter(Adapter):
     def _round(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._session(instance)
         try:
-            with self._attached(run):
+            with attached(run):
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._round_failed(instance, run, exc)
@@ -339,7 +330,7 @@ class CamelAdapter(Adapter):
     async def _around(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._session(instance)
         try:
-            with self._attached(run):
+            with attached(run):
                 result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             self._round_failed(instance, run, exc)
@@ -371,7 +362,7 @@ class CamelAdapter(Adapter):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            with self._attached(run):
+            with attached(run):
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._safe_finish(run, exc)
@@ -385,7 +376,7 @@ class CamelAdapter(Adapter):
         if run is None:
             return await wrapped(*args, **kwargs)
         try:
-            with self._attached(run):
+            with attached(run):
                 result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             self._safe_finish(run, exc)
@@ -400,7 +391,7 @@ class CamelAdapter(Adapter):
         run = current_run()
         own_run = None
         if run is not None:
-            probe = run.probe if run.probe._active else None
+            probe = run.probe if run.probe.active else None
         else:
             probe = self._probe(agent) or self._ambient_probe()
         if probe is None:
@@ -411,7 +402,7 @@ class CamelAdapter(Adapter):
                 task = _text(getattr(message, "content", message))
                 own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
-            with self._attached(own_run):
+            with attached(own_run):
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=[_message(message, "user")])
             return own_run, step
@@ -442,7 +433,7 @@ class CamelAdapter(Adapter):
         if opened is None:
             return wrapped(*args, **kwargs)
         try:
-            with self._attached(opened[1]), self._handed_over(instance, opened[1]):
+            with attached(opened[1]), self._handed_over(instance, opened[1]):
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, None, exc)
@@ -455,7 +446,7 @@ class CamelAdapter(Adapter):
         if opened is None:
             return await wrapped(*args, **kwargs)
         try:
-            with self._attached(opened[1]):
+            with attached(opened[1]):
                 result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, None, exc)
@@ -468,7 +459,7 @@ class CamelAdapter(Adapter):
         handed = self._handoff.get(id(instance))
         if handed is None or current_step() is handed:
             return wrapped(*args, **kwargs)
-        with self._attached(handed):
+        with attached(handed):
             return wrapped(*args, **kwargs)
 
     # -- tools -----------------------------------------------------------------------------
@@ -497,7 +488,7 @@ class CamelAdapter(Adapter):
         if scope is None:
             return wrapped(*args, **kwargs)
         try:
-            with self._attached(scope):
+            with attached(scope):
                 record = wrapped(*args, **kwargs)
         except BaseException as exc:
             scope.fail(exc)
@@ -510,7 +501,7 @@ class CamelAdapter(Adapter):
         if scope is None:
             return await wrapped(*args, **kwargs)
         try:
-            with self._attached(scope):
+            with attached(scope):
                 record = await wrapped(*args, **kwargs)
         except BaseException as exc:
             scope.fail(exc)

@@ -210,6 +210,8 @@ async def astream_llm(
     """
     try:
         prep = _Prepared(probe, codec, instance, args, kwargs)
+    except InterceptAbort:
+        raise
     except Exception:
         log_hook_error("llm stream start")
         async for item in wrapped(*args, **kwargs):

@@ -54,7 +54,6 @@ class ModelServer:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -62,8 +61,7 @@ class ModelServer:
         return f"http://{host}:{port}/v1"
 
     def start(self) -> "ModelServer":
-        self._thread = threading.Thread(target=self._server.serve_forever, name="aegis-model-server", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._server.serve_forever, name="aegis-model-server", daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -152,8 +152,15 @@ def _decode_id(value: str | None) -> str | None:
     if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
         return value.lower()
     import base64
+    import binascii
 
-    return base64.b64decode(value).hex()
+    try:
+        raw = base64.b64decode(value, validate=True) if isinstance(value, str) else b""
+    except binascii.Error:
+        raw = b""
+    if len(raw) not in (8, 16):
+        raise ValueError(f"bad trace/span id {value!r}: expected 16 or 32 hex digits")
+    return raw.hex()
 
 
 def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
@@ -162,6 +169,8 @@ def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
     Raises ``ValueError`` (or ``KeyError``/``TypeError``) on a structurally invalid body; the
     store turns that into an error naming the file and line.
     """
+    if not isinstance(body, Mapping):
+        raise ValueError(f"a JSON {type(body).__name__}, not an object")
     records: list[SpanRecord] = []
     resource_spans = body["resourceSpans"]
     if not isinstance(resource_spans, list):

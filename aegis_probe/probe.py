@@ -58,6 +58,11 @@ class Probe:
         self.interceptors: list[Interceptor] = []
         self._active = True
 
+    @property
+    def active(self) -> bool:
+        """False once :meth:`uninstrument` was called."""
+        return self._active
+
     # -- results -------------------------------------------------------------------------
     @property
     def last_trace_id(self) -> str | None:
@@ -202,7 +207,7 @@ def instrument(
     """
     adapter = adapter_for(app)
     existing = adapter.registry.get(app)
-    if existing is not None and existing._active:
+    if existing is not None and existing.active:
         return existing
     config = ProbeConfig.resolve(
         capture_content=capture_content,

@@ -13,7 +13,8 @@ import logging
 from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_ascii=False) uses
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -357,6 +358,17 @@ def start_tool(probe: "Probe", name: str, *, call_id: str | None = None, argumen
     parent = otel_context.get_current()
     span = probe.tracer.start_span(sc.span_name(sc.OP_TOOL, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
     return ToolScope(probe, span, trace.set_span_in_context(span, parent))
+
+
+@contextmanager
+def attached(scope: _Scope | None) -> Iterator[None]:
+    """Make ``scope`` current inside the ``with`` block (nothing when None); not for a block that yields."""
+    token = scope.attach() if scope is not None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            scope.detach(token)  # type: ignore[union-attr]
 
 
 async def iterate_in_scope(

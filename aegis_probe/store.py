@@ -208,7 +208,7 @@ class StoreSpanProcessor(SpanProcessor):
     def _write(self, spans: list[ReadableSpan]) -> None:
         try:
             self.store.append(SpanRecord.from_readable(s) for s in spans)
-        except OSError:
+        except Exception:  # runs inside span.end(): never let it reach the app
             logger.exception("aegis-probe: could not write %d spans to %s", len(spans), self.store.path)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -123,8 +123,18 @@ class Trajectory(BaseModel):
 
     @classmethod
     def from_spans(cls, spans: Iterable[SpanRecord]) -> "Trajectory":
-        """Rebuild a trajectory from the spans of one trace."""
-        return _build(list(spans))
+        """Rebuild a trajectory from the spans of one trace.
+
+        Raises ``ValueError`` naming the trace when an aegis attribute (messages, step index,
+        labels) is malformed.
+        """
+        spans = list(spans)
+        if not spans:
+            raise ValueError("a trajectory needs at least one span")
+        try:
+            return _build(spans)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise ValueError(f"trace {spans[0].trace_id}: malformed aegis span attributes ({exc})") from exc
 
 
 def messages_from_json(raw: Any) -> list[Message]:
@@ -148,8 +158,6 @@ def messages_from_json(raw: Any) -> list[Message]:
 
 
 def _build(spans: list[SpanRecord]) -> Trajectory:
-    if not spans:
-        raise ValueError("a trajectory needs at least one span")
     by_id = {s.span_id: s for s in spans}
     root = next((s for s in spans if s.parent_span_id not in by_id), spans[0])
     steps_by_span: dict[str, Step] = {}
@@ -241,9 +249,12 @@ def load_trajectories(source: Any = None) -> list[Trajectory]:
     if source is None:
         source = ProbeConfig.resolve().trace_dir
     if isinstance(source, TraceStore):
-        traces = source.traces()
+        source, traces = source.path, source.traces()
     else:
         traces = merge_records(rec for f in span_files(source) for rec in read_span_file(f))
-    out = [Trajectory.from_spans(spans) for spans in traces.values()]
+    try:
+        out = [Trajectory.from_spans(spans) for spans in traces.values()]
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from exc
     out.sort(key=lambda t: t.start_ns or 0)
     return out

@@ -12,7 +12,7 @@ import openai
 import pytest
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
-from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat, SelectorGroupChat
+from autogen_agentchat.teams import BaseGroupChat, SelectorGroupChat
 from autogen_core import InMemoryStore
 from autogen_core.models import ChatCompletionClient, CreateResult, RequestUsage
 from autogen_core.tools import BaseTool, FunctionTool

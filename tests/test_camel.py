@@ -117,7 +117,7 @@ def test_role_playing_span_tree(model_server, provider, exporter, tmp_path):
 def test_each_conversation_is_one_run(model_server, provider, exporter, tmp_path):
     server = model_server(demo.policy)
     app = demo.build_app(server.base_url, MODEL, API_KEY)
-    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
     demo.run_app(app, demo.TASK)
     demo.run_app(app, demo.TASK)
     spans = ours(exporter)

@@ -113,6 +113,15 @@ def test_blame_finds_planted_step(mode, model_server, tmp_path):
     assert any(e["name"] == sc.EVENT_BLAME for e in labelled.steps[1].events)
 
 
+def test_blame_refuses_a_successful_run(model_server, tmp_path):
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, demo.policy, model_server, store)
+    with pytest.raises(ValueError, match="needs a failed run"):
+        blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=_fixer, judge=judge,
+              endpoint=Endpoint("http://127.0.0.1:9/v1", "m", "k"), store=store)
+
+
 def test_blame_budget_exhaustion_gives_partial_report(model_server, tmp_path):
     demo = _demo("autogen")
     store = TraceStore(tmp_path / "store")

@@ -10,8 +10,6 @@ Chromium (``/usr/bin/chromium``) and assert on the DOM after the page's script r
 from __future__ import annotations
 
 import importlib
-import json
-import shutil
 import subprocess
 import time
 from html.parser import HTMLParser

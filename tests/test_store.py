@@ -200,6 +200,50 @@ def test_last_line_complete_but_invalid_is_an_error(probe, store):
         aegis_probe.load_trajectories(store.path)
 
 
+def _line(spans: list[dict]) -> str:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+
+
+def test_bad_ids_and_non_objects_name_file_line_and_reason(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text(_line([{"traceId": "zz", "spanId": "0123456789abcdef", "name": "x"}]) + "\n")
+    with pytest.raises(TraceFileError, match=r"run\.jsonl:1: .*bad trace/span id 'zz'"):
+        aegis_probe.load_trajectories(path)
+    path.write_text("[1, 2]\n")
+    with pytest.raises(TraceFileError, match=r"run\.jsonl:1: .*not an object"):
+        aegis_probe.load_trajectories(path)
+
+
+def test_malformed_aegis_attribute_names_file_and_trace(tmp_path):
+    """A well-formed record whose labels attribute is not JSON: a ValueError naming file and trace."""
+    trace_id = "0123456789abcdef0123456789abcdef"
+    attrs = [{"key": sc.LABEL_FAULTS, "value": {"stringValue": "not json"}}]
+    path = tmp_path / "run.jsonl"
+    path.write_text(_line([{"traceId": trace_id, "spanId": "0123456789abcdef", "name": "x", "attributes": attrs}]) + "\n")
+    with pytest.raises(ValueError, match=rf"run\.jsonl: trace {trace_id}: malformed aegis span attributes"):
+        aegis_probe.load_trajectories(path)
+
+
+def test_cli_errors_are_one_line_exit_2(probe, store, tmp_path, capsys):
+    from aegis_probe.cli import main
+
+    trace_id = run_script(probe, "cli", sample_steps("c")).trace_id
+    assert main(["traces", "ls", "--dir", str(store.path)]) == 0  # --dir after the action too
+    assert trace_id in capsys.readouterr().out
+    assert main(["traces", "--dir", str(store.path), "show", trace_id[:8]]) == 0
+    assert "cli" in capsys.readouterr().out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}:1: not an OTLP/JSON trace record") and err.count("\n") == 1
+    assert main(["report", trace_id, "--dir", str(store.path), "--out", str(tmp_path)]) == 2  # a directory
+    assert capsys.readouterr().err.startswith("error: [Errno 21]")
+    assert main(["blame", "--trace", trace_id, "--dir", str(store.path), "--app", "aegis_probe.demos.autogen",
+                 "--expected", "126", "--fixer", "aegis_probe.demos.task:no_such"]) == 2
+    assert capsys.readouterr().err.startswith("error: --fixer aegis_probe.demos.task:no_such: module")
+
+
 @pytest.mark.parametrize("stores", ["one", "per-thread"])
 def test_concurrent_runs_from_many_threads(store, stores):
     """Runs in 8 threads x 5 each: every line is one intact export request; every trace is whole."""

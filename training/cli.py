@@ -32,7 +32,7 @@ def _register(subparsers: Any, name: str) -> None:
         getattr(importlib.import_module(module), func)(subparsers)
     except ImportError as exc:  # a command whose extras are missing still shows in --help
         sub = subparsers.add_parser(name, help=f"(unavailable: {exc})")
-        sub.set_defaults(func=lambda args: _unavailable(name, exc))
+        sub.set_defaults(func=lambda args, error=exc: _unavailable(name, error))
 
 
 def _unavailable(name: str, exc: Exception) -> int:

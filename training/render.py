@@ -164,7 +164,7 @@ def _drop_order(kept: list[int], protected: set[int]) -> list[int]:
 
 
 def _gaps(kept: list[int], all_steps: list[int]) -> list[tuple[int, int]]:
-    kept_set, gaps, start = set(kept), [], None
+    kept_set, gaps, start, prev = set(kept), [], None, None
     for i in all_steps:
         if i not in kept_set and start is None:
             start = i

@@ -47,7 +47,13 @@ def _load_fixer(target: str):
     module, _, func = target.partition(":")
     if not func:
         raise ValueError(f"--fixer {target}: expected MODULE:FUNC")
-    return getattr(importlib.import_module(module), func)
+    try:
+        fixer = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--fixer {target}: {exc}") from exc
+    if not callable(fixer):
+        raise ValueError(f"--fixer {target}: {func} is not callable")
+    return fixer
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import datetime, timezone
 
 from ..config import ProbeConfig
@@ -11,16 +10,21 @@ from ..steptable import step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
 
+_DIR_HELP = "trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("traces", help="list and show traces in the embedded trace store",
                        description="Browse the embedded trace store (AEGIS_TRACE_DIR or ./aegis-traces).")
-    p.add_argument("--dir", default=None, help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
+    p.add_argument("--dir", default=None, help=_DIR_HELP)
+    # also accepted after the action; SUPPRESS keeps the sub-parser from resetting a --dir given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", default=argparse.SUPPRESS, help=_DIR_HELP)
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
-    ls = tsub.add_parser("ls", help="one line per trace: id, start, app, steps, outcome")
+    ls = tsub.add_parser("ls", parents=[common], help="one line per trace: id, start, app, steps, outcome")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
     ls.set_defaults(run=_ls)
-    show = tsub.add_parser("show", help="a trace's step table (ID may be a unique prefix)")
+    show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)")
     show.add_argument("trace_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="print the Trajectory as JSON instead")
     show.set_defaults(run=_show)

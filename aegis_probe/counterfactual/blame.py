@@ -68,6 +68,8 @@ class _Search:
         self.endpoint, self.store = endpoint, store
         self.max_replays, self.max_tokens, self.on_attempt = max_replays, max_tokens, on_attempt
         self.original = Trajectory.from_spans(store.trace(trace_id))
+        if self.original.outcome.success is True:
+            raise ValueError(f"trace {self.original.trace_id} succeeded: blame needs a failed run")
         self.report = BlameReport(trace_id=self.original.trace_id or trace_id, mode="")
         self._cache: dict[tuple[int, str], Attempt] = {}
         self.replays = 0
