@@ -73,42 +73,69 @@ def test_divergence_is_reported_with_first_step(model_server, tmp_path):
     assert "step 0" in result.divergence
 
 
+WRONG = "(17 + 25) * 2"
+
+#: What the calculating agent's first model call should have answered, per framework: autogen's
+#: and camel's calculators answer in text, metagpt's Calculate action asks the model for the
+#: expression it then evaluates.
+CORRECTION = {
+    "autogen": "(17 + 25) * 3 = 126",
+    "camel": "Solution: 3 pens and 3 notebooks cost 126 coins. Next request.",
+    "metagpt": "(17 + 25) * 3",
+}
+CALCULATOR = {"autogen": "calculator", "camel": "Calculator", "metagpt": "Calculator"}
+REVIEWER = {"autogen": ("reviewer", "The total is 126 coins. TERMINATE"),
+            "metagpt": ("Reviewer", "The calculation is correct. FINAL ANSWER: 126")}
+
+
 def _planted_failure(demo):
-    """The demo policy, except the calculator evaluates the wrong expression (step 1)."""
+    """The demo policy, except the calculating agent evaluates the wrong expression (step 1)."""
 
     def policy(body):
         reply = demo.policy(body)
         if reply.tool_calls:
-            return Reply(tool_calls=[(name, {"expression": "(17 + 25) * 2"}) for name, _ in reply.tool_calls])
+            return Reply(tool_calls=[(name, {"expression": WRONG}) for name, _ in reply.tool_calls])
+        if reply.content == demo.EXPRESSION:  # metagpt's Calculator answers with the bare expression
+            return Reply(content=WRONG)
         return reply
 
     return policy
 
 
-def _fixer(traj, t):
-    if traj.steps[t].agent == "calculator":
-        return "(17 + 25) * 3 = 126"
-    if traj.steps[t].agent == "reviewer":
-        return "The total is 126 coins. TERMINATE"
-    return traj.steps[t].output  # planner's plan is right: nothing to correct
+def _fixer_for(framework):
+    def fix(traj, t):
+        agent = traj.steps[t].agent
+        if agent == CALCULATOR[framework]:
+            return CORRECTION[framework]
+        if framework in REVIEWER and agent == REVIEWER[framework][0]:
+            return REVIEWER[framework][1]
+        return traj.steps[t].output  # the plan / the customer's request is right: nothing to correct
+
+    return fix
 
 
-@pytest.mark.parametrize("mode", ["scan", "bisect"])
-def test_blame_finds_planted_step(mode, model_server, tmp_path):
-    demo = _demo("autogen")
+_fixer = _fixer_for("autogen")  # also used by test_blame_cli through --fixer test_replay:_fixer
+
+
+@pytest.mark.parametrize(("framework", "mode"), [
+    ("autogen", "scan"), ("autogen", "bisect"), ("camel", "scan"), ("metagpt", "scan"), ("metagpt", "bisect"),
+])
+def test_blame_finds_planted_step(framework, mode, model_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    demo = _demo(framework)
     store = TraceStore(tmp_path / "store")
     policy = _planted_failure(demo)
     trace_id = _record(demo, policy, model_server, store)
     failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
+    assert failed.outcome.success is False and failed.steps[1].agent == CALCULATOR[framework]
 
     live = model_server(policy)
-    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=_fixer, judge=judge,
+    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=_fixer_for(framework), judge=judge,
                    endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode=mode, store=store)
-    assert report.found and report.step == 1 and report.agent == "calculator"
+    assert report.found and report.step == 1 and report.agent == CALCULATOR[framework]
     assert report.evidence.success and "126" in report.evidence.answer
     labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+    assert [(f.agent, f.step) for f in labelled.labels.faults] == [(CALCULATOR[framework], 1)]
     assert labelled.labels.source == f"blame:{mode}"
     assert any(e["name"] == sc.EVENT_BLAME for e in labelled.steps[1].events)
 
@@ -122,8 +149,10 @@ def test_blame_refuses_a_successful_run(model_server, tmp_path):
               endpoint=Endpoint("http://127.0.0.1:9/v1", "m", "k"), store=store)
 
 
-def test_blame_budget_exhaustion_gives_partial_report(model_server, tmp_path):
-    demo = _demo("autogen")
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_blame_budget_exhaustion_gives_partial_report(framework, model_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    demo = _demo(framework)
     store = TraceStore(tmp_path / "store")
     policy = _planted_failure(demo)
     trace_id = _record(demo, policy, model_server, store)
