@@ -211,3 +211,22 @@ def test_single_step_injection_keeps_only_flipping_runs(model_server, tmp_path):
     recovered = inject_step(trace_id, spec, 0, "FM-2.4", endpoint=endpoint, judge=judge, store=store)
     assert not recovered.kept and recovered.result.trajectory.outcome.success is True
     assert recovered.result.trajectory.steps[0].output != recovered.result.original.steps[0].output
+
+
+def test_analyzer_fixer_asks_an_llm_without_the_answer_unless_allowed(model_server, tmp_path):
+    from aegis_probe.counterfactual import AnalyzerFixer
+
+    demo = _demo("autogen")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, _planted_failure(demo), model_server, store)
+    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    analyzer = model_server(lambda body: Reply(content="  (17 + 25) * 3 = 126  "))
+
+    fix = AnalyzerFixer(analyzer.base_url, "analyzer", "sk-test")(failed, 1)
+    assert fix == "(17 + 25) * 3 = 126"
+    prompt = analyzer.requests[-1]["messages"][-1]["content"]
+    assert failed.task in prompt and "Step 1 - calculator: 84" in prompt and "step 1 (agent calculator)" in prompt
+    assert "expected answer" not in prompt
+
+    AnalyzerFixer(analyzer.base_url, "analyzer", "sk-test", show_expected=True)(failed, 1)
+    assert "The expected answer is '126'" in analyzer.requests[-1]["messages"][-1]["content"]
