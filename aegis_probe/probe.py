@@ -140,7 +140,8 @@ class Probe:
             run.finish(error)
 
     # -- hooks the spans module calls ------------------------------------------------------
-    def _judge_run(self, run: RunScope) -> None:
+    def _run_ending(self, run: RunScope) -> None:
+        """Remember ``run`` as the latest and let the judge score it before its root span ends."""
         self.last_run = run
         if self.judge is None:
             return
