@@ -215,7 +215,7 @@ class RunScope(_Scope):
         if self._ended:
             return
         try:
-            self.probe._judge_run(self)
+            self.probe._run_ending(self)
         except Exception:
             log_hook_error("judge")
         if exc is not None:
