@@ -15,10 +15,11 @@ Class-level patches, installed once:
 
 ``step_timeout`` runs ``ChatAgent._step_impl`` in a pool thread that does not inherit the
 caller's context: ``step`` hands its step scope over, keyed by the agent, and the ``_step_impl``
-wrapper attaches it there. ``Workforce.process_task`` without a running loop uses
-``asyncio.run``, whose task copies the context. (Called inside a running loop, camel 0.2.90's
-``process_task`` deadlocks by itself: ``reset()`` waits on a coroutine scheduled on the blocked
-outer loop; so that thread is not handled here.)
+wrapper attaches it there (switched off while no step is handed over, so that it adds no frame
+to the stack camel walks with ``inspect.stack()`` on every step). ``Workforce.process_task``
+without a running loop uses ``asyncio.run``, whose task copies the context. (Called inside a
+running loop, camel 0.2.90's ``process_task`` deadlocks by itself: ``reset()`` waits on a
+coroutine scheduled on the blocked outer loop; so that thread is not handled here.)
 
 Not covered: streaming (``stream=True`` in the model config): the step returns a lazy response
 that is consumed after the step span ended, so no chat span gets the stream's content or usage.
@@ -233,7 +234,7 @@ class CamelAdapter(Adapter):
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task)
         patcher.wrap(ChatAgent, "step", self._step)
         patcher.wrap(ChatAgent, "astep", self._astep)
-        patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread)
+        patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread, enabled=self._handoff.__len__)
         patcher.wrap(ChatAgent, "_execute_tool", self._tool)
         patcher.wrap(ChatAgent, "_aexecute_tool", self._atool)
         patcher.wrap(ModelManager, "run", self._llm)
@@ -433,8 +434,12 @@ class CamelAdapter(Adapter):
         if opened is None:
             return wrapped(*args, **kwargs)
         try:
-            with attached(opened[1]), self._handed_over(instance, opened[1]):
-                result = wrapped(*args, **kwargs)
+            with attached(opened[1]):
+                if getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
+                    result = wrapped(*args, **kwargs)
+                else:
+                    with self._handed_over(instance, opened[1]):
+                        result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, None, exc)
             raise

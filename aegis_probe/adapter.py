@@ -64,12 +64,18 @@ class Patcher:
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
 
-    def wrap(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
-        """Wrap ``owner.name`` with ``wrapper(wrapped, instance, args, kwargs)``."""
+    def wrap(
+        self, owner: Any, name: str, wrapper: Callable[..., Any], enabled: Callable[[], Any] | None = None
+    ) -> None:
+        """Wrap ``owner.name`` with ``wrapper(wrapped, instance, args, kwargs)``.
+
+        With ``enabled``, each call goes straight to the original (adding no Python frame) while
+        ``enabled()`` is falsy.
+        """
         saved = vars(owner).get(name, _MISSING)
         if saved is _MISSING and not hasattr(owner, name):
             raise AttributeError(f"{owner!r} has no attribute {name!r}")
-        wrapt.wrap_function_wrapper(owner, name, wrapper)
+        wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (wrapper, enabled))
         self._saved.append((owner, name, saved))
 
     def restore(self) -> None:

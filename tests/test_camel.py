@@ -223,6 +223,35 @@ def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
     assert len({s.context.trace_id for s in spans}) == 1
 
 
+def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(model_server, provider, exporter):
+    """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper is on it."""
+    import sys
+
+    from camel.agents import ChatAgent
+    from camel.messages import BaseMessage
+
+    from adapters import camel as adapter_module
+
+    ours_on_stack: list[list[str]] = []
+
+    class Recording(ChatAgent):
+        def _is_called_from_registered_toolkit(self) -> bool:
+            frame, names = sys._getframe(1), []
+            while frame is not None:
+                if frame.f_code.co_filename == adapter_module.__file__:
+                    names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            ours_on_stack.append(names)
+            return super()._is_called_from_registered_toolkit()
+
+    server = model_server(lambda body: Reply(content="Hello."))
+    lone = Recording(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
+    aegis_probe.instrument(lone, tracer_provider=provider, store=False)
+    lone.step("Hi")
+    assert ours_on_stack == [["_step"]]
+    assert len(steps_of(ours(exporter))) == 1
+
+
 # -- Workforce -------------------------------------------------------------------------------
 def workforce_policy(body: dict[str, Any]) -> Reply:
     """Planner decomposes into one subtask, Coordinator assigns it, the worker uses the tool."""
