@@ -222,7 +222,8 @@ def test_collector_trouble_never_blocks_or_breaks_the_app(protocol, collector, t
             hole.close()
     print(f"\n{protocol} collector {collector}: 20 runs (220 spans) in {elapsed * 1000:.0f} ms; "
           f"provider shutdown {shutdown_s:.2f} s (export timeout {timeout} s)")
-    assert elapsed < timeout / 4, f"the app waited on the collector: {elapsed:.2f}s for 20 runs"
+    # Blocking on the exporter would cost at least one export timeout; 20 runs finish well before.
+    assert elapsed < timeout, f"the app waited on the collector: {elapsed:.2f}s for 20 runs"
     # Shutdown (at exit) waits for each pending batch's export: two here, the warm-up's and the rest.
     assert shutdown_s < 3 * timeout + 2, "flushing at exit is bounded by the export timeout"
     stored = {t for t in probe.store.traces()}  # type: ignore[union-attr]
