@@ -59,6 +59,7 @@ from aegis_probe.spans import (
     SharedMessage,
     StepScope,
     ToolScope,
+    await_in_scope,
     current_run,
     current_step,
     in_llm_call,
@@ -270,25 +271,26 @@ class _Wrapper:
         self.adapter = adapter
 
     def _open_run(self, instance: Any, kwargs: dict) -> "RunScope | None":
-        if current_run() is not None:
+        """A new run for a registered app outside any run; None (errors logged) to pass through."""
+        try:
+            if current_run() is not None:
+                return None
+            probe = self.registry.get(instance)
+            if probe is None:
+                return None
+            self.adapter.sync_patches()
+            lone = isinstance(instance, BaseChatAgent)
+            return start_run(probe, instance.name, framework=FRAMEWORK, task=_task_text(kwargs.get("task")), lone_agent=lone)
+        except Exception:
+            log_hook_error("run start")
             return None
-        probe = self.registry.get(instance)
-        if probe is None:
-            return None
-        self.adapter.sync_patches()
-        lone = isinstance(instance, BaseChatAgent)
-        return start_run(probe, instance.name, framework=FRAMEWORK, task=_task_text(kwargs.get("task")), lone_agent=lone)
 
 
 class RunStreamWrapper(_Wrapper):
     """``run_stream`` of a registered team or lone agent: the run's root span."""
 
     def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
-        try:
-            run = self._open_run(instance, kwargs)
-        except Exception:
-            log_hook_error("run start")
-            run = None
+        run = self._open_run(instance, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
         hooks = _RunHooks(run)
@@ -299,11 +301,7 @@ class RunWrapper(_Wrapper):
     """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        try:
-            run = self._open_run(instance, kwargs)
-        except Exception:
-            log_hook_error("run start")
-            run = None
+        run = self._open_run(instance, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
         return self._traced(run, wrapped(*args, **kwargs))
@@ -447,20 +445,11 @@ class ToolWrapper(_Wrapper):
         except Exception:
             log_hook_error("tool start")
             return await wrapped(*args, **kwargs)
-        token = scope.attach()
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            scope.fail(exc)
-            raise
-        finally:
-            scope.detach(token)
-        try:
-            scope.finish(instance.return_value_as_string(result) if probe.config.capture_content else None)
-        except Exception:
-            log_hook_error("tool end")
-            scope.end()
-        return result
+        return await await_in_scope(
+            scope, lambda: wrapped(*args, **kwargs),
+            lambda result: scope.finish(instance.return_value_as_string(result) if probe.config.capture_content else None),
+            "tool",
+        )
 
 
 class ToolStreamWrapper(_Wrapper):

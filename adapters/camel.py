@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
@@ -39,6 +39,8 @@ from aegis_probe.spans import (
     RunScope,
     StepScope,
     attached,
+    await_in_scope,
+    call_in_scope,
     current_run,
     current_step,
     log_hook_error,
@@ -480,39 +482,24 @@ class CamelAdapter(Adapter):
             return None
 
     @staticmethod
-    def _close_tool(scope: Any, record: Any) -> None:
-        try:
+    def _tool_finisher(scope: Any) -> Callable[[Any], None]:
+        def finish(record: Any) -> None:
             result = getattr(record, "result", None)
             scope.finish(result, is_error=isinstance(result, str) and result.startswith(_TOOL_FAILED))
-        except Exception:
-            log_hook_error("camel tool end")
-            scope.end()
+
+        return finish
 
     def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         scope = self._open_tool(instance, args, kwargs)
         if scope is None:
             return wrapped(*args, **kwargs)
-        try:
-            with attached(scope):
-                record = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            scope.fail(exc)
-            raise
-        self._close_tool(scope, record)
-        return record
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")
 
     async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         scope = self._open_tool(instance, args, kwargs)
         if scope is None:
             return await wrapped(*args, **kwargs)
-        try:
-            with attached(scope):
-                record = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            scope.fail(exc)
-            raise
-        self._close_tool(scope, record)
-        return record
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")
 
     # -- model calls -----------------------------------------------------------------------
     def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -45,7 +45,16 @@ from metagpt.team import Team
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm
-from aegis_probe.spans import ChatMessage, current_run, current_step, log_hook_error, start_run, start_step, start_tool
+from aegis_probe.spans import (
+    ChatMessage,
+    await_in_scope,
+    current_run,
+    current_step,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
 
 if TYPE_CHECKING:
     from aegis_probe.probe import Probe
@@ -258,23 +267,14 @@ class MetaGPTAdapter(Adapter):
         except Exception:
             log_hook_error("step start")
             return await wrapped(*args, **kwargs)
-        token = step.attach()
-        try:
-            rsp = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            step.fail(exc)
-            raise
-        finally:
-            step.detach(token)
-        try:
+
+        def finish(rsp: Any) -> None:
             content = rsp.content if isinstance(rsp, Message) else None if rsp is None else str(rsp)
             step.finish(None if content is None else [{"role": "assistant", "name": instance.name, "content": content}])
             if content is not None:
                 run.answer = content
-        except Exception:
-            log_hook_error("step end")
-            step.end()
-        return rsp
+
+        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), finish, "step")
 
     async def _act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
         step = current_step()
@@ -286,20 +286,8 @@ class MetaGPTAdapter(Adapter):
         except Exception:
             log_hook_error("action start")
             return await wrapped(*args, **kwargs)
-        token = tool.attach()
-        try:
-            msg = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            tool.fail(exc)
-            raise
-        finally:
-            tool.detach(token)
-        try:
-            tool.finish(msg.content if isinstance(msg, Message) else msg)
-        except Exception:
-            log_hook_error("action end")
-            tool.end()
-        return msg
+        return await await_in_scope(tool, lambda: wrapped(*args, **kwargs),
+                                    lambda msg: tool.finish(msg.content if isinstance(msg, Message) else msg), "action")
 
     # -- model calls -----------------------------------------------------------------------
     async def _aask(self, wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:

@@ -145,14 +145,24 @@ class _Prepared:
         return codec.with_response(raw, response) if changed else raw  # type: ignore[arg-type]
 
 
-def call_llm(probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-    """Run a synchronous model call inside a ``chat`` span, through the interceptors."""
+def _prepare(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> _Prepared | None:
+    """The prepared call, or None (logged) when instrumentation failed: the app then calls as usual.
+
+    An :class:`InterceptAbort` from an interceptor propagates on purpose.
+    """
     try:
-        prep = _Prepared(probe, codec, instance, args, kwargs)
+        return _Prepared(probe, codec, instance, args, kwargs)
     except InterceptAbort:
         raise
     except Exception:
         log_hook_error("llm call start")
+        return None
+
+
+def call_llm(probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a synchronous model call inside a ``chat`` span, through the interceptors."""
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
         return wrapped(*args, **kwargs)
     if prep.short_circuit is not None:
         raw = None
@@ -172,12 +182,8 @@ async def acall_llm(
     probe: "Probe", codec: LLMCodec, wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple, kwargs: dict
 ) -> Any:
     """Run an async model call inside a ``chat`` span, through the interceptors."""
-    try:
-        prep = _Prepared(probe, codec, instance, args, kwargs)
-    except InterceptAbort:
-        raise
-    except Exception:
-        log_hook_error("llm call start")
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
         return await wrapped(*args, **kwargs)
     if prep.short_circuit is not None:
         raw = None
@@ -208,12 +214,8 @@ async def astream_llm(
     see the request and the final response only (the item ``is_final`` accepts), which they may
     replace; a short-circuit response from ``before`` is yielded as the only item.
     """
-    try:
-        prep = _Prepared(probe, codec, instance, args, kwargs)
-    except InterceptAbort:
-        raise
-    except Exception:
-        log_hook_error("llm stream start")
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
         async for item in wrapped(*args, **kwargs):
             yield item
         return

@@ -14,7 +14,7 @@ from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_a
 import threading
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .probe import Probe
 
 logger = logging.getLogger("aegis_probe")
+
+T = TypeVar("T")
 
 _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
@@ -369,6 +371,53 @@ def attached(scope: _Scope | None) -> Iterator[None]:
     finally:
         if token is not None:
             scope.detach(token)  # type: ignore[union-attr]
+
+
+def _fail(scope: _Scope, exc: BaseException) -> None:
+    try:
+        scope.fail(exc)
+    except Exception:
+        log_hook_error("span failure")
+
+
+def _finish(scope: _Scope, finish: Callable[[Any], None], result: Any, where: str) -> None:
+    try:
+        finish(result)
+    except Exception:
+        log_hook_error(f"{where} end")
+        scope.end()
+
+
+def call_in_scope(scope: _Scope, call: Callable[[], T], finish: Callable[[T], None], where: str) -> T:
+    """Run ``call()`` with ``scope`` current, then ``finish(result)`` to end the scope.
+
+    The app's exception fails the scope and propagates unchanged; an error inside ``finish`` is
+    logged as the ``{where} end`` hook's and the scope ended anyway.
+    """
+    token = scope.attach()
+    try:
+        result = call()
+    except BaseException as exc:
+        _fail(scope, exc)
+        raise
+    finally:
+        scope.detach(token)
+    _finish(scope, finish, result, where)
+    return result
+
+
+async def await_in_scope(scope: _Scope, call: Callable[[], Awaitable[T]], finish: Callable[[T], None], where: str) -> T:
+    """The async twin of :func:`call_in_scope`: await ``call()`` with ``scope`` current."""
+    token = scope.attach()
+    try:
+        result = await call()
+    except BaseException as exc:
+        _fail(scope, exc)
+        raise
+    finally:
+        scope.detach(token)
+    _finish(scope, finish, result, where)
+    return result
 
 
 async def iterate_in_scope(
