@@ -64,10 +64,11 @@ class BlameReport:
 class _Search:
     def __init__(self, trace_id: str, app: AppSpec, fixer: Fixer, judge: Judge, endpoint: Endpoint,
                  store: TraceStore, max_replays: int, max_tokens: int | None, on_attempt: Callable[[Attempt], None] | None):
-        self.trace_id, self.app, self.fixer, self.judge = trace_id, app, fixer, judge
+        self.app, self.fixer, self.judge = app, fixer, judge
         self.endpoint, self.store = endpoint, store
         self.max_replays, self.max_tokens, self.on_attempt = max_replays, max_tokens, on_attempt
-        self.original = Trajectory.from_spans(store.trace(trace_id))
+        self.spans = store.trace(trace_id)  # read once: every replay starts from these spans
+        self.original = Trajectory.from_spans(self.spans)
         if self.original.outcome.success is True:
             raise ValueError(f"trace {self.original.trace_id} succeeded: blame needs a failed run")
         self.report = BlameReport(trace_id=self.original.trace_id or trace_id, mode="")
@@ -92,7 +93,7 @@ class _Search:
             if not self.budget_left():
                 return None
             self.replays += 1
-            result: ReplayResult = replay(self.original.trace_id or self.trace_id, self.app, until_step=t,
+            result: ReplayResult = replay(self.spans, self.app, until_step=t,
                                           substitute=correction, endpoint=self.endpoint, judge=self.judge, store=self.store)
             self.report.tokens += result.tokens
             success = result.trajectory.outcome.success if result.trajectory else None

@@ -111,10 +111,6 @@ class ReplayResult:
         return self.divergence is None and self.error is None
 
 
-def _trace_spans(trace: str | list[SpanRecord], store: TraceStore) -> list[SpanRecord]:
-    return list(trace) if isinstance(trace, list) else store.trace(trace)
-
-
 def replay(
     trace: str | list[SpanRecord],
     app: AppSpec,
@@ -133,7 +129,7 @@ def replay(
     if substitute is not None and until_step is None:
         raise ValueError("substitute needs until_step: the step whose action it replaces")
     store = store or TraceStore(ProbeConfig.resolve().trace_dir)
-    spans = _trace_spans(trace, store)
+    spans = list(trace) if isinstance(trace, list) else store.trace(trace)
     original = Trajectory.from_spans(spans)
     if original.task is None:
         raise ValueError(f"trace {original.trace_id} has no captured task; replay needs capture_content on")

@@ -55,7 +55,7 @@ def inject_step(
     faulty = DeterministicManipulator().corrupt(mode, calls[0].response, ctx)
     if faulty is None:
         raise ValueError(f"mode {mode} has no operator for this action")
-    result = replay(original.trace_id or trace_id, app, until_step=step, substitute=faulty,
+    result = replay(spans, app, until_step=step, substitute=faulty,
                     endpoint=endpoint, judge=judge, store=store)
     fault = Fault(agent=target.agent, step=step, mode=mode, strategy=STRATEGY,
                   reason=f"recorded action of step {step} replaced by the {mode} operator")
