@@ -524,7 +524,7 @@ def test_cli_import_build_eval(tmp_path, capsys, monkeypatch):
 
 def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):
     from aegis_probe.train.evaluate import read_predictions
-    from aegis_probe.train.jsonl import read_jsonl, write_jsonl
+    from aegis_probe.jsonl import read_jsonl, write_jsonl
 
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"id": "a", "turns": []}\n\n{"id": "b"}\nnot json\n')

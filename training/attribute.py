@@ -18,7 +18,7 @@ from aegis_probe.trajectory import Trajectory
 
 from .builders import build_dcl
 from .dcl.attributor import DCLAttributor
-from .jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl
 
 
 def root_attributes(pred: dict[str, Any], model: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .answers import Attribution
-from .jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl
 
 METHODS = ["random", "majority", "majority-present", "all-at-once", "step-by-step", "binary-search"]
 

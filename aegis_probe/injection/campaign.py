@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
+from ..jsonl import read_jsonl
 from ..modelserver import ModelServer
 from ..otlp_json import SpanRecord
 from ..store import TraceStore
@@ -274,18 +275,7 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
 
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
     """Task records of a JSON-lines file (each needs ``id`` and ``task``)."""
-    tasks = []
-    for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            task = json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{no}: invalid JSON: {exc}") from None
-        if not isinstance(task, dict) or "id" not in task or "task" not in task:
-            raise ValueError(f"{path}:{no}: a task is a JSON object with 'id' and 'task'")
-        tasks.append(task)
-    return tasks
+    return read_jsonl(path, required=("id", "task"))
 
 
 def _progress(total: int, enabled: bool) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl
 from ..modes import MODE_IDS
 from ..trainers.config import add_trainer_parser, resolve_configs
 from ..trainers.logs import JsonlLog

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from aegis_probe.trajectory import Trajectory
 
-from ..jsonl import write_jsonl
+from aegis_probe.jsonl import write_jsonl
 from .base import ImportResult, import_records, require
 
 

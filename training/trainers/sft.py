@@ -13,7 +13,7 @@ from datasets import Dataset
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
 from .common import device_defaults, run_trl
-from ..jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl
 from .config import add_trainer_parser, resolve_configs
 
 CONFIG_TYPES = (SFTConfig, ModelConfig)

@@ -1,4 +1,5 @@
-"""JSON-lines files: the one reader and writer of rows, predictions and trajectories."""
+"""JSON-lines files: the one strict reader and atomic writer of task files, dataset rows,
+predictions and trajectories (trace stores have their own tolerant reader, :mod:`.store`)."""
 
 from __future__ import annotations
 
