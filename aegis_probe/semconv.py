@@ -1,35 +1,71 @@
 """Span names and attribute keys: OpenTelemetry GenAI conventions plus the ``aegis.*`` namespace.
 
-The GenAI conventions are "Development" status; the names here follow the current registry
-(``gen_ai.provider.name`` rather than the deprecated ``gen_ai.system``).
+GenAI names come from the ``opentelemetry-semantic-conventions`` package (the conventions are
+"Development" status; ``gen_ai.provider.name`` rather than the deprecated ``gen_ai.system``).
+Every ``aegis.*`` name is aegis-probe's own and listed in docs/otel.md.
 """
 
 from __future__ import annotations
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _ga
+from opentelemetry.semconv.attributes import error_attributes as _err
+from opentelemetry.semconv.attributes import server_attributes as _server
+
 # Operations (gen_ai.operation.name) and the span names built from them.
-OP_WORKFLOW = "invoke_workflow"
-OP_AGENT = "invoke_agent"
-OP_CHAT = "chat"
-OP_TOOL = "execute_tool"
+OP_WORKFLOW = _ga.GenAiOperationNameValues.INVOKE_WORKFLOW.value
+OP_AGENT = _ga.GenAiOperationNameValues.INVOKE_AGENT.value
+OP_CHAT = _ga.GenAiOperationNameValues.CHAT.value
+OP_TOOL = _ga.GenAiOperationNameValues.EXECUTE_TOOL.value
 
 # GenAI attributes.
-OPERATION = "gen_ai.operation.name"
-PROVIDER = "gen_ai.provider.name"
-AGENT_ID = "gen_ai.agent.id"
-AGENT_NAME = "gen_ai.agent.name"
-AGENT_DESCRIPTION = "gen_ai.agent.description"
-REQUEST_MODEL = "gen_ai.request.model"
-RESPONSE_MODEL = "gen_ai.response.model"
-RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
-USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-TOOL_NAME = "gen_ai.tool.name"
-TOOL_CALL_ID = "gen_ai.tool.call.id"
-TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
-TOOL_CALL_RESULT = "gen_ai.tool.call.result"
-INPUT_MESSAGES = "gen_ai.input.messages"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
-ERROR_TYPE = "error.type"
+OPERATION = _ga.GEN_AI_OPERATION_NAME
+PROVIDER = _ga.GEN_AI_PROVIDER_NAME
+CONVERSATION_ID = _ga.GEN_AI_CONVERSATION_ID
+WORKFLOW_NAME = _ga.GEN_AI_WORKFLOW_NAME
+AGENT_ID = _ga.GEN_AI_AGENT_ID
+AGENT_NAME = _ga.GEN_AI_AGENT_NAME
+AGENT_DESCRIPTION = _ga.GEN_AI_AGENT_DESCRIPTION
+REQUEST_MODEL = _ga.GEN_AI_REQUEST_MODEL
+REQUEST_TEMPERATURE = _ga.GEN_AI_REQUEST_TEMPERATURE
+REQUEST_TOP_P = _ga.GEN_AI_REQUEST_TOP_P
+REQUEST_TOP_K = _ga.GEN_AI_REQUEST_TOP_K
+REQUEST_MAX_TOKENS = _ga.GEN_AI_REQUEST_MAX_TOKENS
+REQUEST_SEED = _ga.GEN_AI_REQUEST_SEED
+REQUEST_FREQUENCY_PENALTY = _ga.GEN_AI_REQUEST_FREQUENCY_PENALTY
+REQUEST_PRESENCE_PENALTY = _ga.GEN_AI_REQUEST_PRESENCE_PENALTY
+REQUEST_STOP_SEQUENCES = _ga.GEN_AI_REQUEST_STOP_SEQUENCES
+REQUEST_CHOICE_COUNT = _ga.GEN_AI_REQUEST_CHOICE_COUNT
+RESPONSE_ID = _ga.GEN_AI_RESPONSE_ID
+RESPONSE_MODEL = _ga.GEN_AI_RESPONSE_MODEL
+RESPONSE_FINISH_REASONS = _ga.GEN_AI_RESPONSE_FINISH_REASONS
+USAGE_INPUT_TOKENS = _ga.GEN_AI_USAGE_INPUT_TOKENS
+USAGE_OUTPUT_TOKENS = _ga.GEN_AI_USAGE_OUTPUT_TOKENS
+TOKEN_TYPE = _ga.GEN_AI_TOKEN_TYPE
+TOOL_NAME = _ga.GEN_AI_TOOL_NAME
+TOOL_TYPE = _ga.GEN_AI_TOOL_TYPE
+TOOL_DESCRIPTION = _ga.GEN_AI_TOOL_DESCRIPTION
+TOOL_CALL_ID = _ga.GEN_AI_TOOL_CALL_ID
+TOOL_CALL_ARGUMENTS = _ga.GEN_AI_TOOL_CALL_ARGUMENTS
+TOOL_CALL_RESULT = _ga.GEN_AI_TOOL_CALL_RESULT
+INPUT_MESSAGES = _ga.GEN_AI_INPUT_MESSAGES
+OUTPUT_MESSAGES = _ga.GEN_AI_OUTPUT_MESSAGES
+ERROR_TYPE = _err.ERROR_TYPE
+SERVER_ADDRESS = _server.SERVER_ADDRESS
+SERVER_PORT = _server.SERVER_PORT
+
+#: ``gen_ai.request.*`` attribute of each model parameter name adapters report (OpenAI's names).
+REQUEST_PARAMS = {
+    "temperature": REQUEST_TEMPERATURE,
+    "top_p": REQUEST_TOP_P,
+    "top_k": REQUEST_TOP_K,
+    "max_tokens": REQUEST_MAX_TOKENS,
+    "max_completion_tokens": REQUEST_MAX_TOKENS,
+    "seed": REQUEST_SEED,
+    "frequency_penalty": REQUEST_FREQUENCY_PENALTY,
+    "presence_penalty": REQUEST_PRESENCE_PENALTY,
+    "stop": REQUEST_STOP_SEQUENCES,
+    "n": REQUEST_CHOICE_COUNT,
+}
 
 # aegis.* attributes.
 FRAMEWORK = "aegis.framework"
@@ -38,6 +74,10 @@ TASK = "aegis.task"
 STEP_INDEX = "aegis.step.index"
 AGENT_ROLE = "aegis.agent.role"
 AGENT_CALL_INDEX = "aegis.agent.call_index"
+AGENT_PATH = "aegis.agent.path"  # the teams from the run's app down to the agent
+STEP_NEXT_SPEAKER = "aegis.step.next_speaker"  # a manager step's choice of the next speaker
+LLM_PURPOSE = "aegis.llm.purpose"  # why a model call outside any step was made
+PURPOSE_SPEAKER_SELECTION = "speaker_selection"
 OUTCOME_SUCCESS = "aegis.outcome.success"
 OUTCOME_ANSWER = "aegis.outcome.answer"
 OUTCOME_EXPECTED = "aegis.outcome.expected"
@@ -52,12 +92,12 @@ EVENT_INJECTION = "aegis.injection"
 ATTRIBUTION = "aegis.attribution"
 EVENT_ATTRIBUTION = "aegis.attribution"
 
-
-def span_name(operation: str, target: str | None) -> str:
-    """``{operation} {target}`` as the conventions name spans, or the bare operation."""
-    return f"{operation} {target}" if target else operation
-
 # Replay and blame.
 REPLAY_OF = "aegis.replay.of"
 REPLAY_UNTIL_STEP = "aegis.replay.until_step"
 EVENT_BLAME = "aegis.blame"
+
+
+def span_name(operation: str, target: str | None) -> str:
+    """``{operation} {target}`` as the conventions name spans, or the bare operation."""
+    return f"{operation} {target}" if target else operation
