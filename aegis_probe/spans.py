@@ -10,17 +10,17 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_ascii=False) uses
 import threading
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
+from .messages import ChatMessage, SharedMessage, encode_messages
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -33,10 +33,6 @@ _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
 _LLM_KEY = otel_context.create_key("aegis.llm")
 _SUPPRESS_KEY = "suppress_instrumentation"  # the key OpenTelemetry instrumentations honour
-
-# A neutral chat message, as adapters hand them over: {"role", "content", optional "name",
-# optional "tool_calls": [{"id", "name", "arguments"}], optional "tool_call_id"}.
-ChatMessage = Mapping[str, Any]
 
 
 def log_hook_error(where: str) -> None:
@@ -60,87 +56,6 @@ def current_step() -> "StepScope | None":
 def in_llm_call() -> bool:
     """Whether the calling code runs inside a traced model call (a client delegating to another)."""
     return otel_context.get_value(_LLM_KEY) is not None
-
-
-class SharedMessage(dict):
-    """A neutral message an adapter reuses across calls and never mutates (only ``str`` values).
-
-    Its JSON is kept on the object, so encoding a long conversation of them costs one attribute
-    read per message. Interceptors are given plain-``dict`` copies.
-    """
-
-    __slots__ = ("_fragment",)
-
-
-_FRAGMENTS: dict[tuple[Any, ...], str] = {}
-_FRAGMENTS_MAX = 4096  # messages
-_FRAGMENT_MAX_CHARS = 8192  # longer contents are encoded every time, not kept
-
-
-def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
-    """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
-
-    Each LLM call's prompt repeats the conversation so far, so the JSON of a message without tool
-    calls is cached and reused: on a :class:`SharedMessage` itself, else in a bounded table keyed
-    by content. Capture stays linear in the new messages.
-    """
-    out = []
-    for m in messages:
-        if type(m) is SharedMessage:
-            cached = getattr(m, "_fragment", None)
-            if cached is None or cached[0] is not redact:
-                cached = m._fragment = (redact, _fragment(m, redact))
-            out.append(cached[1])
-            continue
-        content = m.get("content")
-        if m.get("tool_calls") or (isinstance(content, str) and len(content) > _FRAGMENT_MAX_CHARS):
-            out.append(_fragment(m, redact))
-            continue
-        key = (redact, m.get("role"), content, m.get("name"), m.get("tool_call_id"), m.get("finish_reason"))
-        fragment = _FRAGMENTS.get(key)
-        if fragment is None:
-            if len(_FRAGMENTS) >= _FRAGMENTS_MAX:
-                _FRAGMENTS.clear()
-            fragment = _FRAGMENTS[key] = _fragment(m, redact)
-        out.append(fragment)
-    return "[" + ", ".join(out) + "]"
-
-
-def _fragment(m: ChatMessage, redact: Callable[[str], str]) -> str:
-    """The JSON of one message: ``json.dumps(_encode_message(m), ensure_ascii=False)``, built
-    directly (same text) for the common plain-text message, which is most of every prompt."""
-    role, name, reason = m.get("role", "user"), m.get("name"), m.get("finish_reason")
-    if (m.get("tool_calls") or m.get("tool_call_id") or type(role) is not str
-            or (name and type(name) is not str) or (reason and type(reason) is not str)):
-        return json.dumps(_encode_message(m, redact), ensure_ascii=False)
-    content = m.get("content")
-    text = '{"type": "text", "content": ' + _quote(redact(str(content))) + "}" if content else ""
-    return ('{"role": ' + _quote(role) + ', "parts": [' + text + "]"
-            + (', "name": ' + _quote(name) if name else "")
-            + (', "finish_reason": ' + _quote(reason) if reason else "") + "}")
-
-
-def _encode_message(m: ChatMessage, redact: Callable[[str], str]) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = []
-    content = m.get("content")
-    if content:
-        key = "response" if m.get("tool_call_id") else "content"
-        kind = "tool_call_response" if m.get("tool_call_id") else "text"
-        part: dict[str, Any] = {"type": kind, key: redact(str(content))}
-        if m.get("tool_call_id"):
-            part["id"] = m["tool_call_id"]
-        parts.append(part)
-    for call in m.get("tool_calls") or ():
-        parts.append(
-            {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
-             "arguments": redact(str(call.get("arguments", "")))}
-        )
-    msg: dict[str, Any] = {"role": m.get("role", "user"), "parts": parts}
-    if m.get("name"):
-        msg["name"] = m["name"]
-    if m.get("finish_reason"):
-        msg["finish_reason"] = m["finish_reason"]
-    return msg
 
 
 class _Scope:

@@ -188,7 +188,7 @@ MESSAGES = [
 @pytest.mark.parametrize("message", MESSAGES)
 def test_message_json_is_the_documented_encoding(message):
     """The directly built JSON of a plain message equals json.dumps of its GenAI form."""
-    from aegis_probe.spans import _encode_message, _fragment
+    from aegis_probe.messages import _encode_message, _fragment
 
     assert _fragment(message, redact_secrets) == json.dumps(_encode_message(message, redact_secrets), ensure_ascii=False)
     assert "hunter2" not in _fragment(message, redact_secrets)
