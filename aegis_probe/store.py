@@ -1,7 +1,8 @@
 """Embedded trace store: append-only OTLP/JSON lines in a directory, no collector needed.
 
-Each finished trace is written as one line when its root span ends (spans that end after the
-root are written as lines of their own). Later facts about a trace (an outcome reported after the
+Each finished trace is written as one line once its root span has ended, by a writer thread
+(:mod:`.store_writer`; reads in this process wait for it); spans that end after the root are
+written as lines of their own, long repeated attributes as deltas (:mod:`.store_delta`). Later facts about a trace (an outcome reported after the
 run, labels, attributions) are appended as *amendments*: the span again, same ids, with merged
 attributes and events; readers keep the last version of each span. Nothing is rewritten in place,
 except that a partial last line left by a crash is dropped before the next append.
@@ -18,10 +19,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-
 from .otlp_json import SpanRecord, decode_request, encode_request
+from .store_delta import expand
+from .store_writer import StoreSpanProcessor, flush_writers
+
+__all__ = ["SPANS_FILE", "StoreSpanProcessor", "TraceFileError", "TraceStore", "merge_records", "read_span_file", "span_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ def merge_records(records: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
         prev.events.extend(e for e in rec.events if (e["name"], e["time_ns"]) not in known)
         if rec.status != "UNSET":
             prev.status, prev.status_message = rec.status, rec.status_message
+    expand(by_span)  # long attributes stored as deltas of an earlier span's (store_delta)
     traces: dict[str, list[SpanRecord]] = defaultdict(list)
     for rec in by_span.values():
         traces[rec.trace_id].append(rec)
@@ -82,7 +85,9 @@ def merge_records(records: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
 
 
 def span_files(source: str | os.PathLike[str]) -> list[Path]:
-    """The ``*.jsonl``/``*.json`` files of a store directory, or the file itself."""
+    """The ``*.jsonl``/``*.json`` files of a store directory, or the file itself (after this
+    process's queued spans are written: flush-before-read)."""
+    flush_writers()
     path = Path(source)
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.suffix in {".jsonl", ".json"} and p.is_file())
@@ -128,6 +133,11 @@ class TraceStore:
     def file(self) -> Path:
         return self.path / SPANS_FILE
 
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until the spans this process finished so far are written (the writer works off
+        the app thread); False after ``timeout`` seconds."""
+        return flush_writers(timeout)
+
     def append(self, records: Iterable[SpanRecord]) -> None:
         """Append one line holding ``records``; safe across threads and processes."""
         records = list(records)
@@ -148,6 +158,7 @@ class TraceStore:
 
     def traces(self) -> dict[str, list[SpanRecord]]:
         """All traces of the store, merged, keyed by trace id (in file order)."""
+        self.flush()
         if not self.path.exists():
             return {}
         return merge_records(rec for f in span_files(self.path) for rec in read_span_file(f))
@@ -183,41 +194,3 @@ class TraceStore:
             for e in events
         ]
         self.append([target])
-
-
-class StoreSpanProcessor(SpanProcessor):
-    """Buffers a trace's spans and writes them to a :class:`TraceStore` when its root ends."""
-
-    def __init__(self, store: TraceStore) -> None:
-        self.store = store
-        self._pending: dict[int, list[ReadableSpan]] = defaultdict(list)
-        self._lock = threading.Lock()
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        return None
-
-    def on_end(self, span: ReadableSpan) -> None:
-        trace_id = span.context.trace_id
-        is_root = span.parent is None or span.parent.is_remote
-        with self._lock:
-            self._pending[trace_id].append(span)
-            batch = self._pending.pop(trace_id) if is_root else None
-        if batch:
-            self._write(batch)
-
-    def _write(self, spans: list[ReadableSpan]) -> None:
-        try:
-            self.store.append(SpanRecord.from_readable(s) for s in spans)
-        except Exception:  # runs inside span.end(): never let it reach the app
-            logger.exception("aegis-probe: could not write %d spans to %s", len(spans), self.store.path)
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            batches = list(self._pending.values())
-            self._pending.clear()
-        for batch in batches:
-            self._write(batch)
-        return True
-
-    def shutdown(self) -> None:
-        self.force_flush()

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import aegis_probe
 from aegis_probe import semconv as sc
+from aegis_probe.spans import start_llm, start_run, start_step
 from aegis_probe.store import SPANS_FILE, TraceFileError, TraceStore
 from toyrun import StepSpec, make_probe, run_script, sample_steps
 
@@ -68,6 +69,7 @@ def test_round_trip_equals_what_was_written(probe, store):
 
 def test_one_line_per_run_in_start_order(probe, store):
     runs = [run_script(probe, f"task {i}", sample_steps(str(i))) for i in range(3)]
+    assert store.flush()  # the writer thread writes the lines; reads through the store wait for it
     assert len(store.file.read_text().splitlines()) == 3
     trajs = aegis_probe.load_trajectories(store.path)
     assert [t.trace_id for t in trajs] == [r.trace_id for r in runs]
@@ -111,6 +113,7 @@ def test_amend_merges_attributes_and_events_of_any_span(probe, store):
 def test_outcome_reported_during_the_run_lands_on_that_run(probe, store):
     first = run_script(probe, "t1", sample_steps("a"), answer="a", outcome=False)
     second = run_script(probe, "t2", sample_steps("b"), answer="b", outcome=True)
+    store.flush()
     by_id = {t.trace_id: t for t in aegis_probe.load_trajectories(store.path)}
     assert by_id[first.trace_id].outcome.success is False
     assert by_id[second.trace_id].outcome.success is True
@@ -133,7 +136,9 @@ def test_app_exception_marks_run_and_step(probe, store):
 
 
 def _write_runs(probe, n: int) -> list[str]:
-    return [run_script(probe, f"t{i}", sample_steps(str(i))).trace_id for i in range(n)]
+    ids = [run_script(probe, f"t{i}", sample_steps(str(i))).trace_id for i in range(n)]
+    assert probe.store.flush()
+    return ids
 
 
 @pytest.mark.parametrize("cut", ["1/3", "1/2", "-1", "after-brace", "no-newline-complete"])
@@ -326,3 +331,139 @@ def test_lines_are_valid_otlp_json(probe, store):
     failed = [sp for sp in spans if sp.name == "execute_tool search"]
     assert failed and failed[0].status.code == failed[0].status.STATUS_CODE_ERROR
     assert sum(sp.end_time_unix_nano >= sp.start_time_unix_nano > 0 for sp in spans) == len(spans)
+
+
+# -- the background writer ------------------------------------------------------------------------
+def _tiny_run(probe) -> str:
+    run = start_run(probe, "toy-team", framework="toy", task="tiny")
+    run.finish()
+    return run.trace_id
+
+
+def test_full_queue_drops_and_counts_never_blocks(store, caplog):
+    """A writer stuck on a slow disk: the app goes on, the spans beyond the bound are dropped and counted."""
+    from aegis_probe.store import StoreSpanProcessor
+
+    entered, release = threading.Event(), threading.Event()
+    append = store.append
+
+    def slow_append(records):
+        entered.set()
+        assert release.wait(10)
+        append(records)
+
+    store.append = slow_append
+    provider = TracerProvider()
+    processor = StoreSpanProcessor(store, max_queue=2)
+    probe = make_probe(provider, None, extra=processor)
+    first = _tiny_run(probe)
+    assert entered.wait(10), "the writer took the first trace and is stuck writing it"
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.store"):
+        second = run_script(probe, "t", sample_steps())  # 11 spans: 2 queued, 9 dropped (the root among them)
+    assert processor.dropped_spans == 9
+    assert any("queue full" in r.getMessage() for r in caplog.records)
+    release.set()
+    assert processor.force_flush()
+    provider.shutdown()
+    traces = TraceStore(store.path).traces()
+    assert len(traces[first]) == 1 and len(traces[second.trace_id]) == 2, "what was queued is written"
+
+
+def test_run_returns_before_the_write_and_reads_wait_for_it(store):
+    """Encoding and writing happen on the writer thread; a read in the same process waits for them."""
+    written = threading.Event()
+    append = store.append
+
+    def slow_append(records):
+        assert not written.wait(0.3)
+        append(records)
+        written.set()
+
+    store.append = slow_append
+    provider = TracerProvider()
+    probe = make_probe(provider, store)
+    run = run_script(probe, "t", sample_steps())
+    assert not written.is_set() and not store.file.exists(), "the app thread did not write"
+    assert probe.trajectory().trace_id == run.trace_id  # flush-before-read
+    assert written.is_set()
+    assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == [run.trace_id]
+    provider.shutdown()
+
+
+def _conversation(store: TraceStore, turns: int):
+    """A two-agent run whose every prompt repeats the conversation so far; returns the run and
+    the spans as the SDK had them."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    probe = make_probe(provider, store, extra=SimpleSpanProcessor(exporter))
+    run = start_run(probe, "toy-team", framework="toy", task="talk")
+    token = run.attach()
+    history: list[dict] = [{"role": "system", "content": "You are a careful agent. " * 20}]
+    for i in range(turns):
+        agent = ("alice", "bob")[i % 2]
+        step = start_step(probe, agent, run=run, input_messages=history[-1:])
+        step_token = step.attach()
+        llm = start_llm(probe, "toy-model", provider="toy", agent=agent, input_messages=history)
+        reply = {"role": "assistant", "content": f"message-{i:03d} " + "words " * 30, "name": agent}
+        llm.finish([reply])
+        step.detach(step_token)
+        step.finish([reply])
+        history = history + [reply]
+    run.detach(token)
+    run.finish()
+    provider.shutdown()
+    return run, exporter.get_finished_spans()
+
+
+def test_long_conversation_stores_each_message_once(tmp_path):
+    """Prompts that repeat the conversation are stored as deltas; readers get every prompt whole."""
+    store = TraceStore(tmp_path / "a")
+    run, spans = _conversation(store, 40)
+    raw = store.file.read_text()
+    # A message is in its step's output and its chat's output, the next step's input, and the
+    # new tail of each agent's next prompt: never in the prompts after those.
+    assert raw.count("message-020 ") == 5
+    want = {format(s.context.span_id, "016x"): dict(s.attributes) for s in spans}
+    got = {s.span_id: s.attributes for s in store.trace(run.trace_id)}
+    assert got == want, "every attribute read back exactly as the span had it"
+    twice = TraceStore(tmp_path / "b")
+    _conversation(twice, 80)
+    assert twice.file.stat().st_size < 2.2 * store.file.stat().st_size, "size grows linearly with length"
+
+
+def test_delta_whose_base_is_missing_is_left_out_with_warning(tmp_path, caplog):
+    from aegis_probe.store_delta import DELTA_PREFIX
+
+    trace_id = "0123456789abcdef0123456789abcdef"
+    attrs = [{"key": sc.AGENT_NAME, "value": {"stringValue": "a"}},
+             {"key": DELTA_PREFIX + sc.INPUT_MESSAGES, "value": {"arrayValue": {"values": [
+                 {"stringValue": "00000000000000ff"}, {"intValue": "300"}, {"stringValue": "tail"}]}}}]
+    path = tmp_path / "run.jsonl"
+    path.write_text(_line([{"traceId": trace_id, "spanId": "0123456789abcdef", "name": "chat m", "attributes": attrs}]) + "\n")
+    from aegis_probe.store import merge_records, read_span_file
+
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.store_delta"):
+        [span] = merge_records(read_span_file(path))[trace_id]
+    assert span.attributes == {sc.AGENT_NAME: "a"}
+    assert any("not stored" in r.getMessage() for r in caplog.records)
+
+
+def test_process_exit_writes_queued_traces(tmp_path):
+    """A script that ends without flushing still leaves its runs in the store (atexit)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from opentelemetry.sdk.trace import TracerProvider\n"
+            "from aegis_probe.store import TraceStore\n"
+            "from toyrun import make_probe, run_script, sample_steps\n"
+            "probe = make_probe(TracerProvider(shutdown_on_exit=False), TraceStore(%r))\n"
+            "for i in range(5): print(run_script(probe, 't', sample_steps(str(i))).trace_id)\n"
+            % (str(Path(__file__).parent), str(tmp_path / "s")))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ids = proc.stdout.split()
+    assert [t.trace_id for t in aegis_probe.load_trajectories(tmp_path / "s")] == ids and len(ids) == 5

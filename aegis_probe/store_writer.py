@@ -1,0 +1,230 @@
+"""The store's write path: finished spans go to a background writer thread, never encoded on the app's.
+
+``StoreSpanProcessor.on_end`` only appends the span to a bounded queue (a full queue drops the
+span and counts it: :attr:`StoreSpanProcessor.dropped_spans`, logged). One writer thread per
+process converts each span as it arrives, shortens long attributes that repeat an earlier span's
+(:mod:`.store_delta`), and appends a trace as one line when its root span has been taken.
+Crash safety is as before: a ``kill -9`` loses at most the traces still in flight.
+
+Readers in this process see every finished run: :func:`flush_writers` (called by every store
+read) waits until the queue is written. At exit the queue is written within ``EXIT_FLUSH_S``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Iterable
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from .otlp_json import SpanRecord
+from .store_delta import Bases, shrink
+
+if TYPE_CHECKING:
+    from .store import TraceStore
+
+logger = logging.getLogger("aegis_probe.store")
+
+#: Spans waiting for the writer, per process, before new ones are dropped.
+MAX_QUEUE = 8192
+#: Seconds a flush (before a read, at exit) waits for the writer.
+FLUSH_TIMEOUT_S = 10.0
+EXIT_FLUSH_S = 5.0
+
+
+class _Flush:
+    """A queue marker: the writer sets ``done`` when it gets here (after writing unfinished
+    traces of ``partial`` processors)."""
+
+    __slots__ = ("done", "partial")
+
+    def __init__(self, partial: Iterable["StoreSpanProcessor"]) -> None:
+        self.done = threading.Event()
+        self.partial = list(partial)
+
+
+class SpanWriter:
+    """A bounded queue of (processor, span) and the daemon thread that works it off."""
+
+    def __init__(self, max_queue: int = MAX_QUEUE) -> None:
+        self.max_queue = max_queue
+        self._processors: "weakref.WeakSet[StoreSpanProcessor]" = weakref.WeakSet()
+        self._reset()
+        _WRITERS.add(self)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._items: deque = deque()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, processor: "StoreSpanProcessor", span: ReadableSpan) -> bool:
+        """Queue ``span`` (app thread; O(1), never blocks). False when the queue is full."""
+        if len(self._items) >= self.max_queue:
+            return False
+        if self._thread is None:
+            self._start(processor)
+        self._items.append((processor, span))
+        if not self._wake.is_set():  # after the append: the writer clears before it drains
+            self._wake.set()
+        return True
+
+    def _start(self, processor: "StoreSpanProcessor") -> None:
+        with self._lock:
+            self._processors.add(processor)
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="aegis-store-writer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def flush(self, timeout: float = FLUSH_TIMEOUT_S, partial: Iterable["StoreSpanProcessor"] = ()) -> bool:
+        """Wait until everything queued so far is written (and the unfinished traces of
+        ``partial``); False if that took longer than ``timeout`` seconds."""
+        thread = self._thread
+        marker = _Flush(partial)
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+            self._work(marker)  # nothing queued, or called by the writer itself: do it here
+            return True
+        self._items.append(marker)
+        self._wake.set()
+        return marker.done.wait(timeout)
+
+    def _run(self) -> None:
+        items, wake = self._items, self._wake
+        while True:
+            wake.wait()
+            wake.clear()
+            while items:
+                self._work(items.popleft())
+
+    @staticmethod
+    def _work(item: "tuple[StoreSpanProcessor, ReadableSpan] | _Flush") -> None:
+        try:
+            if type(item) is tuple:
+                item[0]._take(item[1])
+                return
+            for processor in item.partial:  # type: ignore[union-attr]
+                processor._write_unfinished()
+        except Exception:  # never let the writer thread die
+            logger.exception("aegis-probe: trace store writer error")
+        finally:
+            if type(item) is _Flush:
+                item.done.set()
+
+    def processors(self) -> list["StoreSpanProcessor"]:
+        with self._lock:
+            return list(self._processors)
+
+
+_WRITERS: "weakref.WeakSet[SpanWriter]" = weakref.WeakSet()
+_SHARED: SpanWriter | None = None
+
+
+def shared_writer() -> SpanWriter:
+    """The process's writer (created on first use)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = SpanWriter()
+    return _SHARED
+
+
+def flush_writers(timeout: float = FLUSH_TIMEOUT_S) -> bool:
+    """Write everything queued by finished spans so far, in every writer (flush-before-read)."""
+    return all([w.flush(timeout) for w in list(_WRITERS)])
+
+
+def _flush_at_exit() -> None:
+    for writer in list(_WRITERS):
+        writer.flush(EXIT_FLUSH_S, partial=writer.processors())
+
+
+def _after_fork() -> None:
+    """A forked child has no writer thread and must not write the parent's queued spans."""
+    for writer in list(_WRITERS):
+        writer._reset()
+    for writer in list(_WRITERS):
+        for processor in writer.processors():
+            processor._pending.clear()
+            processor._bases.clear()
+
+
+atexit.register(_flush_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+class StoreSpanProcessor(SpanProcessor):
+    """Sends finished spans to a :class:`TraceStore`: one line per trace, written off the app thread.
+
+    ``max_queue`` gives this processor its own writer with that bound (default: the process's
+    shared writer, :data:`MAX_QUEUE` spans).
+    """
+
+    def __init__(self, store: "TraceStore", *, max_queue: int | None = None) -> None:
+        self.store = store
+        self.writer = shared_writer() if max_queue is None else SpanWriter(max_queue)
+        #: Spans dropped because the writer's queue was full.
+        self.dropped_spans = 0
+        self._drop_lock = threading.Lock()
+        self._closed = False
+        # Writer-thread state: spans of unfinished traces, and the delta bases of each trace.
+        self._pending: dict[int, list[SpanRecord]] = {}
+        self._bases: dict[int, Bases] = {}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._closed:  # after shutdown: write at once, on this thread
+            self._write([SpanRecord.from_readable(span)])
+        elif not self.writer.submit(self, span):
+            self._dropped()
+
+    def _dropped(self) -> None:
+        with self._drop_lock:
+            self.dropped_spans += 1
+            n = self.dropped_spans
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: logged, not flooding the log
+            logger.warning("aegis-probe: trace store queue full (%d spans); %d span(s) dropped so far",
+                           self.writer.max_queue, n)
+
+    # -- writer thread -------------------------------------------------------------------
+    def _take(self, span: ReadableSpan) -> None:
+        trace_id = span.context.trace_id
+        rec = SpanRecord.from_readable(span)
+        if span.parent is None or span.parent.is_remote:  # the root: the trace is complete
+            shrink(rec, self._bases.pop(trace_id, {}))
+            batch = self._pending.pop(trace_id, [])
+            batch.append(rec)
+            self._write(batch)
+            return
+        shrink(rec, self._bases.setdefault(trace_id, {}))
+        self._pending.setdefault(trace_id, []).append(rec)
+
+    def _write_unfinished(self) -> None:
+        """Write the spans of traces whose root has not ended (kept: their deltas' bases)."""
+        batches = list(self._pending.values())
+        self._pending.clear()
+        for batch in batches:
+            self._write(batch)
+
+    def _write(self, records: list[SpanRecord]) -> None:
+        try:
+            self.store.append(records)
+        except Exception:  # a full disk or a removed directory must not stop the writer
+            logger.exception("aegis-probe: could not write %d spans to %s", len(records), self.store.path)
+
+    # -- SpanProcessor -------------------------------------------------------------------
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Write everything, unfinished traces included (``Probe.flush``, provider shutdown)."""
+        return self.writer.flush(timeout_millis / 1000, partial=[self])
+
+    def shutdown(self) -> None:
+        self.force_flush(int(EXIT_FLUSH_S * 1000))
+        self._closed = True
