@@ -278,7 +278,7 @@ class _Wrapper:
             probe = self.registry.get(instance)
             if probe is None:
                 return None
-            self.adapter.sync_patches()
+            self.adapter.sync()
             lone = isinstance(instance, BaseChatAgent)
             return start_run(probe, instance.name, framework=FRAMEWORK, task=_task_text(kwargs.get("task")), lone_agent=lone)
         except Exception:
@@ -535,8 +535,7 @@ class AutogenAdapter(Adapter):
 
     def register(self, app: Any, probe: "Probe") -> AppInfo:
         agents = self._register(app, probe)
-        if self.installed:
-            self.sync_patches(modules=True)
+        self.sync(modules=True)
         return AppInfo(name=app.name, lone_agent=isinstance(app, BaseChatAgent), agents=tuple(a.name for a in agents))
 
     def _register(self, obj: Any, probe: "Probe") -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -54,58 +55,90 @@ class AppInfo:
     agents: tuple[str, ...]
 
 
+@dataclass
+class _Patch:
+    """One patched attribute: the raw ``__dict__`` entry it replaced, and how often it was asked for."""
+
+    owner: Any
+    name: str
+    saved: Any
+    refs: int = 1
+
+
 class Patcher:
     """Installs wrapt wrappers on class or module attributes and restores the originals exactly.
 
     The raw ``__dict__`` entry is saved (so classmethods and staticmethods come back as the same
     descriptor objects), and an attribute that was inherited is deleted again on restore.
+    Thread-safe: each attribute is wrapped at most once, however many times (and from however
+    many threads) it is asked for; further requests only count a reference.
     """
 
     def __init__(self) -> None:
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._lock = threading.RLock()
+        self._patches: dict[tuple[int, str], _Patch] = {}  # in patching order
 
     def wrap(
         self, owner: Any, name: str, wrapper: Callable[..., Any], enabled: Callable[[], Any] | None = None
-    ) -> None:
-        """Wrap ``owner.name`` with ``wrapper(wrapped, instance, args, kwargs)``.
+    ) -> bool:
+        """Wrap ``owner.name`` with ``wrapper(wrapped, instance, args, kwargs)``; False if already wrapped.
 
         With ``enabled``, each call goes straight to the original (adding no Python frame) while
         ``enabled()`` is falsy.
         """
-        saved = vars(owner).get(name, _MISSING)
-        if saved is _MISSING and not hasattr(owner, name):
-            raise AttributeError(f"{owner!r} has no attribute {name!r}")
-        wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (wrapper, enabled))
-        self._saved.append((owner, name, saved))
+        with self._lock:
+            patch = self._patches.get((id(owner), name))
+            if patch is not None and patch.owner is owner:
+                patch.refs += 1
+                return False
+            saved = vars(owner).get(name, _MISSING)
+            if saved is _MISSING and not hasattr(owner, name):
+                raise AttributeError(f"{owner!r} has no attribute {name!r}")
+            if isinstance(saved, wrapt.FunctionWrapper) and saved._self_wrapper == wrapper:
+                return False  # this very wrapper is already there (put by an earlier patcher)
+            wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (wrapper, enabled))
+            self._patches[(id(owner), name)] = _Patch(owner, name, saved)
+            return True
 
     def restore(self) -> None:
         """Put every saved original back, last patched first."""
-        while self._saved:
-            owner, name, saved = self._saved.pop()
-            try:
-                if saved is _MISSING:
-                    delattr(owner, name)
-                else:
-                    setattr(owner, name, saved)
-            except Exception:
-                logger.warning("aegis-probe: could not restore %r.%s", owner, name, exc_info=True)
+        with self._lock:
+            while self._patches:
+                _, patch = self._patches.popitem()
+                try:
+                    if patch.saved is _MISSING:
+                        delattr(patch.owner, patch.name)
+                    else:
+                        setattr(patch.owner, patch.name, patch.saved)
+                except Exception:
+                    logger.warning("aegis-probe: could not restore %r.%s", patch.owner, patch.name, exc_info=True)
+
+    def originals(self) -> dict[tuple[Any, str], Any]:
+        """``(owner, name) -> saved __dict__ entry`` of the attributes patched now (``_MISSING``: inherited)."""
+        with self._lock:
+            return {(p.owner, p.name): p.saved for p in self._patches.values()}
 
     def __len__(self) -> int:
-        return len(self._saved)
+        return len(self._patches)
 
 
 class Registry:
-    """Weak map of the objects an ``instrument(app)`` call found, to the probe that owns them."""
+    """Weak map of the objects an ``instrument(app)`` call found, to the probe that owns them.
+
+    Lookups take no lock (one dict read, atomic); adding and discarding, which iterate, do.
+    """
 
     def __init__(self) -> None:
         self._probes: "weakref.WeakKeyDictionary[Any, Probe]" = weakref.WeakKeyDictionary()
         self._by_id: dict[int, "Probe"] = {}
+        self._lock = threading.Lock()
 
     def add(self, obj: Any, probe: "Probe") -> None:
-        try:
-            self._probes[obj] = probe
-        except TypeError:  # not weak-referenceable (e.g. __slots__ without __weakref__)
-            self._by_id[id(obj)] = probe
+        with self._lock:
+            try:
+                self._probes[obj] = probe
+            except TypeError:  # not weak-referenceable (e.g. __slots__ without __weakref__)
+                self._by_id[id(obj)] = probe
 
     def get(self, obj: Any) -> "Probe | None":
         try:
@@ -115,15 +148,17 @@ class Registry:
         return probe if probe is not None else self._by_id.get(id(obj))
 
     def discard_probe(self, probe: "Probe") -> None:
-        for obj, owner in list(self._probes.items()):
-            if owner is probe:
-                del self._probes[obj]
-        for key, owner in list(self._by_id.items()):
-            if owner is probe:
-                del self._by_id[key]
+        with self._lock:
+            for obj, owner in list(self._probes.items()):
+                if owner is probe:
+                    del self._probes[obj]
+            for key, owner in list(self._by_id.items()):
+                if owner is probe:
+                    del self._by_id[key]
 
     def __bool__(self) -> bool:
-        return bool(len(self._probes) or self._by_id)
+        with self._lock:
+            return bool(len(self._probes) or self._by_id)
 
 
 class Adapter(ABC):
@@ -137,6 +172,8 @@ class Adapter(ABC):
     def __init__(self) -> None:
         self.registry = Registry()
         self._patcher = Patcher()
+        #: Held while patches are installed, synced or removed, and while a release decides to remove them.
+        self._lock = threading.RLock()
 
     @abstractmethod
     def detect(self, app: Any) -> bool:
@@ -150,40 +187,56 @@ class Adapter(ABC):
     def _instrument(self, patcher: Patcher) -> None:
         """Install this framework's class-level patches through ``patcher``."""
 
+    def sync_patches(self, **options: Any) -> None:
+        """Patch what appeared since :meth:`install` (e.g. classes defined later); called via :meth:`sync`."""
+
     @property
     def installed(self) -> bool:
         return len(self._patcher) > 0
 
     def install(self) -> None:
         """Install patches once; a second call does nothing."""
-        if self.installed:
-            return
-        try:
-            self._instrument(self._patcher)
-        except Exception:
-            self._patcher.restore()
-            raise
+        with self._lock:
+            if self.installed:
+                return
+            try:
+                self._instrument(self._patcher)
+            except Exception:
+                self._patcher.restore()
+                raise
+
+    def sync(self, **options: Any) -> None:
+        """:meth:`sync_patches` under the lock, and only while installed (never after the last release)."""
+        with self._lock:
+            if self.installed:
+                self.sync_patches(**options)
 
     def uninstall(self) -> None:
         """Restore every original this adapter patched."""
-        self._patcher.restore()
+        with self._lock:
+            self._patcher.restore()
 
     def release(self, probe: "Probe") -> None:
         """Forget ``probe``'s objects; remove the patches when no probe is left."""
-        self.registry.discard_probe(probe)
-        if not self.registry:
-            self.uninstall()
+        with self._lock:
+            self.registry.discard_probe(probe)
+            if not self.registry:
+                self.uninstall()
 
 
 _instances: dict[str, Adapter] = {}
 
 
+_instances_lock = threading.Lock()
+
+
 def get_adapter(name: str) -> Adapter:
     """The process-wide adapter instance for framework ``name``."""
-    if name not in _instances:
-        module_name, _, cls_name = ADAPTERS[name].target.partition(":")
-        _instances[name] = getattr(importlib.import_module(module_name), cls_name)()
-    return _instances[name]
+    with _instances_lock:
+        if name not in _instances:
+            module_name, _, cls_name = ADAPTERS[name].target.partition(":")
+            _instances[name] = getattr(importlib.import_module(module_name), cls_name)()
+        return _instances[name]
 
 
 def loaded_adapters() -> list[Adapter]:

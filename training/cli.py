@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "grpo": "aegis_probe.train.trainers.grpo:add_parser",
     "dcl": "aegis_probe.train.dcl.train:add_parser",
     "attribute": "aegis_probe.train.attribute:add_parser",
+    "export": "aegis_probe.train.exporters:add_parser",
+    "export": "export traces or trajectories as Who&When JSON files",
 }
 
 
