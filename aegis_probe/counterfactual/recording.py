@@ -4,8 +4,8 @@ With content capture on, every ``chat`` span already holds what replay needs: th
 (``gen_ai.agent.name``), that agent's call index in the run (``aegis.agent.call_index``), the
 request messages and the response (text, tool calls, usage, finish reason). Keys are
 (agent, call index) rather than a global order, because concurrent agents interleave differently
-from run to run. Calls made outside any agent step (e.g. a selector choosing the next speaker)
-use the agent key ``""``.
+from run to run. Calls a team's manager makes outside any step (a selector choosing the next
+speaker) use the manager's name; other calls outside any step the agent key ``""``.
 """
 
 from __future__ import annotations
