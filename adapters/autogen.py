@@ -12,8 +12,12 @@ is registered and when a run starts):
   Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
   Calls outside any agent step (``SelectorGroupChat``'s speaker selection, a Magentic-One
   orchestrator) are ``chat`` spans directly under the workflow root, attributed to no agent.
-- tool call: ``BaseTool.run_json`` / ``BaseStreamTool.run_json_stream`` (what every workbench and
-  handoff calls). MCP workbench tools, which do not go through ``run_json``, are not traced.
+- tool call: ``call_tool`` / ``call_tool_stream`` of every ``Workbench`` class that defines them
+  (``McpWorkbench``, ``StaticWorkbench``, user workbenches) -> ``execute_tool {tool}`` with the
+  call's arguments and the ``ToolResult``'s text, ERROR when ``is_error``; ``BaseTool.run_json`` /
+  ``BaseStreamTool.run_json_stream`` for tools called outside a workbench (handoffs). A tool that
+  a workbench runs through ``run_json`` gets no second span: its exception type is recorded on
+  the workbench call's span, which a workbench delegating to another reuses too.
 
 autogen-core opens its own ``invoke_agent`` and ``execute_tool`` spans (``trace_invoke_agent_span``,
 ``trace_tool_span``, on the global tracer provider). Inside an aegis run those helpers are
@@ -48,9 +52,11 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
-from autogen_core.tools import BaseStreamTool, BaseTool
+from autogen_core.tools import BaseStreamTool, BaseTool, ToolResult, Workbench
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import env_flag
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
@@ -429,13 +435,112 @@ def _start_tool(probe: "Probe", tool: Any, args: tuple, kwargs: dict) -> ToolSco
     return start_tool(probe, tool.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
 
 
+# A workbench call's span carries itself under this key: the tools the workbench runs, and a
+# workbench it delegates to, see that span still current and open none of their own.
+_WORKBENCH_CALL = otel_context.create_key("aegis.autogen.workbench_call")
+
+
+def _workbench_call() -> ToolScope | None:
+    """The workbench call whose span is the current span (nothing opened a span since), if any."""
+    scope = otel_context.get_value(_WORKBENCH_CALL)
+    return scope if scope is not None and trace.get_current_span() is scope.span else None  # type: ignore[attr-defined]
+
+
+def _open_workbench_call(probe: "Probe", args: tuple, kwargs: dict) -> ToolScope:
+    """The ``execute_tool`` span of ``call_tool(name, arguments, cancellation_token, call_id)`` (or its stream form)."""
+    name = args[0] if args else kwargs["name"]
+    arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+    call_id = args[3] if len(args) > 3 else kwargs.get("call_id")
+    scope = start_tool(probe, name, call_id=call_id, arguments=dict(arguments) if arguments is not None else None)
+    scope.ctx = otel_context.set_value(_WORKBENCH_CALL, scope, scope.ctx)
+    return scope
+
+
+def _finish_workbench_call(scope: ToolScope, result: Any) -> None:
+    """End a workbench call's span with its ``ToolResult`` (text, and ERROR when ``is_error``)."""
+    if not isinstance(result, ToolResult):
+        scope.finish()
+        return
+    text = result.to_text(replace_image="[image]") if scope.probe.config.capture_content else None
+    scope.finish(text, is_error=result.is_error)
+
+
+def _note_tool_error(scope: ToolScope, exc: BaseException | None) -> None:
+    """Record the exception of a tool a workbench ran on the workbench call's span (it returns an
+    error result, which ends the span as ERROR)."""
+    if exc is not None:
+        scope.span.record_exception(exc)
+        scope.span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+
+
+async def _await_noting_error(scope: ToolScope, call: Any) -> Any:
+    try:
+        return await call
+    except Exception as exc:
+        try:
+            _note_tool_error(scope, exc)
+        except Exception:
+            log_hook_error("tool error")
+        raise
+
+
+class WorkbenchWrapper(_Wrapper):
+    """``Workbench.call_tool`` (MCP and any other workbench): one ``execute_tool`` span per call."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None or _workbench_call() is not None:
+            return wrapped(*args, **kwargs)
+        return self._traced(run.probe, wrapped, args, kwargs)
+
+    @staticmethod
+    async def _traced(probe: "Probe", wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            scope = _open_workbench_call(probe, args, kwargs)
+        except Exception:
+            log_hook_error("workbench tool start")
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs),
+                                    lambda result: _finish_workbench_call(scope, result), "workbench tool")
+
+
+class WorkbenchStreamWrapper(_Wrapper):
+    """``call_tool_stream`` of a stream workbench: one ``execute_tool`` span over the stream."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None or _workbench_call() is not None:
+            return wrapped(*args, **kwargs)
+        try:
+            scope = _open_workbench_call(run.probe, args, kwargs)
+        except Exception:
+            log_hook_error("workbench tool start")
+            return wrapped(*args, **kwargs)
+        result: list[Any] = [None]
+
+        def item(event: Any) -> None:
+            if isinstance(event, ToolResult):
+                result[0] = event
+
+        def done(exc: BaseException | None) -> None:
+            if exc is not None:
+                scope.fail(exc)
+            else:
+                _finish_workbench_call(scope, result[0])
+
+        return iterate_in_scope(wrapped(*args, **kwargs), scope, on_item=item, on_done=done)
+
+
 class ToolWrapper(_Wrapper):
-    """``BaseTool.run_json``: one ``execute_tool`` span per call, inside runs."""
+    """``BaseTool.run_json``: one ``execute_tool`` span per call, inside runs (none inside a workbench call)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         run = current_run()
         if run is None:
             return wrapped(*args, **kwargs)
+        outer = _workbench_call()
+        if outer is not None:
+            return _await_noting_error(outer, wrapped(*args, **kwargs))
         return self._traced(run.probe, wrapped, instance, args, kwargs)
 
     @staticmethod
@@ -453,12 +558,15 @@ class ToolWrapper(_Wrapper):
 
 
 class ToolStreamWrapper(_Wrapper):
-    """``BaseStreamTool.run_json_stream``: one ``execute_tool`` span over the stream."""
+    """``BaseStreamTool.run_json_stream``: one ``execute_tool`` span over the stream (none inside a workbench call)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         run = current_run()
         if run is None:
             return wrapped(*args, **kwargs)
+        outer = _workbench_call()
+        if outer is not None:
+            return iterate_in_scope(wrapped(*args, **kwargs), outer, on_done=lambda exc: _note_tool_error(outer, exc))
         try:
             scope = _start_tool(run.probe, instance, args, kwargs)
         except Exception:
@@ -527,6 +635,8 @@ class AutogenAdapter(Adapter):
         self._step = StepWrapper(self)
         self._tool = ToolWrapper(self)
         self._tool_stream = ToolStreamWrapper(self)
+        self._workbench = WorkbenchWrapper(self)
+        self._workbench_stream = WorkbenchStreamWrapper(self)
         self._create = CreateWrapper(self)
         self._create_stream = CreateStreamWrapper(self)
 
@@ -577,6 +687,9 @@ class AutogenAdapter(Adapter):
             self._patch(cls, "run_json", self._tool)
         for cls in _subclasses(BaseStreamTool):
             self._patch(cls, "run_json_stream", self._tool_stream)
+        for cls in _subclasses(Workbench):
+            self._patch(cls, "call_tool", self._workbench)
+            self._patch(cls, "call_tool_stream", self._workbench_stream)
 
     def _patch(self, cls: type, attr: str, wrapper: Callable[..., Any]) -> None:
         func = vars(cls).get(attr)
