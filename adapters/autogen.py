@@ -469,8 +469,7 @@ def _note_tool_error(scope: ToolScope, exc: BaseException | None) -> None:
     """Record the exception of a tool a workbench ran on the workbench call's span (it returns an
     error result, which ends the span as ERROR)."""
     if exc is not None:
-        scope.span.record_exception(exc)
-        scope.span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+        scope.record_error(exc)
 
 
 async def _await_noting_error(scope: ToolScope, call: Any) -> Any:

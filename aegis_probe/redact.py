@@ -1,66 +1,169 @@
-"""Secret redaction applied to every captured string, whatever the content-capture setting."""
+"""Secret redaction applied to every string the probe writes, whatever the content-capture setting.
+
+Detected forms: provider keys and tokens by their shape
+(``sk-``, ``github_pat_``, ``xoxb-``, ``sk_live_``, ``hf_``, AWS, Google, JWTs, PEM private
+keys), bearer/basic credentials, ``name = value`` / ``"name": "value"`` pairs whose name says
+secret (also with the escaped quotes of JSON inside a JSON string), secret URL query parameters
+and the password of ``user:pass@host`` URLs. Each form is searched only when one of its literal
+trigger substrings occurs (a fast scan), and results are cached, since prompts repeat earlier
+messages.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 REDACTED = "[REDACTED]"
 
-_PATTERNS = [
-    # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-...
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
-    # Bearer / Basic tokens in header-like text.
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}"),
-    # key=value and "key": "value" forms for api keys, tokens, secrets, passwords, auth headers.
-    re.compile(
-        r"(?i)([\"']?(?:api[_-]?key|x-api-key|access[_-]?token|auth[_-]?token|secret|password|"
-        r"authorization)[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic)\s|\[REDACTED)([^\s\"',}]{6,})"
-    ),
-    # Common cloud keys: AWS access key ids, Google API keys, GitHub tokens.
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),
-]
+
+@dataclass(frozen=True)
+class _Detector:
+    """One secret form: a pattern whose ``secret`` group is replaced, run only when a trigger occurs.
+
+    ``lower`` detectors are case-insensitive: their lower-case pattern runs on the lower-cased
+    text (same offsets for ASCII). Each pattern starts with a literal, so a search is a fast scan.
+    """
+
+    triggers: tuple[str, ...]
+    pattern: re.Pattern[str]
+    lower: bool = False
+    check: Callable[[str], bool] | None = None  # on the secret as written, e.g. "looks base64"
+
+    def spans(self, text: str, low: str | None) -> list[tuple[int, int]]:
+        """``(start, end)`` of each secret in ``text``; ``low`` is ``text.lower()`` (None: not offset-true)."""
+        if self.lower and low is None:
+            haystack, pattern = text, _insensitive(self.pattern)
+        else:
+            haystack, pattern = (low if self.lower else text), self.pattern
+            for trigger in self.triggers:
+                if trigger in haystack:  # type: ignore[operator]
+                    break
+            else:
+                return []
+        check = self.check
+        return [m.span("secret") for m in pattern.finditer(haystack)  # type: ignore[arg-type]
+                if check is None or check(text[m.start("secret"):m.end("secret")])]
 
 
-# Text without any of these substrings cannot match a pattern above: one scan instead of six.
-# ASCII text is scanned lower-cased, without IGNORECASE (about ten times faster); other text
-# keeps the case-insensitive scan, whose Unicode case folding ``str.lower`` does not match.
-_CANDIDATE = re.compile(r"(?i)sk-|bearer|basic|api|key|token|secret|password|authorization|AKIA|AIza|gh[pousr]_")
-_CANDIDATE_LOWER = re.compile(r"sk-|bearer|basic|api|key|token|secret|password|authorization|akia|aiza|gh[pousr]_")
+@functools.cache
+def _insensitive(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(pattern.pattern, pattern.flags | re.IGNORECASE)
+
+
+# The value of ``name: value``/``"name": "value"``/``name=value`` (also ``\\"name\\": \\"value\\"``
+# of JSON inside a JSON string): a quoted value runs to its closing quote at the same escaping level.
+_VALUE = (
+    r"(?![\w-])(?:\\*[\"'])?\s*[:=]\s*(?P<vq>\\*[\"'])?(?!bearer\s|basic\s|\[redacted)"
+    r"(?P<secret>(?(vq)(?:(?!(?P=vq)).){3,}?(?=(?P=vq)|\Z)|[^\s\"'\\,;&}\]]{4,}))"
+)
+
+
+def _pair(trigger: str, name: str) -> _Detector:
+    """``name`` (a lower-case regex) is the end of a key whose value is a secret."""
+    return _Detector((trigger,), re.compile(name + _VALUE, re.DOTALL), lower=True)
+
+
+def _shape(triggers: str, regex: str) -> _Detector:
+    """A token recognised by its shape, case-sensitively (``|``-separated literal triggers)."""
+    return _Detector(tuple(triggers.split("|")), re.compile(f"(?P<secret>{regex})", re.DOTALL))
+
+
+def _base64ish(token: str) -> bool:
+    """A Basic credential (base64 of ``user:pass``): a digit, ``+/=`` or an inner capital, not a word."""
+    return any(c.isdigit() or c in "+/=" for c in token) or any(c.isupper() for c in token[1:])
+
+
+_DETECTORS: tuple[_Detector, ...] = (
+    # Key/value pairs whose key ends with a secret's name (``aws_secret_access_key``, ``GITHUB_TOKEN``,
+    # ``db.password``, ``"token"``), not ``max_tokens``.
+    _pair("key", r"(?:api[_-]?|access[_-]?|secret[_-]?|private[_-]?)key"),
+    _pair("secret", r"secret"),
+    _pair("token", r"token"),
+    _pair("passw", r"passw(?:or)?d"),
+    _pair("pwd", r"pwd"),
+    _pair("credential", r"credentials?"),
+    _pair("auth", r"auth(?:orization)?"),
+    # Secret URL query parameters (``?key=``, ``&sig=``) and the password of ``user:pass@host``.
+    _Detector(("=",), re.compile(
+        r"[?&;](?:key|api[_-]?key|apikey|token|access[_-]?token|auth|sig|signature|secret|password|code|"
+        r"x-amz-signature|x-amz-credential)=(?P<secret>[^&#\s\"'\\]+)"), lower=True),
+    _Detector(("://",), re.compile(r"://[^\s/:@\"'\\]*:(?P<secret>[^\s/@\"'\\]+)@"), lower=True),
+    # Authorization header values.
+    _Detector(("bearer",), re.compile(r"bearer\s+(?P<secret>[a-z0-9._~+/=-]{8,})"), lower=True),
+    _Detector(("basic",), re.compile(r"basic\s+(?P<secret>[a-z0-9+/]{8,}={0,2})"), lower=True, check=_base64ish),
+    # Tokens recognised by their shape.
+    _shape("-----BEGIN", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"),
+    _shape("sk-", r"sk-[A-Za-z0-9_-]{16,}"),  # OpenAI / Anthropic (sk-proj-, sk-ant-)
+    _shape("k_live_|k_test_", r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe secret and restricted keys
+    _shape("github_pat_", r"github_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
+    _shape("ghp_|gho_|ghu_|ghs_|ghr_", r"gh[pousr]_[A-Za-z0-9]{30,}"),  # GitHub classic tokens
+    _shape("glpat-", r"glpat-[A-Za-z0-9_-]{20,}"),  # GitLab
+    _shape("xox", r"xox[abposr]-[A-Za-z0-9-]{10,}"),  # Slack
+    _shape("hf_", r"hf_[A-Za-z0-9]{30,}"),  # Hugging Face
+    _shape("npm_", r"npm_[A-Za-z0-9]{36}"),  # npm
+    _shape("AKIA|ASIA", r"(?:AKIA|ASIA)[0-9A-Z]{16}"),  # AWS access key ids
+    _shape("AIza", r"AIza[0-9A-Za-z_-]{35}"),  # Google API keys
+    _shape("ya29.", r"ya29\.[0-9A-Za-z_-]{20,}"),  # Google OAuth access tokens
+    _shape("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),  # JWTs
+)
 _CACHED_MAX_LEN = 8192
+# Any trigger at all (lower-cased): one scan rejects most short texts faster than a scan per form.
+_ANY_TRIGGER = re.compile("|".join(dict.fromkeys(re.escape(t.lower()) for d in _DETECTORS for t in d.triggers)))
+_GATED_MAX_LEN = 512
+
+
+def _redact(text: str) -> str:
+    low = text.lower()
+    if len(low) != len(text):
+        low = None  # type: ignore[assignment]
+    spans: list[tuple[int, int]] = []
+    for detector in _DETECTORS:
+        spans += detector.spans(text, low)
+    if not spans:
+        return text
+    spans.sort()
+    out, pos = [], 0
+    for start, end in spans:
+        if end <= pos:
+            continue
+        out.append(text[pos:max(start, pos)])
+        if start >= pos:
+            out.append(REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_redact_cached = functools.lru_cache(maxsize=2048)(_redact)
 
 
 def redact_secrets(text: str) -> str:
-    """Replace API keys, bearer tokens and ``key=value`` secrets in ``text`` with ``[REDACTED]``."""
-    if text.isascii():
-        if _CANDIDATE_LOWER.search(text.lower()) is None:
-            return text
-    elif _CANDIDATE.search(text) is None:
+    """``text`` with API keys, tokens, passwords and private keys replaced by ``[REDACTED]``."""
+    if len(text) <= _GATED_MAX_LEN and _ANY_TRIGGER.search(text.lower()) is None:
         return text
     if len(text) <= _CACHED_MAX_LEN:
         return _redact_cached(text)  # prompts repeat earlier messages: redact each text once
     return _redact(text)
 
 
-def _redact(text: str) -> str:
-    for pattern in _PATTERNS:
-        if pattern.groups >= 2:
-            text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
-        elif pattern.groups == 1:
-            text = pattern.sub(lambda m: m.group(1) + " " + REDACTED, text)
-        else:
-            text = pattern.sub(REDACTED, text)
-    return text
-
-
-_redact_cached = functools.lru_cache(maxsize=2048)(_redact)
-
-
 def make_redactor(extra: Callable[[str], str] | None) -> Callable[[str], str]:
-    """The built-in redaction followed by the user's callback, if any."""
+    """The built-in redaction, then the user's callback (its output made encodable), if any."""
     if extra is None:
         return redact_secrets
-    return lambda text: extra(redact_secrets(text))
+
+    def redact(text: str) -> str:
+        return encodable(str(extra(redact_secrets(text))))
+
+    return redact
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates (undecodable bytes of ``os.fsdecode``) escaped as ``\\udcxx``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import threading
+import traceback
 import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence, TypeVar
@@ -77,10 +78,20 @@ class _Scope:
         """Mark the span as failed by the app's own exception (which the caller re-raises)."""
         if self._ended:
             return
-        self.span.record_exception(exc)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        try:
+            self.record_error(exc)
+            self.span.set_status(Status(StatusCode.ERROR, self.probe.redact(f"{type(exc).__name__}: {exc}")))
+        finally:
+            self.end()
+
+    def record_error(self, exc: BaseException) -> None:
+        """Add the ``exception`` event (message and stack trace redacted) and ``error.type``; the span stays open."""
+        redact = self.probe.redact
+        self.span.record_exception(exc, attributes={  # overrides the SDK's own, unredacted, message and trace
+            "exception.message": redact(str(exc)),
+            "exception.stacktrace": redact("".join(traceback.format_exception(exc))),
+        })
         self.span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
-        self.end()
 
     def end(self) -> None:
         if not self._ended:
@@ -196,7 +207,7 @@ class ToolScope(_Scope):
         if result is not None and self.probe.config.capture_content:
             self.span.set_attribute(sc.TOOL_CALL_RESULT, self.probe.redact(str(result)))
         if is_error:
-            self.span.set_status(Status(StatusCode.ERROR, str(result)[:200]))
+            self.span.set_status(Status(StatusCode.ERROR, self.probe.redact(str(result))[:200]))
         self.end()
 
 
