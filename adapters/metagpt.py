@@ -25,7 +25,10 @@ Span shape and where each span comes from (class-level patches, installed once):
 
 Errors: a lone role's exception propagates unchanged and marks its spans ERROR. ``Team.run``
 itself logs, serializes and swallows role errors (metagpt's ``serialize_decorator``) and returns
-None; that behaviour is kept, so the failed step and action spans are ERROR and the root is not.
+None; that behaviour is kept, and the run still reads as failed: the first role error (the
+original exception, which ``role_raise_decorator`` re-raises as a bare ``Exception`` of its
+traceback text) marks the root span ERROR with its type, and the run's outcome is failed
+(``aegis.outcome.success = false``) unless a judge's verdict says otherwise.
 
 Roles run as ``asyncio`` tasks that copy the context, so steps and model calls of roles inside a
 traced run nest under it; roles hired after ``instrument()`` are traced too. Only the app object
@@ -43,6 +46,7 @@ from metagpt.roles import Role
 from metagpt.schema import Message
 from metagpt.team import Team
 
+from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm
 from aegis_probe.spans import (
@@ -160,6 +164,18 @@ class MetaGPTCodec:
         return response.content or ""
 
 
+#: The role errors of the ``Team.run`` running in this task, which metagpt swallows.
+_ROLE_ERRORS: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("aegis_metagpt_role_errors", default=None)
+
+
+def _note_role_error(exc: BaseException) -> None:
+    """Keep a role's error for the team run around it (the original one, not metagpt's re-raise)."""
+    errors = _ROLE_ERRORS.get()
+    if errors is not None:
+        cause = exc.__context__
+        errors.append(cause if type(exc) is Exception and cause is not None else exc)
+
+
 #: The codec of the ``aask`` call running in this task (for the usage hook).
 _ACTIVE_CALL: contextvars.ContextVar[MetaGPTCodec | None] = contextvars.ContextVar("aegis_metagpt_call", default=None)
 
@@ -178,8 +194,12 @@ def _has_input(role: Role, with_message: Any) -> bool:
     return bool(with_message) or not role.rc.msg_buffer.empty() or bool(role.recovered and role.latest_observed_msg)
 
 
-async def _in_run(run: "RunScope", call: Callable[[], Awaitable[Any]]) -> Any:
-    """Await ``call()`` with ``run`` current, then finish the run (hook errors logged)."""
+async def _in_run(run: "RunScope", call: Callable[[], Awaitable[Any]], swallowed: Sequence[BaseException] = ()) -> Any:
+    """Await ``call()`` with ``run`` current, then finish the run (hook errors logged).
+
+    A returning call whose ``swallowed`` errors are not empty fails the run with the first one,
+    its outcome preset to failed (a judge's verdict, written when the run finishes, wins).
+    """
     token = run.attach()
     try:
         result = await call()
@@ -192,7 +212,9 @@ async def _in_run(run: "RunScope", call: Callable[[], Awaitable[Any]]) -> Any:
     finally:
         run.detach(token)
     try:
-        run.finish()
+        if swallowed:
+            run.span.set_attribute(sc.OUTCOME_SUCCESS, False)
+        run.finish(swallowed[0] if swallowed else None)
     except Exception:
         log_hook_error("run end")
     return result
@@ -239,7 +261,12 @@ class MetaGPTAdapter(Adapter):
             run = None
         if run is None:
             return await wrapped(*args, **kwargs)
-        return await _in_run(run, lambda: wrapped(*args, **kwargs))
+        errors: list[BaseException] = []
+        token = _ROLE_ERRORS.set(errors)
+        try:
+            return await _in_run(run, lambda: wrapped(*args, **kwargs), errors)
+        finally:
+            _ROLE_ERRORS.reset(token)
 
     async def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
         try:
@@ -250,7 +277,11 @@ class MetaGPTAdapter(Adapter):
             log_hook_error("role run start")
             run = None
         if run is None:
-            return await wrapped(*args, **kwargs)
+            try:
+                return await wrapped(*args, **kwargs)
+            except Exception as exc:
+                _note_role_error(exc)
+                raise
         return await _in_run(run, lambda: wrapped(*args, **kwargs))
 
     # -- steps and actions -----------------------------------------------------------------

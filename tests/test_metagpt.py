@@ -330,3 +330,36 @@ def test_team_swallows_role_errors_as_metagpt_does(model_server, provider, expor
     step = next(s for s in spans if s.name == "invoke_agent Calculator")
     assert step.status.status_code == StatusCode.ERROR
     assert [s.name for s in _steps(spans)] == ["invoke_agent Planner", "invoke_agent Calculator"]
+
+
+def test_swallowed_role_error_fails_the_run(model_server, provider, exporter, tmp_path):
+    server = model_server(_bad_expression)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path)
+    assert demo.run_app(app, demo.TASK) is None  # the app's behaviour is unchanged
+    spans = _ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    step = next(s for s in _steps(spans) if s.status.status_code == StatusCode.ERROR)
+    assert root.status.status_code == StatusCode.ERROR
+    assert root.attributes[sc.ERROR_TYPE] == step.attributes[sc.ERROR_TYPE] != "Exception"  # not metagpt's re-raise
+    assert "only numbers" in root.status.description
+    traj = probe.trajectory()
+    assert traj.outcome.success is False and "only numbers" in traj.error
+    assert traj.steps[1].error and traj.steps[1].agent == "Calculator"
+
+
+def test_judge_verdict_wins_over_a_swallowed_role_error(model_server, provider, exporter, tmp_path):
+    server = model_server(_bad_expression)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path, judge=lambda task, answer: True)
+    demo.run_app(app, demo.TASK)
+    traj = probe.trajectory()
+    assert traj.outcome.success is True and traj.error  # the judge's word on the outcome; the error stays
+
+
+def test_a_run_without_role_errors_is_not_marked_failed(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    probe = _instrument(app, provider, tmp_path)
+    demo.run_app(app, demo.TASK)
+    traj = probe.trajectory()
+    assert traj.error is None and traj.outcome.success is None
