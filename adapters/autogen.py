@@ -10,8 +10,15 @@ is registered and when a run starts):
 - LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
   core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
   Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
-  Calls outside any agent step (``SelectorGroupChat``'s speaker selection, a Magentic-One
-  orchestrator) are ``chat`` spans directly under the workflow root, attributed to no agent.
+- team manager: ``on_message_impl`` of ``BaseGroupChatManager`` and ``update_message_thread``.
+  Each message a Magentic-One orchestrator adds (task ledger, instruction, final answer) is an
+  ``invoke_agent MagenticOneOrchestrator`` step holding the model calls that produced it, with the
+  progress ledger's next speaker in ``aegis.step.next_speaker``. Other managers' model calls
+  (``SelectorGroupChat``'s speaker selection) stay outside steps, as ``chat`` spans naming the
+  manager with ``aegis.llm.purpose = speaker_selection``.
+- nested teams (a team as a participant, ``SocietyOfMindAgent``): the inner ``run_stream`` opens
+  no run; its agents' steps are steps of the outer run, each with ``aegis.agent.path`` (the team
+  names from the outer app down).
 - tool call: ``call_tool`` / ``call_tool_stream`` of every ``Workbench`` class that defines them
   (``McpWorkbench``, ``StaticWorkbench``, user workbenches) -> ``execute_tool {tool}`` with the
   call's arguments and the ``ToolResult``'s text, ERROR when ``is_error``; ``BaseTool.run_json`` /
@@ -38,6 +45,9 @@ from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_agentchat.teams import BaseGroupChat
+from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager
+from autogen_agentchat.teams._group_chat._events import GroupChatStart
+from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrator import MagenticOneOrchestrator
 from autogen_core import FunctionCall
 from autogen_core import _single_threaded_agent_runtime as _runtime_module
 from autogen_core._telemetry import EnvelopeMetadata, TraceHelper, _genai
@@ -53,6 +63,7 @@ from autogen_core.models import (
     UserMessage,
 )
 from autogen_core.tools import BaseStreamTool, BaseTool, ToolResult, Workbench
+from autogen_core.utils import extract_json_from_str
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -61,10 +72,13 @@ from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import env_flag
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
 from aegis_probe.spans import (
+    Actor,
     ChatMessage,
     SharedMessage,
     StepScope,
     ToolScope,
+    acting_context,
+    attached,
     await_in_scope,
     current_run,
     current_step,
@@ -296,11 +310,28 @@ class RunStreamWrapper(_Wrapper):
     """``run_stream`` of a registered team or lone agent: the run's root span."""
 
     def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if current_run() is not None:
+            return _nested_team(wrapped, instance, args, kwargs)
         run = self._open_run(instance, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
+        if isinstance(instance, BaseGroupChat):
+            run.ctx = otel_context.set_value(_TEAM_PATH, (instance.name,), run.ctx)
         hooks = _RunHooks(run)
         return iterate_in_scope(wrapped(*args, **kwargs), run, on_item=hooks.item, on_done=hooks.done)
+
+
+def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``run_stream`` inside a run (a team as a participant, a ``SocietyOfMindAgent``'s team): no run
+    of its own; its agents' steps belong to the current run, with the team's name in their path."""
+    if not isinstance(instance, BaseGroupChat):
+        return wrapped(*args, **kwargs)
+    try:
+        scope = _ContextScope(otel_context.set_value(_TEAM_PATH, (*_team_path(), instance.name)))
+    except Exception:
+        log_hook_error("nested team start")
+        return wrapped(*args, **kwargs)
+    return iterate_in_scope(wrapped(*args, **kwargs), scope)
 
 
 class RunWrapper(_Wrapper):
@@ -378,7 +409,8 @@ class StepWrapper(_Wrapper):
         inputs = None
         if probe.config.capture_content:
             inputs = chat_messages(args[0] if args else kwargs.get("messages", ()))
-        return start_step(probe, name, run=run, description=instance.description, input_messages=inputs)
+        return start_step(probe, name, run=run, description=instance.description, input_messages=inputs,
+                          attributes=_path_attributes())
 
 
 class _ClientWrapper(_Wrapper):
@@ -411,7 +443,23 @@ class CreateWrapper(_ClientWrapper):
         probe = self._probe(instance)
         if probe is None:
             return wrapped(*args, **kwargs)
+        turn = _manager_turn()
+        if turn is not None and turn.adds_turns and current_step() is None:
+            return self._in_turn(turn, probe, wrapped, instance, args, kwargs)
         return acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+
+    async def _in_turn(self, turn: "_ManagerTurn", probe: "Probe", wrapped: Callable[..., Any], instance: Any,
+                       args: tuple, kwargs: dict) -> Any:
+        """A model call of a manager that adds messages: inside the step of the message it produces."""
+        try:
+            step = turn.open_step()
+        except Exception:
+            log_hook_error("manager step start")
+            return await acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+        with attached(step):
+            result = await acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+        turn.saw(result)
+        return result
 
 
 def _is_result(item: Any) -> bool:
@@ -608,6 +656,140 @@ def _no_envelope_context(wrapped: Callable[..., Any], instance: Any, args: tuple
     return EnvelopeMetadata()
 
 
+# -- team managers and nested teams --------------------------------------------------------------
+# A team's manager handles messages on the agent runtime, outside any agent step. While it handles
+# one, a _ManagerTurn is current. A manager that adds messages to the conversation (Magentic-One's
+# orchestrator: task ledger, instructions, final answer) gets one step per message, opened at the
+# first model call that produces it and ended when the message is added to its thread. Other
+# managers' model calls (SelectorGroupChat choosing the next speaker) add no turn: their ``chat``
+# spans name the manager, with the purpose ``speaker_selection``.
+_TURN = otel_context.create_key("aegis.autogen.manager_turn")
+_TEAM_PATH = otel_context.create_key("aegis.autogen.team_path")
+#: Managers whose model calls produce messages of the conversation (each such message is a step).
+TURN_MANAGERS: tuple[type, ...] = (MagenticOneOrchestrator,)
+
+
+def _team_path() -> tuple[str, ...]:
+    """Names of the teams the calling code runs in, outermost first."""
+    return otel_context.get_value(_TEAM_PATH) or ()  # type: ignore[return-value]
+
+
+def _path_attributes() -> dict[str, Any] | None:
+    path = _team_path()
+    return {sc.AGENT_PATH: list(path)} if path else None
+
+
+def _manager_turn() -> "_ManagerTurn | None":
+    return otel_context.get_value(_TURN)  # type: ignore[return-value]
+
+
+class _ContextScope:
+    """A context to attach while each item of a stream is produced (see ``iterate_in_scope``)."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: otel_context.Context) -> None:
+        self.ctx = ctx
+
+    def attach(self) -> object:
+        return otel_context.attach(self.ctx)
+
+    @staticmethod
+    def detach(token: object) -> None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+
+class _ManagerTurn(_ContextScope):
+    """One message a manager handles, and the step of the message it is producing, if any."""
+
+    __slots__ = ("run", "manager", "received", "step", "next_speaker", "_added")
+
+    def __init__(self, run: "RunScope", manager: Any, message: Any) -> None:
+        self.run, self.manager = run, manager
+        self.received = list(message.messages or ()) if isinstance(message, GroupChatStart) else []
+        self.step: StepScope | None = None
+        self.next_speaker: str | None = None
+        self._added: set[int] = set()
+        purpose = None if self.adds_turns else sc.PURPOSE_SPEAKER_SELECTION
+        super().__init__(otel_context.set_value(_TURN, self, acting_context(Actor(manager._name, purpose))))
+
+    @property
+    def adds_turns(self) -> bool:
+        return isinstance(self.manager, TURN_MANAGERS)
+
+    def open_step(self) -> StepScope:
+        """The step of the message being produced; opened now (input: the manager's thread) if none is."""
+        if self.step is None:
+            probe, inputs = self.run.probe, None
+            if probe.config.capture_content:
+                thread = [m for m in self.manager._message_thread if isinstance(m, BaseChatMessage)]
+                inputs = chat_messages(thread or self.received)
+            self.step = start_step(probe, self.manager._name, run=self.run, description="manager of the team",
+                                   input_messages=inputs, attributes=_path_attributes())
+        return self.step
+
+    def saw(self, result: Any) -> None:
+        """Keep the next speaker a progress ledger (JSON with ``next_speaker``) names, if ``result`` is one."""
+        content = getattr(result, "content", None)
+        if not isinstance(content, str) or "next_speaker" not in content:
+            return
+        try:
+            (ledger,) = extract_json_from_str(content)
+            done = ledger.get("is_request_satisfied", {}).get("answer")
+            speaker = ledger["next_speaker"]["answer"]
+        except (ValueError, TypeError, KeyError, AttributeError):  # not a ledger: the manager retries
+            return
+        self.next_speaker = None if done or not speaker else str(speaker)
+
+    def added(self, messages: Sequence[Any]) -> None:
+        """The manager added ``messages`` to its thread: each of its own ends the step producing it."""
+        for message in messages:
+            if isinstance(message, BaseChatMessage) and message.source == self.manager._name and id(message) not in self._added:
+                self._added.add(id(message))
+                step, self.step = self.open_step(), None
+                if self.next_speaker is not None:
+                    step.span.set_attribute(sc.STEP_NEXT_SPEAKER, self.next_speaker)
+                    self.next_speaker = None
+                step.finish([{"role": "assistant", "content": message.to_text(), "name": message.source}]
+                            if step.probe.config.capture_content else None)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.step is not None:
+            self.step.fail(exc)
+        self.step = None
+
+    def end(self) -> None:
+        if self.step is not None:
+            self.step.finish()
+        self.step = None
+
+
+class ManagerWrapper(_Wrapper):
+    """``on_message_impl`` of a team's manager: a :class:`_ManagerTurn` current while it handles a message."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            turn = _ManagerTurn(run, instance, args[0] if args else kwargs.get("message"))
+        except Exception:
+            log_hook_error("manager turn start")
+            return wrapped(*args, **kwargs)
+        return await_in_scope(turn, lambda: wrapped(*args, **kwargs), lambda _: turn.end(), "manager turn")
+
+
+def _thread_updated(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``update_message_thread`` of a manager: the messages it adds itself end their steps."""
+    turn = _manager_turn()
+    if turn is not None and turn.manager is instance:
+        try:
+            turn.added(args[0] if args else kwargs["messages"])
+        except Exception:
+            log_hook_error("manager message")
+    return wrapped(*args, **kwargs)
+
+
 # -- the adapter ---------------------------------------------------------------------------------
 def _subclasses(base: type) -> Iterator[type]:
     seen, stack = set(), [base]
@@ -637,6 +819,7 @@ class AutogenAdapter(Adapter):
         self._workbench = WorkbenchWrapper(self)
         self._workbench_stream = WorkbenchStreamWrapper(self)
         self._create = CreateWrapper(self)
+        self._manager = ManagerWrapper(self)
         self._create_stream = CreateStreamWrapper(self)
 
     def detect(self, app: Any) -> bool:
@@ -660,6 +843,7 @@ class AutogenAdapter(Adapter):
     def _instrument(self, patcher: Patcher) -> None:
         self._patched.clear()
         self.sync_patches(modules=True)
+        patcher.wrap(BaseGroupChatManager, "on_message_impl", self._manager)  # inherited: no subclass defines it
         if not env_flag(ENV_RUNTIME_SPANS, False):
             patcher.wrap(TraceHelper, "trace_block", _no_runtime_span)
             patcher.wrap(_runtime_module, "get_telemetry_envelope_metadata", _no_envelope_context)
@@ -679,6 +863,8 @@ class AutogenAdapter(Adapter):
             self._patch(cls, "run_stream", self._run_stream)
             self._patch(cls, "run", self._run)
             self._patch(cls, "on_messages_stream", self._step)
+        for cls in _subclasses(BaseGroupChatManager):
+            self._patch(cls, "update_message_thread", _thread_updated)
         for cls in _subclasses(ChatCompletionClient):
             self._patch(cls, "create", self._create)
             self._patch(cls, "create_stream", self._create_stream)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
-from .spans import ChatMessage, current_run, current_step, iterate_in_scope, log_hook_error, start_llm
+from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -96,9 +96,11 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     messages = codec.request(args, kwargs) if probe.config.capture_content or probe.interceptors else []
     model = codec.model(instance, args, kwargs)
     step, run = current_step(), current_run()
-    agent = step.agent if step else None
+    actor = None if step else current_actor()  # e.g. a team's manager choosing the next speaker
+    agent = step.agent if step else actor.agent if actor else None
     call_index = run.next_call_index(agent or "") if run is not None else None
-    scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent, call_index=call_index)
+    scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent,
+                      call_index=call_index, purpose=actor.purpose if actor else None)
     return scope, LLMCall(run, agent, call_index, step.index if step else None, model, messages)
 
 

@@ -14,7 +14,7 @@ import threading
 import traceback
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -33,6 +33,7 @@ T = TypeVar("T")
 _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
 _LLM_KEY = otel_context.create_key("aegis.llm")
+_ACTOR_KEY = otel_context.create_key("aegis.actor")
 _SUPPRESS_KEY = "suppress_instrumentation"  # the key OpenTelemetry instrumentations honour
 
 
@@ -52,6 +53,25 @@ def current_run() -> "RunScope | None":
 def current_step() -> "StepScope | None":
     """The agent step the calling code belongs to, if any."""
     return otel_context.get_value(_STEP_KEY)  # type: ignore[return-value]
+
+
+class Actor(NamedTuple):
+    """Who makes the model calls of code running outside any agent step (e.g. a team's manager)."""
+
+    agent: str
+    purpose: str | None = None
+
+
+def current_actor() -> Actor | None:
+    """The actor set by :func:`acting_context` for the calling code, if any (steps take precedence)."""
+    return otel_context.get_value(_ACTOR_KEY)  # type: ignore[return-value]
+
+
+def acting_context(actor: Actor, ctx: otel_context.Context | None = None) -> otel_context.Context:
+    """``ctx`` (default: the current one) with no step current and ``actor`` making its model calls:
+    their ``chat`` spans name ``actor.agent`` and ``actor.purpose``, and replay keys them by it."""
+    ctx = otel_context.get_current() if ctx is None else ctx
+    return otel_context.set_value(_ACTOR_KEY, actor, otel_context.set_value(_STEP_KEY, None, ctx))
 
 
 def in_llm_call() -> bool:
@@ -233,10 +253,11 @@ def start_step(
     description: str | None = None,
     role: str | None = None,
     input_messages: Sequence[ChatMessage] | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> StepScope:
-    """Open an ``invoke_agent {agent}`` step span under the current context."""
+    """Open an ``invoke_agent {agent}`` step span under the current context (``attributes``: extra ones)."""
     index = run.next_step_index() if run is not None else None
-    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent}
+    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, **(attributes or {})}
     if index is not None:
         attrs[sc.STEP_INDEX] = index
         attrs[sc.FRAMEWORK] = run.framework  # type: ignore[union-attr]
@@ -260,13 +281,17 @@ def start_llm(
     input_messages: Sequence[ChatMessage] | None = None,
     agent: str | None = None,
     call_index: int | None = None,
+    purpose: str | None = None,
 ) -> LLMScope:
-    """Open a ``chat {model}`` span under the current context (``agent`` is the calling agent)."""
+    """Open a ``chat {model}`` span under the current context (``agent`` is the calling agent,
+    ``purpose`` why an agent outside any step called)."""
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_CHAT, sc.PROVIDER: provider}
     if model:
         attrs[sc.REQUEST_MODEL] = model
     if agent is not None:
         attrs[sc.AGENT_NAME] = agent
+    if purpose is not None:
+        attrs[sc.LLM_PURPOSE] = purpose
     if call_index is not None:
         attrs[sc.AGENT_CALL_INDEX] = call_index
     _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)

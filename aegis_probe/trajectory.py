@@ -60,6 +60,8 @@ class Step(BaseModel):
     index: int = Field(description="0-based, contiguous, in the order steps started")
     agent: str
     role: str | None = None
+    path: list[str] = Field(default_factory=list, description="teams from the app down to the agent")
+    next_speaker: str | None = Field(default=None, description="a manager step's choice of the next speaker")
     input_messages: list[Message] = Field(default_factory=list)
     output: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
@@ -167,6 +169,8 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 index=int(s.attributes[sc.STEP_INDEX]),
                 agent=str(s.attributes.get(sc.AGENT_NAME, "")),
                 role=s.attributes.get(sc.AGENT_ROLE),
+                path=[str(p) for p in s.attributes.get(sc.AGENT_PATH) or ()],
+                next_speaker=s.attributes.get(sc.STEP_NEXT_SPEAKER),
                 input_messages=messages_from_json(s.attributes.get(sc.INPUT_MESSAGES)),
                 output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))),
                 error=(s.status_message or s.attributes.get(sc.ERROR_TYPE) or "error") if s.status == "ERROR" else None,
