@@ -4,41 +4,67 @@
 OpenTelemetry span per agent step (GenAI semantic conventions), LLM-call and tool-call spans
 beneath, written to an embedded trace store and, when configured, exported over OTLP.
 ``aegis_probe.load_trajectories()`` reads the runs back as :class:`Trajectory` objects.
+
+Only what ``instrument()`` needs is imported with the package; every other name below (replay,
+blame, injection, the OpenTelemetry instrumentor, the trajectory model) loads on first use.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .probe import Probe, instrument, uninstrument
+
 __version__ = "0.1.0"
 
-from .adapter import Adapter, AppInfo, Patcher
-from .apps import AppSpec
-from .probe import Probe, instrument, uninstrument
-from .store import TraceFileError, TraceStore
-from .counterfactual import BlameReport, ReplayResult, blame, replay
-from .trajectory import Fault, Labels, LLMCall, Message, Outcome, Step, ToolCall, Trajectory, Usage, load_trajectories
+#: public name -> the module (relative to this package) that defines it, imported on first use
+_LAZY: dict[str, str] = {
+    "AegisProbeError": ".errors",
+    "Adapter": ".adapter",
+    "AppInfo": ".adapter",
+    "Patcher": ".adapter",
+    "AppSpec": ".apps",
+    "AegisInstrumentor": ".instrumentor",
+    "TraceFileError": ".store",
+    "TraceStore": ".store",
+    "BlameReport": ".counterfactual",
+    "ReplayResult": ".counterfactual",
+    "blame": ".counterfactual",
+    "replay": ".counterfactual",
+    "Fault": ".trajectory",
+    "Labels": ".trajectory",
+    "LLMCall": ".trajectory",
+    "Message": ".trajectory",
+    "Outcome": ".trajectory",
+    "Step": ".trajectory",
+    "ToolCall": ".trajectory",
+    "Trajectory": ".trajectory",
+    "Usage": ".trajectory",
+    "load_trajectories": ".trajectory",
+}
 
-__all__ = [
-    "Adapter",
-    "AppInfo",
-    "AppSpec",
-    "BlameReport",
-    "Fault",
-    "LLMCall",
-    "Labels",
-    "Message",
-    "Outcome",
-    "Patcher",
-    "Probe",
-    "ReplayResult",
-    "Step",
-    "ToolCall",
-    "TraceFileError",
-    "TraceStore",
-    "Trajectory",
-    "Usage",
-    "blame",
-    "instrument",
-    "load_trajectories",
-    "replay",
-    "uninstrument",
-]
+__all__ = sorted([*_LAZY, "Probe", "instrument", "uninstrument"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aegis_probe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:
+    from .adapter import Adapter, AppInfo, Patcher
+    from .apps import AppSpec
+    from .counterfactual import BlameReport, ReplayResult, blame, replay
+    from .errors import AegisProbeError
+    from .instrumentor import AegisInstrumentor
+    from .store import TraceFileError, TraceStore
+    from .trajectory import Fault, Labels, LLMCall, Message, Outcome, Step, ToolCall, Trajectory, Usage, load_trajectories
