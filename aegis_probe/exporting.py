@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -10,6 +11,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import ProbeConfig
+from .redact import encodable
 from .store import StoreSpanProcessor, TraceStore
 
 logger = logging.getLogger("aegis_probe")
@@ -47,7 +49,7 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
            str(store.path) if store else None, exporter)
     if key in _providers:
         return _providers[key]
-    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+    provider = TracerProvider(resource=Resource.create({"service.name": encodable(config.service_name)}))
     if store is not None:
         provider.add_span_processor(StoreSpanProcessor(store))
     remote = exporter
@@ -57,6 +59,36 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
         provider.add_span_processor(BatchSpanProcessor(remote))
     _providers[key] = provider
     return provider
+
+
+#: Seconds ``Probe.flush`` (and leaving ``with instrument(app)``) waits for exporters by default.
+EXPORT_WAIT_S = 0.5
+
+_flushes: dict[int, tuple[Any, threading.Thread, list[bool]]] = {}  # id(provider) -> its flush in flight
+_flushes_lock = threading.Lock()
+
+
+def flush_exporters(provider: Any, wait_s: float = EXPORT_WAIT_S) -> bool:
+    """``provider.force_flush()`` waited on for at most ``wait_s``; True when it finished in time.
+
+    The SDK's batch processor exports on the calling thread until the exporter gives up, so the
+    flush runs on a daemon thread (one per provider at a time) and is left to finish there: a
+    collector that is down or hung costs the caller ``wait_s``, not the export timeout. What it
+    has not sent yet still goes out when the collector answers, or at exit (the provider's own
+    shutdown, within one export timeout).
+    """
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is None:
+        return True
+    with _flushes_lock:
+        flush = _flushes.get(id(provider))
+        if flush is None or flush[0] is not provider or not flush[1].is_alive():
+            done: list[bool] = []
+            thread = threading.Thread(target=lambda: done.append(bool(force_flush())), name="aegis-probe-flush", daemon=True)
+            flush = _flushes[id(provider)] = (provider, thread, done)
+            thread.start()
+    flush[1].join(wait_s)
+    return bool(flush[2]) and flush[2][0]
 
 
 def add_processor(provider: Any, processor: SpanProcessor) -> None:

@@ -15,7 +15,7 @@ from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from .config import ProbeConfig
 from .interception import Interceptor
-from .exporting import add_processor, default_provider
+from .exporting import EXPORT_WAIT_S, add_processor, default_provider, flush_exporters
 from .redact import make_redactor
 from .spans import RunScope, current_run, start_run
 from .store import StoreSpanProcessor, TraceStore
@@ -154,10 +154,16 @@ class Probe:
         run.span.set_attributes(self._outcome_attributes(outcome))
 
     # -- lifecycle -------------------------------------------------------------------------
-    def flush(self, timeout_millis: int = 30000) -> bool:
-        """Export everything pending (store and OTLP)."""
-        flush = getattr(self.provider, "force_flush", None)
-        return bool(flush(timeout_millis)) if flush else True
+    def flush(self, timeout_millis: int | None = None) -> bool:
+        """Write pending spans to the store, and give exporters (OTLP) up to ``timeout_millis``
+        (default 500 ms) to send theirs; True when everything went out in time.
+
+        A collector that is down or hung never holds the caller longer: what is left is sent on
+        a background thread, or at process exit.
+        """
+        stored = self.store.flush() if self.store is not None else True
+        wait_s = EXPORT_WAIT_S if timeout_millis is None else timeout_millis / 1000
+        return flush_exporters(self.provider, wait_s) and stored
 
     def uninstrument(self) -> None:
         """Stop tracing this probe's apps; restore the framework's originals when no probe is left."""
