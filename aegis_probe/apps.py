@@ -22,6 +22,12 @@ from typing import Any, Callable
 from .modelserver import Policy
 
 
+def split_ref(ref: str) -> tuple[str, str]:
+    """``module[:attr]`` or ``file.py[:attr]`` as ``(target, attr)`` (attr empty when not given)."""
+    target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
+    return target, attr
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible model endpoint."""
@@ -41,11 +47,12 @@ class AppSpec:
     policy: Policy | None = None
     termination: str = "TERMINATE"
     judge: Callable[..., Any] | None = None
+    ref: str | None = None  # what it was loaded from: how it travels to worker processes
 
     @classmethod
     def load(cls, ref: str) -> "AppSpec":
         """Resolve ``module[:factory]`` or ``file.py[:factory]``; ``ValueError`` says what is missing."""
-        target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
+        target, attr = split_ref(ref)
         if target.endswith(".py"):
             if not Path(target).is_file():
                 raise ValueError(f"--app {ref}: no file {target}")
@@ -70,7 +77,19 @@ class AppSpec:
             policy=getattr(module, "policy", None),
             termination=getattr(module, "TERMINATION", "TERMINATE"),
             judge=getattr(module, "judge", None),
+            ref=ref,
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (for a worker process) as its reference; a ``file.py`` app as its module name,
+        imported from the folder the executor ships (see :mod:`aegis_probe.executors`)."""
+        if self.ref is None:
+            raise TypeError("an AppSpec not loaded from a reference (module:factory or file.py:factory) "
+                            "cannot be sent to worker processes")
+        target, attr = split_ref(self.ref)
+        if target.endswith(".py"):
+            target = Path(target).stem
+        return (AppSpec.load, (f"{target}:{attr}" if attr else target,))
 
     def build(self, endpoint: Endpoint, *, task: str | None = None, temperature: float = 0.0, seed: int = 0) -> Any:
         """A fresh app on ``endpoint`` (frameworks' apps are not reusable across event loops)."""

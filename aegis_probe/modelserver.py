@@ -45,10 +45,14 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 
 class ModelServer:
-    """Serve ``policy`` at ``http://127.0.0.1:<port>/v1``; use as a context manager."""
+    """Serve ``policy`` at ``http://127.0.0.1:<port>/v1``; use as a context manager.
 
-    def __init__(self, policy: Policy, *, host: str = "127.0.0.1", port: int = 0, model: str = "aegis-scripted") -> None:
-        self.policy, self.model = policy, model
+    ``latency``: seconds each completion waits before answering, as a remote model would (requests
+    wait concurrently, each in its own thread)."""
+
+    def __init__(self, policy: Policy, *, host: str = "127.0.0.1", port: int = 0, model: str = "aegis-scripted",
+                 latency: float = 0.0) -> None:
+        self.policy, self.model, self.latency = policy, model, latency
         self.requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -80,6 +84,8 @@ class ModelServer:
             self.requests.append(body)
             n = next(self._ids)
         reply = self.policy(body)
+        if self.latency:
+            time.sleep(self.latency)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [

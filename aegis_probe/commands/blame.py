@@ -15,6 +15,7 @@ from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
+from ..executors import add_executor_arguments, executor_from_args
 from ..store import TraceStore
 from ..trajectory import Trajectory
 
@@ -40,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="scan: exact, t = 0, 1, ...; bisect: heuristic binary search (see docs/replay.md)")
     p.add_argument("--max-replays", type=int, default=20, help="replay budget (default 20)")
     p.add_argument("--max-tokens", type=int, default=None, help="budget of live model tokens")
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help="scan: replays at a time (default 1; with --executor ray, the cluster's CPUs)")
+    add_executor_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -85,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
         fixer = (_load_fixer(args.fixer) if args.fixer
                  else AnalyzerFixer(args.analyzer_url, args.analyzer_model, api_key, show_expected=args.show_expected))
         bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay"))
+        parallel = executor_from_args(args) if args.executor == "ray" or (args.concurrency or 1) > 1 else None
         report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,
                        max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,
-                       on_attempt=lambda a: bar.update(1))
+                       on_attempt=lambda a: bar.update(1), executor=parallel)
     for a in report.attempts:
         verdict = {True: "success", False: "failure", None: "not judged"}[a.success]
         print(f"  step {a.step:>3} {a.agent:<16} -> {verdict}" + (f" ({a.error})" if a.error else ""))

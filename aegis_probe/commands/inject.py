@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+from ..executors import add_executor_arguments, executor_from_args
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inject", help="run a verified fault-injection campaign (labelled failing runs)",
@@ -20,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks", required=True, help="JSON-lines tasks file ({id, task, type, expected | tests, ...})")
     p.add_argument("--plans-per-run", type=int, default=3, metavar="K", help="plans sampled per successful baseline (default 3)")
     p.add_argument("--out", required=True, metavar="DIR", help="campaign directory (runs.jsonl, traces/, baselines/)")
-    p.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs at a time, in threads (default 1)")
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help="runs at a time (default 1 thread; with --executor ray, the cluster's CPUs)")
+    add_executor_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for plan sampling and the app's model (default 0)")
     p.add_argument("--modes", help="comma-separated FM ids to sample from (default: all 14)")
     p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
     rows = run_campaign(args.app, args.tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
-                        concurrency=args.concurrency, endpoint=endpoint, manipulators=manipulators,
+                        executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
                         operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
     print(format_summary(rows))
     print(f"\nkept runs (labelled): {args.out}/traces   records: {args.out}/runs.jsonl")

@@ -22,6 +22,7 @@ from typing import Callable, Literal
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
+from ..executors import Executor
 from ..probe import Judge
 from ..store import TraceStore
 from ..trajectory import Fault, Trajectory
@@ -82,30 +83,43 @@ class _Search:
             self.report.exhausted = f"max_tokens={self.max_tokens}"
         return self.report.exhausted is None
 
+    def correction(self, t: int) -> str | None:
+        """The fixer's correction of step t; None when there is nothing to replay."""
+        correction = self.fixer(self.original, t)
+        return None if correction is None or correction == self.original.steps[t].output else correction
+
+    def record(self, t: int, correction: str, success: bool | None, answer: str | None, error: str | None,
+               tokens: int) -> Attempt:
+        """Count one finished replay of step t against the budgets and report it."""
+        self.replays += 1
+        self.report.tokens += tokens
+        attempt = Attempt(t, self.original.steps[t].agent, correction, success, answer, error)
+        self._cache[(t, correction)] = attempt
+        self.report.attempts.append(attempt)
+        if self.on_attempt:
+            self.on_attempt(attempt)
+        return attempt
+
+    def verdict(self, attempt: Attempt) -> bool:
+        """Whether the attempt flipped the run; the earliest flipping step is the decisive one."""
+        if attempt.success and (self.report.step is None or attempt.step < self.report.step):
+            self.report.step, self.report.agent, self.report.evidence = attempt.step, attempt.agent, attempt
+        return bool(attempt.success)
+
     def flips(self, t: int) -> bool | None:
         """Whether correcting step t flips the run; None when the budget ran out."""
-        step = self.original.steps[t]
-        correction = self.fixer(self.original, t)
-        if correction is None or correction == step.output:
+        correction = self.correction(t)
+        if correction is None:
             return False
-        key = (t, correction)
-        if key not in self._cache:
+        attempt = self._cache.get((t, correction))
+        if attempt is None:
             if not self.budget_left():
                 return None
-            self.replays += 1
             result: ReplayResult = replay(self.spans, self.app, until_step=t,
                                           substitute=correction, endpoint=self.endpoint, judge=self.judge, store=self.store)
-            self.report.tokens += result.tokens
             success = result.trajectory.outcome.success if result.trajectory else None
-            attempt = Attempt(t, step.agent, correction, success, result.answer, result.error)
-            self._cache[key] = attempt
-            self.report.attempts.append(attempt)
-            if self.on_attempt:
-                self.on_attempt(attempt)
-        attempt = self._cache[key]
-        if attempt.success and (self.report.step is None or t < self.report.step):
-            self.report.step, self.report.agent, self.report.evidence = t, attempt.agent, attempt
-        return bool(attempt.success)
+            attempt = self.record(t, correction, success, result.answer, result.error, result.tokens)
+        return self.verdict(attempt)
 
 
 def blame(
@@ -121,12 +135,22 @@ def blame(
     store: TraceStore,
     on_attempt: Callable[[Attempt], None] | None = None,
     write_label: bool = True,
+    executor: Executor | None = None,
 ) -> BlameReport:
-    """Find the decisive error of a failed run; write it onto the trace as a label."""
+    """Find the decisive error of a failed run; write it onto the trace as a label.
+
+    With an ``executor``, the scan replays its candidate steps in parallel on it, with the same
+    result as the sequential scan (see :mod:`~aegis_probe.counterfactual.parallel_scan`); bisect
+    stays sequential.
+    """
     search = _Search(trace_id, app, fixer, judge, endpoint, store, max_replays, max_tokens, on_attempt)
     search.report.mode = mode
     n = len(search.original.steps)
-    if mode == "scan":
+    if mode == "scan" and executor is not None:
+        from .parallel_scan import scan_in_parallel
+
+        scan_in_parallel(search, executor)
+    elif mode == "scan":
         for t in range(n):
             if search.flips(t) is not False:
                 break

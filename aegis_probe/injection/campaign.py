@@ -7,7 +7,8 @@ A run is kept only if the baseline succeeded, the plan was applied, and the inje
 recorded and retried when the campaign resumes).
 Everything is recorded in ``OUT/runs.jsonl``, so an interrupted campaign resumes where it stopped;
 kept runs go to the trace store ``OUT/traces`` (labels on their root spans), baselines to
-``OUT/baselines``.
+``OUT/baselines``. Runs execute on an :class:`~aegis_probe.executors.Executor` (threads, or
+Ray tasks that send back their records and spans); this process alone writes the records and stores.
 
 The app contract is :class:`aegis_probe.apps.AppSpec` (the demo modules satisfy it).
 
@@ -21,18 +22,18 @@ import json
 import logging
 import random
 import threading
-import traceback
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
+from ..executors import Executor, Failure, ThreadExecutor
 from ..jsonl import read_jsonl
 from ..modelserver import ModelServer
 from ..otlp_json import SpanRecord
@@ -113,6 +114,7 @@ class Campaign:
     modes: tuple[str, ...] = tuple(MODES)
     strategies: tuple[str, ...] = STRATEGIES
     progress: bool = True
+    executor: Executor | None = None  # default: ``concurrency`` threads
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -122,6 +124,11 @@ class Campaign:
         self._lock = threading.Lock()
         self.kept_store = TraceStore(self.out / "traces")
         self.baseline_store = TraceStore(self.out / "baselines")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to a worker process (a Ray task's :meth:`execute`) as what a run needs there."""
+        return (partial(Campaign, seed=self.seed, manipulators=self.manipulators, operator=self.operator,
+                        progress=False), (self.app, [], Path(".")))
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> dict[str, dict[str, Any]]:
@@ -188,6 +195,9 @@ class Campaign:
     def run(self) -> list[dict[str, Any]]:
         """Run (or resume) the campaign; return the summary rows."""
         with ExitStack() as stack:
+            executor = self.executor or ThreadExecutor(self.concurrency)
+            executor.ship(self.app)
+            stack.enter_context(executor)
             endpoint = self.endpoint
             if endpoint is None:
                 if self.app.policy is None:
@@ -196,7 +206,7 @@ class Campaign:
                 endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
             bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
             done = self.records()
-            self._stage(endpoint, [(f"{t['id']}/baseline", t, None) for t in self.tasks], done, bar)
+            self._stage(executor, endpoint, [(f"{t['id']}/baseline", t, None) for t in self.tasks], done, bar)
             done = self.records()
             injected = []
             for t in self.tasks:
@@ -205,32 +215,30 @@ class Campaign:
                     bar.update(self.plans_per_run)
                     continue
                 injected += [(f"{t['id']}/plan-{k}", t, plan) for k, plan in enumerate(self.plans_for(t["id"], base["agent_steps"]))]
-            self._stage(endpoint, injected, done, bar)
+            self._stage(executor, endpoint, injected, done, bar)
         return summarize(self.records().values())
 
-    def _stage(self, endpoint: Endpoint, jobs: list[tuple[str, dict, InjectionPlan | None]], done: dict, bar: Any) -> None:
+    def _stage(self, executor: Executor, endpoint: Endpoint, jobs: Sequence[tuple[str, dict[str, Any], InjectionPlan | None]],
+               done: dict, bar: Any) -> None:
+        """Run the jobs not done yet on ``executor``; record each result here, as it comes."""
         todo = [j for j in jobs if j[0] not in done]
         bar.update(len(jobs) - len(todo))
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-            futures = [pool.submit(self._one, endpoint, *job) for job in todo]
-            for fut in as_completed(futures):
-                fut.result()
-                bar.update(1)
+        for i, result in executor.run_all([partial(self.execute, endpoint, task, plan) for _, task, plan in todo]):
+            self._record(*todo[i], result)
+            bar.update(1)
 
-    def _one(self, endpoint: Endpoint, key: str, task: dict[str, Any], plan: InjectionPlan | None) -> None:
+    def _record(self, key: str, task: dict[str, Any], plan: InjectionPlan | None, result: RunResult | Failure) -> None:
         base = {"key": key, "task_id": task["id"]}
         if plan is not None:
             target = plan.targets[0]
             base.update(plan=json.loads(plan.to_json()), agent=target.agent, mode=target.mode, strategy=target.strategy)
-        try:
-            result = self.execute(endpoint, task, plan)
-        except Exception as exc:
-            logger.warning("run %s failed: %s", key, exc)
-            self._write({**base, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        if isinstance(result, Failure):
+            logger.warning("run %s failed: %s", key, result.error)
+            self._write({**base, "error": result.error, "traceback": result.traceback})
             return
         trace_id = result.records[0].trace_id if result.records else None
         if plan is None:
-            steps = defaultdict(int)
+            steps: defaultdict[str, int] = defaultdict(int)
             for step in result.trajectory.steps:
                 if step.llm_calls:
                     steps[step.agent] += 1
@@ -288,7 +296,7 @@ def run_campaign(app: AppSpec | str, tasks: list[dict[str, Any]] | str | Path, o
     """Run (or resume) a verified injection campaign; return the per-(mode, strategy) summary.
 
     ``options``: ``plans_per_run``, ``seed``, ``concurrency``, ``endpoint``, ``manipulators``,
-    ``operator``, ``modes``, ``strategies``, ``progress`` (see :class:`Campaign`).
+    ``operator``, ``modes``, ``strategies``, ``progress``, ``executor`` (see :class:`Campaign`).
     """
     spec = AppSpec.load(app) if isinstance(app, str) else app
     records = load_tasks(tasks) if isinstance(tasks, (str, Path)) else tasks

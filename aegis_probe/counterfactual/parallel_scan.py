@@ -1,0 +1,109 @@
+"""The blame scan with its candidate steps replayed in parallel on an executor.
+
+Each candidate step's replay is independent, so up to ``executor.concurrency`` of them run at
+once, in step order, each in a scratch trace store where it runs; its spans come back here. The
+results are then taken in step order exactly as the sequential scan takes them: the budgets are
+checked before each step, and the search stops at the earliest flipping step. So the report (step,
+attempts, tokens, exhausted budget) and the trace store are those of the sequential scan.
+
+Budgets across workers: no replay starts once ``max_replays`` have started or the finished ones
+have spent ``max_tokens``. Replays of steps after the decisive one that were already running are
+cancelled; their work is not reported, and their tokens can exceed ``max_tokens`` by at most what
+the replays in flight spend (the sequential scan overshoots by one replay).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ..apps import AppSpec, Endpoint
+from ..executors import Executor, Failure
+from ..otlp_json import SpanRecord
+from ..probe import Judge
+from ..store import TraceStore
+from .replayer import replay
+
+if TYPE_CHECKING:
+    from .blame import _Search
+
+
+@dataclass
+class StepReplay:
+    """What one counterfactual replay sends back: its verdict and its trace's spans."""
+
+    success: bool | None
+    answer: str | None
+    error: str | None
+    tokens: int
+    records: list[SpanRecord] = field(default_factory=list)
+
+
+def replay_step(app: AppSpec, spans: list[SpanRecord], t: int, correction: str, endpoint: Endpoint,
+                judge: Judge) -> StepReplay:
+    """Replay with step ``t`` corrected, in a scratch store; return the verdict and the spans."""
+    with tempfile.TemporaryDirectory(prefix="aegis-replay-") as scratch:
+        store = TraceStore(scratch)
+        result = replay(spans, app, until_step=t, substitute=correction, endpoint=endpoint, judge=judge, store=store)
+        records = [r for trace in store.traces().values() for r in trace]
+    success = result.trajectory.outcome.success if result.trajectory else None
+    return StepReplay(success, result.answer, result.error, result.tokens, records)
+
+
+def scan_in_parallel(search: "_Search", executor: Executor) -> None:
+    """Run the scan of ``search`` on ``executor``; the report ends up in ``search.report``."""
+    executor.ship(search.app)
+    with executor:
+        _scan(search, executor)
+
+
+def _scan(search: "_Search", executor: Executor) -> None:
+    n = len(search.original.steps)
+    corrections: dict[int, str | None] = {}
+    futures: dict[int, Future] = {}
+    considered = 0  # steps 0..considered-1 have their correction and, if any, a replay started
+
+    def room() -> bool:
+        spent = sum(f.result().tokens for f in futures.values() if f.done() and f.exception() is None)
+        return len(futures) < search.max_replays and (search.max_tokens is None or spent < search.max_tokens)
+
+    def fill_window() -> None:
+        nonlocal considered
+        while considered < n and sum(not f.done() for f in futures.values()) < executor.concurrency and room():
+            t = considered
+            corrections[t] = correction = search.correction(t)
+            if correction is not None:
+                futures[t] = executor.submit(partial(replay_step, search.app, search.spans, t, correction,
+                                                     search.endpoint, search.judge))
+            considered += 1
+
+    try:
+        for t in range(n):
+            fill_window()
+            if t >= considered:  # no room left to start step t: the sequential scan stops here too
+                search.budget_left()
+                return
+            correction = corrections[t]
+            if correction is None:
+                continue
+            if not search.budget_left():
+                return
+            while not futures[t].done():  # keep the window full while step t is running
+                wait([futures[t], *(f for f in futures.values() if not f.done())], return_when=FIRST_COMPLETED)
+                fill_window()
+            exc = futures[t].exception()
+            outcome = Failure.of(exc) if exc is not None else futures[t].result()
+            if isinstance(outcome, Failure):
+                attempt = search.record(t, correction, None, None, outcome.error, 0)
+            else:
+                search.store.append(outcome.records)
+                attempt = search.record(t, correction, outcome.success, outcome.answer, outcome.error, outcome.tokens)
+            if search.verdict(attempt):
+                return
+    finally:
+        for future in futures.values():
+            if not future.done():
+                executor.cancel(future)

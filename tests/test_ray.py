@@ -1,0 +1,223 @@
+"""Campaigns and blame scans on a real local Ray (2 CPUs, loopback only): same plans, labels and
+verdicts as the local executor; retries then error records; the app's code shipped to workers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its switches at import
+    pytest.skip("needs Ray (the scale extra)", allow_module_level=True)
+pytest.importorskip("autogen_agentchat")
+
+import aegis_probe  # noqa: E402
+from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
+from aegis_probe.counterfactual import blame  # noqa: E402
+from aegis_probe.demos.task import judge  # noqa: E402
+from aegis_probe.executors import RayExecutor, app_runtime_env  # noqa: E402
+from aegis_probe.injection.campaign import run_campaign  # noqa: E402
+from aegis_probe.modelserver import Reply  # noqa: E402
+from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.trajectory import load_trajectories  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
+MATH = EXAMPLES / "math_tasks.jsonl"
+MATH_APP = f"{EXAMPLES / 'autogen_math.py'}:build_app"
+
+
+FLAKY_APP = """
+import os, sys
+sys.path.insert(0, {examples!r})
+from autogen_math import AGENTS, build_app, policy, run_app as _run
+
+def run_app(app, task):
+    if "train" in task or "pens" in task:
+        with open(os.environ["FLAKY_ATTEMPTS"], "a") as fh:
+            fh.write(("raise" if "train" in task else "die") + "\\n")
+        if "train" in task:
+            raise RuntimeError("backend exploded")
+        os._exit(3)  # the worker process dies mid-run
+    return _run(app, task)
+"""
+
+
+@pytest.fixture(scope="module")
+def flaky_package(tmp_path_factory) -> Path:
+    """A package only the driver can import (its folder is on no worker's path unless shipped)."""
+    root = tmp_path_factory.mktemp("apps")
+    (root / "flakyteam").mkdir()
+    (root / "flakyteam" / "__init__.py").write_text("")
+    (root / "flakyteam" / "app.py").write_text(FLAKY_APP.format(examples=str(EXAMPLES)))
+    return root
+
+
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray(flaky_package, tmp_path_factory):
+    """A local Ray on 127.0.0.1 only (the switches must be in the environment before Ray is
+    imported), with the test apps' code shipped as the Ray docs say: the job's runtime_env."""
+    saved = {k: os.environ.get(k) for k in [*LOOPBACK_ENV, "FLAKY_ATTEMPTS"]}
+    os.environ.update(LOOPBACK_ENV, FLAKY_ATTEMPTS=str(tmp_path_factory.mktemp("log") / "attempts.log"))
+    import ray
+
+    env = {**app_runtime_env(MATH_APP), "py_modules": [str(flaky_package / "flakyteam")]}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
+    yield
+    ray.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+
+
+def _comparable(record: dict) -> dict:
+    """A run record without what differs between two executions of the same run (ids)."""
+    drop = {"trace_id"}
+    rec = {k: v for k, v in record.items() if k not in drop}
+    if "applied" in rec:
+        rec["applied"] = [{k: v for k, v in a.items() if k != "span_id"} for a in rec["applied"]]
+    return rec
+
+
+def _labels(out: Path) -> list[tuple]:
+    return sorted((t.task, f.agent, f.step, f.mode, f.strategy, t.outcome.answer)
+                  for t in load_trajectories(out / "traces") for f in t.labels.faults)
+
+
+def test_local_ray_stays_on_loopback():
+    import ray
+
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+
+
+def test_campaign_on_ray_matches_local_and_resumes(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(MATH.read_text().splitlines()[:3]) + "\n")
+    options = dict(plans_per_run=3, seed=1, progress=False)
+    local_rows = run_campaign(MATH_APP, tasks, tmp_path / "local", concurrency=1, **options)
+    ray_rows = run_campaign(MATH_APP, tasks, tmp_path / "ray", executor=RayExecutor(concurrency=2), **options)
+    assert ray_rows == local_rows and sum(r["kept"] for r in ray_rows) > 0
+    local = {r["key"]: _comparable(r) for r in _records(tmp_path / "local")}
+    remote = {r["key"]: _comparable(r) for r in _records(tmp_path / "ray")}
+    assert remote == local and len(remote) == 3 * 4
+    assert _labels(tmp_path / "ray") == _labels(tmp_path / "local")
+    assert len(load_trajectories(tmp_path / "ray" / "baselines")) == 3
+
+    # resume on Ray after losing the last two records: exactly those are redone, identically
+    lines = (tmp_path / "ray" / "runs.jsonl").read_text().splitlines()
+    (tmp_path / "ray" / "runs.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+    assert run_campaign(MATH_APP, tasks, tmp_path / "ray", executor=RayExecutor(concurrency=2), **options) == local_rows
+    redone = _records(tmp_path / "ray")[-2:]
+    assert sorted(r["key"] for r in redone) == sorted(json.loads(line)["key"] for line in lines[-2:])
+    assert all(_comparable(r) == local[r["key"]] for r in redone)
+
+
+def test_failing_and_dying_runs_are_retried_then_recorded(flaky_package, tmp_path, monkeypatch):
+    """A run that raises and one whose worker process dies: retried, then error records; the
+    other runs go on. The app is a package only the driver can import: it is shipped."""
+    monkeypatch.syspath_prepend(str(flaky_package))
+    assert app_runtime_env("flakyteam.app:build_app") == {"py_modules": [str(flaky_package / "flakyteam")]}
+    attempts = Path(os.environ["FLAKY_ATTEMPTS"])
+    lines = MATH.read_text().splitlines()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join([next(t for t in lines if "train" in t), next(t for t in lines if "pens" in t),
+                                next(t for t in lines if "train" not in t and "pens" not in t)]) + "\n")
+    out = tmp_path / "out"
+    run_campaign("flakyteam.app:build_app", tasks, out, plans_per_run=1, progress=False,
+                 executor=RayExecutor(concurrency=2, max_retries=1))
+    records = _records(out)
+    errors = {r["task_id"]: r for r in records if "error" in r}
+    assert len(errors) == 2 and len(records) == 4  # 3 baselines, 1 injected run of the healthy task
+    raised = next(r for r in errors.values() if "RuntimeError" in r["error"])
+    assert raised["error"] == "RuntimeError: backend exploded" and "run_app" in raised["traceback"]
+    died = next(r for r in errors.values() if r is not raised)
+    assert "WorkerCrashedError" in died["error"] or "died" in died["error"].lower(), died["error"]
+    assert sorted(attempts.read_text().split()) == ["die", "die", "raise", "raise"]  # 1 try + 1 retry each
+
+
+def test_ray_needs_an_app_reference(tmp_path):
+    from aegis_probe.demos import autogen as demo
+
+    with pytest.raises(ValueError, match="app reference"):
+        run_campaign(AppSpec(demo.build_app, demo.run_app, policy=demo.policy), [{"id": "t", "task": "x"}],
+                     tmp_path, executor=RayExecutor(concurrency=1), progress=False)
+
+
+# -- blame ------------------------------------------------------------------------------------
+def _failed_run(model_server, store: TraceStore):
+    """A failed autogen demo run: the calculator evaluates the wrong expression (step 1)."""
+    from aegis_probe.demos import autogen as demo
+
+    def policy(body):
+        reply = demo.policy(body)
+        return Reply(tool_calls=[(n, {"expression": "(17 + 25) * 2"}) for n, _ in reply.tool_calls]) if reply.tool_calls else reply
+
+    server = model_server(policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, store=store, judge=judge)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    probe.uninstrument()
+    return probe.last_trace_id, Endpoint(model_server(policy).base_url, "aegis-scripted", "sk-test")
+
+
+def _fix_late_steps(traj, t):
+    """Corrections that flip the run at the calculator's step 1 and the reviewer's step 2."""
+    agent = traj.steps[t].agent
+    return {"calculator": "(17 + 25) * 3 = 126", "reviewer": "The total is 126 coins. TERMINATE"}.get(agent, f"rewritten {t}")
+
+
+def _rewrite_all(traj, t):
+    return f"rewritten step {t}"
+
+
+def _store_view(store: TraceStore) -> list[tuple]:
+    """Per stored trace: is it a replay, its outcome, its labelled steps."""
+    rows = []
+    for spans in store.traces().values():
+        root = next(s for s in spans if s.parent_span_id is None)
+        traj = aegis_probe.Trajectory.from_spans(spans)
+        rows.append((sc.REPLAY_OF in root.attributes, traj.outcome.success, [f.step for f in traj.labels.faults]))
+    return sorted(rows)
+
+
+def _view(report):
+    return (report.step, report.agent, report.exhausted, report.tokens,
+            [(a.step, a.agent, a.correction, a.success, a.answer, a.error) for a in report.attempts])
+
+
+@pytest.mark.parametrize(("fixer", "budget"), [
+    (_fix_late_steps, {}),
+    (_rewrite_all, {"max_replays": 2}),
+    (_rewrite_all, {"max_tokens": 1}),
+])
+def test_blame_scan_on_ray_equals_local_scan(fixer, budget, model_server, tmp_path):
+    app = AppSpec.load("aegis_probe.demos.autogen")
+    reports, stores = [], []
+    for name, executor in (("local", None), ("ray", RayExecutor(concurrency=2))):
+        store = TraceStore(tmp_path / name)
+        trace_id, endpoint = _failed_run(model_server, store)
+        reports.append(blame(trace_id, app, fixer=fixer, judge=judge, endpoint=endpoint, store=store,
+                             executor=executor, **budget))
+        stores.append(store)
+    local, remote = reports
+    assert _view(remote) == _view(local)
+    if fixer is _fix_late_steps:
+        assert remote.step == 1 and remote.agent == "calculator" and remote.evidence.success
+    else:
+        assert not remote.found and remote.exhausted == next(f"{k}={v}" for k, v in budget.items())
+    # the store holds the same: the original (labelled if found) and one replayed trace per attempt
+    views = [_store_view(s) for s in stores]
+    assert views[0] == views[1] and len(views[1]) == 1 + len(remote.attempts)
