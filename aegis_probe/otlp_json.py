@@ -7,6 +7,7 @@ ids are lower-case hex and 64-bit integers are strings, as the OTLP/JSON spec re
 from __future__ import annotations
 
 import json
+import codecs
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -143,6 +144,24 @@ def encode_request(records: Sequence[SpanRecord]) -> str:
         ]
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _escape_unencodable(error: UnicodeError) -> tuple[str, int]:
+    bad = error.object[error.start:error.end]  # type: ignore[attr-defined]
+    return "".join(f"\\\\u{ord(c):04x}" for c in bad), error.end  # type: ignore[attr-defined]
+
+
+codecs.register_error("aegis.json-escape", _escape_unencodable)
+
+
+def utf8(text: str) -> bytes:
+    """UTF-8 of OTLP/JSON text. A lone surrogate (an undecodable byte of ``os.fsdecode``) cannot be
+    encoded: it is written as the text ``\\udcxx`` (escaped for JSON), so the line stays valid
+    and the trace is kept."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "aegis.json-escape")
 
 
 def _decode_id(value: str | None) -> str | None:

@@ -141,7 +141,10 @@ _redact_cached = functools.lru_cache(maxsize=2048)(_redact)
 
 
 def redact_secrets(text: str) -> str:
-    """``text`` with API keys, tokens, passwords and private keys replaced by ``[REDACTED]``."""
+    """``text`` with API keys, tokens, passwords and private keys replaced by ``[REDACTED]``
+    (and lone surrogates escaped: see :func:`encodable`)."""
+    if not text.isascii():
+        text = encodable(text)
     if len(text) <= _GATED_MAX_LEN and _ANY_TRIGGER.search(text.lower()) is None:
         return text
     if len(text) <= _CACHED_MAX_LEN:

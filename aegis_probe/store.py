@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .otlp_json import SpanRecord, decode_request, encode_request
+from .otlp_json import SpanRecord, decode_request, encode_request, utf8
 from .store_delta import expand
 from .store_writer import StoreSpanProcessor, flush_writers
 
@@ -143,7 +143,7 @@ class TraceStore:
         records = list(records)
         if not records:
             return
-        data = (encode_request(records) + "\n").encode("utf-8")
+        data = utf8(encode_request(records) + "\n")  # lone surrogates escaped, never a lost trace
         with self._lock:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
