@@ -6,10 +6,9 @@ ids are lower-case hex and 64-bit integers are strings, as the OTLP/JSON spec re
 
 from __future__ import annotations
 
-import json
 import codecs
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -47,7 +46,7 @@ class SpanRecord:
             name=span.name,
             start_ns=span.start_time or 0,
             end_ns=span.end_time or 0,
-            attributes=dict(span.attributes or {}),
+            attributes=_plain(getattr(span, "_attributes", None) or span.attributes),
             events=[
                 {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
                 for e in span.events
@@ -55,27 +54,31 @@ class SpanRecord:
             status=_STATUS_NAME[_STATUS_CODE[span.status.status_code]],
             status_message=span.status.description or "",
             kind=span.kind.value + 1,
-            resource=dict(span.resource.attributes) if span.resource else {},
+            resource=_resource(span.resource),
             scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
         )
 
 
-def _any_value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
-    return {"stringValue": str(value)}
+_RESOURCES: dict[int, tuple[Any, dict[str, Any]]] = {}  # id -> (resource, attributes): one dict per provider
 
 
-def _attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _any_value(v)} for k, v in attrs.items()]
+def _resource(resource: Any) -> dict[str, Any]:
+    """The attributes of an SDK ``Resource`` (the same dict for every span of a provider)."""
+    if resource is None:
+        return {}
+    hit = _RESOURCES.get(id(resource))
+    if hit is None or hit[0] is not resource:
+        if len(_RESOURCES) >= 64:
+            _RESOURCES.clear()
+        hit = _RESOURCES[id(resource)] = (resource, _plain(resource.attributes))
+    return hit[1]
+
+
+def _plain(attrs: Any) -> dict[str, Any]:
+    """A plain dict of SDK attributes: copied from the dict inside the SDK's ``BoundedAttributes``
+    when there is one (iterating that mapping runs Python code per item), else item by item."""
+    inner = getattr(attrs, "_dict", None)
+    return dict(inner) if isinstance(inner, dict) else dict(attrs or {})
 
 
 def _from_any_value(value: Mapping[str, Any]) -> Any:
@@ -98,52 +101,6 @@ def _from_any_value(value: Mapping[str, Any]) -> Any:
 
 def _from_attributes(items: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _from_any_value(item.get("value", {})) for item in items or ()}
-
-
-def encode_span(rec: SpanRecord) -> dict[str, Any]:
-    """The OTLP/JSON ``Span`` object of one record."""
-    out: dict[str, Any] = {
-        "traceId": rec.trace_id,
-        "spanId": rec.span_id,
-        "name": rec.name,
-        "kind": rec.kind,
-        "startTimeUnixNano": str(rec.start_ns),
-        "endTimeUnixNano": str(rec.end_ns),
-        "attributes": _attributes(rec.attributes),
-        "status": {"code": {"UNSET": 0, "OK": 1, "ERROR": 2}[rec.status]},
-    }
-    if rec.parent_span_id:
-        out["parentSpanId"] = rec.parent_span_id
-    if rec.status_message:
-        out["status"]["message"] = rec.status_message
-    if rec.events:
-        out["events"] = [
-            {"timeUnixNano": str(e["time_ns"]), "name": e["name"], "attributes": _attributes(e["attributes"])}
-            for e in rec.events
-        ]
-    return out
-
-
-def encode_request(records: Sequence[SpanRecord]) -> str:
-    """One JSON line (no newline) holding ``records``, grouped by resource and scope."""
-    groups: list[tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]] = []  # (resource, spans by scope)
-    for rec in records:
-        # Spans of one provider share one resource: compare with the last group first.
-        group = next((g for g in reversed(groups) if g[0] == rec.resource), None)
-        if group is None:
-            group = (rec.resource, {})
-            groups.append(group)
-        group[1].setdefault(rec.scope, []).append(encode_span(rec))
-    body = {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _attributes(resource)},
-                "scopeSpans": [{"scope": {"name": s}, "spans": spans} for s, spans in scopes.items()],
-            }
-            for resource, scopes in groups
-        ]
-    }
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 def _escape_unencodable(error: UnicodeError) -> tuple[str, int]:

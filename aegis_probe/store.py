@@ -19,7 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .otlp_json import SpanRecord, decode_request, encode_request, utf8
+from .otlp_encode import encode_request
+from .otlp_json import SpanRecord, decode_request, utf8
 from .store_delta import expand
 from .store_writer import StoreSpanProcessor, flush_writers
 
@@ -141,9 +142,12 @@ class TraceStore:
     def append(self, records: Iterable[SpanRecord]) -> None:
         """Append one line holding ``records``; safe across threads and processes."""
         records = list(records)
-        if not records:
-            return
-        data = utf8(encode_request(records) + "\n")  # lone surrogates escaped, never a lost trace
+        if records:
+            self.write_line(encode_request(records))
+
+    def write_line(self, line: str) -> None:
+        """Append one encoded export request (no newline) as a line; safe across threads and processes."""
+        data = utf8(line + "\n")  # lone surrogates escaped, never a lost trace
         with self._lock:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

@@ -26,7 +26,10 @@ Bases = dict[tuple[Any, Any, str], tuple[str, str]]
 
 
 def common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of ``a`` and ``b`` (slices compared in C, doubling)."""
+    """Length of a common prefix of ``a`` and ``b``: all of ``a`` but its last character when
+    ``b`` extends it that way (a message list that grew), else the longest (slices compared in C)."""
+    if len(b) >= len(a) > 1 and b.startswith(a[:-1]):
+        return len(a) - 1
     n = min(len(a), len(b))
     lo, size = 0, 4096
     while lo < n:

@@ -18,11 +18,12 @@ import os
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from .otlp_encode import encode_span, request_json
 from .otlp_json import SpanRecord
 from .store_delta import Bases, shrink
 
@@ -159,6 +160,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _encoded(rec: SpanRecord) -> tuple[Any, str, str]:
+    return rec.resource, rec.scope, encode_span(rec)
+
+
 class StoreSpanProcessor(SpanProcessor):
     """Sends finished spans to a :class:`TraceStore`: one line per trace, written off the app thread.
 
@@ -173,16 +178,17 @@ class StoreSpanProcessor(SpanProcessor):
         self.dropped_spans = 0
         self._drop_lock = threading.Lock()
         self._closed = False
-        # Writer-thread state: spans of unfinished traces, and the delta bases of each trace.
-        self._pending: dict[int, list[SpanRecord]] = {}
+        # Writer-thread state: encoded spans of unfinished traces (resource, scope, text), and
+        # the delta bases of each trace.
+        self._pending: dict[int, list[tuple[Any, str, str]]] = {}
         self._bases: dict[int, Bases] = {}
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._closed:  # after shutdown: write at once, on this thread
-            self._write([SpanRecord.from_readable(span)])
+        if self._closed:  # after shutdown: write it alone, at once, on this thread
+            self._write([_encoded(SpanRecord.from_readable(span))])
         elif not self.writer.submit(self, span):
             self._dropped()
 
@@ -196,16 +202,15 @@ class StoreSpanProcessor(SpanProcessor):
 
     # -- writer thread -------------------------------------------------------------------
     def _take(self, span: ReadableSpan) -> None:
+        """Encode ``span``; write its trace once the root is in."""
         trace_id = span.context.trace_id
         rec = SpanRecord.from_readable(span)
-        if span.parent is None or span.parent.is_remote:  # the root: the trace is complete
-            shrink(rec, self._bases.pop(trace_id, {}))
-            batch = self._pending.pop(trace_id, [])
-            batch.append(rec)
+        is_root = span.parent is None or span.parent.is_remote
+        shrink(rec, self._bases.pop(trace_id, {}) if is_root else self._bases.setdefault(trace_id, {}))
+        batch = self._pending.pop(trace_id, []) if is_root else self._pending.setdefault(trace_id, [])
+        batch.append(_encoded(rec))
+        if is_root:  # the trace is complete
             self._write(batch)
-            return
-        shrink(rec, self._bases.setdefault(trace_id, {}))
-        self._pending.setdefault(trace_id, []).append(rec)
 
     def _write_unfinished(self) -> None:
         """Write the spans of traces whose root has not ended (kept: their deltas' bases)."""
@@ -214,11 +219,11 @@ class StoreSpanProcessor(SpanProcessor):
         for batch in batches:
             self._write(batch)
 
-    def _write(self, records: list[SpanRecord]) -> None:
+    def _write(self, spans: list[tuple[Any, str, str]]) -> None:
         try:
-            self.store.append(records)
+            self.store.write_line(request_json(spans))
         except Exception:  # a full disk or a removed directory must not stop the writer
-            logger.exception("aegis-probe: could not write %d spans to %s", len(records), self.store.path)
+            logger.exception("aegis-probe: could not write %d spans to %s", len(spans), self.store.path)
 
     # -- SpanProcessor -------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:

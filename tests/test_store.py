@@ -345,14 +345,14 @@ def test_full_queue_drops_and_counts_never_blocks(store, caplog):
     from aegis_probe.store import StoreSpanProcessor
 
     entered, release = threading.Event(), threading.Event()
-    append = store.append
+    write_line = store.write_line
 
-    def slow_append(records):
+    def slow_write(line):
         entered.set()
         assert release.wait(10)
-        append(records)
+        write_line(line)
 
-    store.append = slow_append
+    store.write_line = slow_write
     provider = TracerProvider()
     processor = StoreSpanProcessor(store, max_queue=2)
     probe = make_probe(provider, None, extra=processor)
@@ -372,14 +372,14 @@ def test_full_queue_drops_and_counts_never_blocks(store, caplog):
 def test_run_returns_before_the_write_and_reads_wait_for_it(store):
     """Encoding and writing happen on the writer thread; a read in the same process waits for them."""
     written = threading.Event()
-    append = store.append
+    write_line = store.write_line
 
-    def slow_append(records):
+    def slow_write(line):
         assert not written.wait(0.3)
-        append(records)
+        write_line(line)
         written.set()
 
-    store.append = slow_append
+    store.write_line = slow_write
     provider = TracerProvider()
     probe = make_probe(provider, store)
     run = run_script(probe, "t", sample_steps())
