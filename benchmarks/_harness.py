@@ -1,9 +1,10 @@
-"""What the overhead benchmarks share: the clock, in-memory providers, the floor, the table.
+"""What the benchmarks share: the clock, in-memory providers, the floor, repeated interleaved runs.
 
-A *configuration* is a callable that runs the app once and returns ``(seconds, finished spans)``;
-it times only the app's run, with :func:`now`. :func:`measure` warms every configuration up,
-then runs them interleaved ``repeats`` times and keeps medians; the floor of a configuration is
-what creating its spans again, bare, costs (:func:`floor_cost`).
+A *configuration* is a callable that runs an app once and returns ``(times, finished spans)``;
+it times only the app's run (plus, for the store, writing it) on every clock at once
+(:func:`start` / :func:`elapsed`). :func:`measure` warms every configuration up, then runs them
+interleaved ``repeats`` times and keeps every sample; the floor of a run is what creating its
+spans again, bare, costs (:func:`floor_cost`).
 """
 
 from __future__ import annotations
@@ -19,24 +20,30 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-#: The runs are CPU-bound in one thread (no I/O), so process CPU time equals wall time on an idle
-#: machine and stays stable on a shared one; ``--clock wall`` uses ``perf_counter`` instead.
-CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
-_clock: Callable[[], float] = CLOCKS["cpu"]
+#: ``cpu``: process CPU time, all threads (the store's writer thread counted), stable on a shared
+#: machine; ``thread``: CPU time of the app's thread only (what the app itself waits for when the
+#: writer runs while the model call is in flight); ``wall``: elapsed time.
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "thread": time.thread_time, "wall": time.perf_counter}
 
-Result = tuple[float, Sequence[ReadableSpan]]
+Times = dict[str, float]
+Result = tuple[Times, Sequence[ReadableSpan]]
 Config = Callable[[], Result]
 
 
-def now() -> float:
-    """The benchmark clock (``--clock``)."""
-    return _clock()
+def start() -> Times:
+    """Now, on every clock."""
+    return {name: clock() for name, clock in CLOCKS.items()}
+
+
+def elapsed(since: Times) -> Times:
+    """Seconds since ``since``, on every clock."""
+    return {name: clock() - since[name] for name, clock in CLOCKS.items()}
 
 
 def memory_provider(sampled: bool = True) -> tuple[TracerProvider, InMemorySpanExporter]:
-    """An SDK provider exporting synchronously to memory (what aegis and the floor both use).
+    """An SDK provider exporting synchronously to memory (what spans-only runs and the floor use).
     ``sampled=False`` samples nothing: spans are not recorded, so a run then costs only the
-    instrumentation's own work (the diagnostic ``not sampled`` rows)."""
+    instrumentation's own work (the diagnostic ``not sampled`` configuration)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=None if sampled else ALWAYS_OFF)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -50,7 +57,7 @@ def floor_cost(spans: Sequence[ReadableSpan]) -> float:
     tracer = provider.get_tracer("floor")
     plan = [(s.name, s.kind, dict(s.attributes or {}), s.context.span_id, s.parent.span_id if s.parent else None)
             for s in sorted(spans, key=lambda s: s.start_time)]
-    start = now()
+    begin = time.thread_time()  # one thread: the same as process CPU time, without other threads
     made: dict[int, Any] = {}
     for name, kind, attrs, span_id, parent_id in plan:
         parent = made.get(parent_id)
@@ -60,51 +67,46 @@ def floor_cost(spans: Sequence[ReadableSpan]) -> float:
             made[span_id] = span
     for span in reversed(list(made.values())):
         span.end()
-    return now() - start
+    return time.thread_time() - begin
 
 
-def measure(configs: Mapping[str, Config], repeats: int) -> dict[str, dict[str, float]]:
-    """Median time, median floor and span count of each configuration."""
-    times: dict[str, list[float]] = {name: [] for name in configs}
-    floors: dict[str, list[float]] = {name: [] for name in configs}
-    counts: dict[str, int] = {}
+def measure(configs: Mapping[str, Config], repeats: int) -> dict[str, dict[str, Any]]:
+    """Every configuration's times per clock and floors (lists, one per repeat, in repeat order)
+    and span count: ``out[config]["cpu" | "thread" | "wall" | "floor" | "spans"]``."""
+    out: dict[str, dict[str, Any]] = {name: {**{c: [] for c in CLOCKS}, "floor": [], "spans": 0} for name in configs}
     for run in configs.values():  # warm-up: imports, caches, first-call costs
         run()
     for _ in range(repeats):
         for name, run in configs.items():
-            elapsed, spans = run()
-            times[name].append(elapsed)
-            floors[name].append(floor_cost(spans) if spans else 0.0)
-            counts[name] = len(spans)
-    return {name: {"time": statistics.median(times[name]), "floor": statistics.median(floors[name]),
-                   "spans": counts[name]} for name in configs}
+            times, spans = run()
+            for clock, seconds in times.items():
+                out[name][clock].append(seconds)
+            out[name]["floor"].append(floor_cost(spans) if spans else 0.0)
+            out[name]["spans"] = len(spans)
+    return out
 
 
-def table(title: str, results: Mapping[str, Mapping[str, float]], steps: int, baseline: str = "uninstrumented") -> str:
-    """One row per configuration: overhead over ``baseline`` per step, ratio, floor per step."""
-    base = results[baseline]["time"]
-    lines = [title, f"{'config':<22}{'spans':>7}{'time ms':>10}{'overhead us/step':>18}{'ratio':>8}"
-                    f"{'floor us/step':>15}{'overhead/floor':>16}"]
-    for name, r in results.items():
-        overhead = (r["time"] - base) / steps * 1e6
-        floor = r["floor"] / steps * 1e6
-        over_floor = f"{overhead / floor:.2f}" if floor else "-"
-        lines.append(f"{name:<22}{int(r['spans']):>7}{r['time'] * 1e3:>10.1f}{overhead:>18.1f}"
-                     f"{r['time'] / base:>8.3f}{floor:>15.1f}{over_floor:>16}")
-    return "\n".join(lines)
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """(25th percentile, median, 75th percentile)."""
+    if len(values) < 2:
+        return (values[0],) * 3 if values else (float("nan"),) * 3
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
 
 
-def parse_args(description: str, frameworks: Sequence[str] = ()) -> argparse.Namespace:
-    """``--repeats``, ``--clock`` (which also selects the clock) and, given ``frameworks``,
-    ``--framework`` (default: all of them, as a list)."""
-    global _clock
+def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    """``median [p25-p75]``."""
+    q1, q2, q3 = quartiles(values)
+    return f"{fmt.format(q2)} [{fmt.format(q1)}-{fmt.format(q3)}]"
+
+
+def parse_args(description: str, frameworks: Sequence[str] = (), repeats: int = 15) -> argparse.Namespace:
+    """``--repeats`` and, given ``frameworks``, ``--framework`` (default: all of them, as a list)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--repeats", type=int, default=repeats)
     if frameworks:
         parser.add_argument("--framework", choices=frameworks, action="append")
     args = parser.parse_args()
-    _clock = CLOCKS[args.clock]
     if frameworks and not args.framework:
         args.framework = list(frameworks)
     return args

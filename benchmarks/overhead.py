@@ -1,153 +1,102 @@
-"""Per-step tracing overhead on a 50-step AutoGen team with a zero-latency model client.
+"""Per-step tracing overhead on AutoGen, CAMEL and MetaGPT, zero-latency models, one table.
 
-Configurations, each timed on a fresh ``RoundRobinGroupChat`` of two ``AssistantAgent``s whose
-model client answers instantly in-process (no I/O):
+For each framework (apps in ``apps.py``, 50 agent steps, each configuration on a fresh app):
 
-- ``uninstrumented``: the team alone (the baseline);
-- ``aegis``: ``aegis_probe.instrument(team)``, content capture on, in-memory exporter;
-- ``openinference``: OpenInference's ``AutogenAgentChatInstrumentor`` (it traces OpenAI clients
-  only, so it makes no LLM spans here: compare span counts);
-- ``aegis (no content)``: the same with ``capture_content=False``;
-- ``aegis + store``: ``aegis`` plus the embedded trace store (the default when no provider is
-  given), which encodes and appends the whole trace on the app thread when the run ends;
-- ``aegis, not sampled`` (diagnostic): ``aegis`` with a sampler that records nothing, so what is
-  left is aegis's own work (hooks, content capture) without the SDK's cost of recording spans;
-- ``root span only`` (diagnostic): one SDK span current around the run, nothing patched;
-- ``no runtime blocks`` (diagnostic): uninstrumented, with autogen-core's runtime tracing blocks
-  and per-message trace context skipped, which aegis does inside its runs (they cost even when
-  runtime tracing is disabled); aegis's own cost is measured against this row too;
-- the floor of each configuration: the bare cost of creating that configuration's spans (same names, parents
-  and attribute values, one context attach each) with the OpenTelemetry SDK.
+- ``uninstrumented``: the app alone (the baseline);
+- ``spans only``: ``instrument(app, tracer_provider=p, store=False)``, content capture on, ``p``
+  an SDK provider with an in-memory exporter;
+- ``default``: ``instrument(app)`` as a user starts: aegis's own provider with the embedded
+  trace store, content on; timed until the trace is written (the writer thread's CPU counted);
+- ``not sampled`` (diagnostic): ``spans only`` with a sampler that records nothing, so what is
+  left is aegis's own work (hooks, context, content encoding) without the SDK recording spans;
+- AutoGen only: ``openinference`` (``AutogenAgentChatInstrumentor``, in-memory exporter; it
+  traces OpenAI clients only, so it makes no LLM spans here) and ``no runtime blocks``
+  (diagnostic: uninstrumented with autogen-core's runtime tracing blocks skipped, as aegis does
+  inside its runs).
 
-Configurations are interleaved and repeated; medians are reported (see ``_harness``). Run:
-``python benchmarks/overhead.py``; CAMEL and MetaGPT: ``benchmarks/overhead_adapters.py``.
+Every configuration of every framework is run interleaved in each repeat. The *floor* of a run
+is the bare cost of creating its spans with the SDK (same names, parents, attribute values,
+in-memory exporter; ``_harness.floor_cost``); ``x floor`` = (configuration - uninstrumented) /
+floor, computed per repeat; the table gives the median and the interquartile range over repeats.
+The target is at most 1.5. Run: ``python benchmarks/overhead.py [--repeats N] [--framework F]``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import os
 import shutil
+import statistics
 import tempfile
 from contextlib import nullcontext
-from typing import Any, AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any
 
-os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
-
-from autogen_agentchat.agents import AssistantAgent  # noqa: E402
-from autogen_agentchat.conditions import MaxMessageTermination  # noqa: E402
-from autogen_agentchat.teams import RoundRobinGroupChat  # noqa: E402
-from autogen_core.models import (  # noqa: E402
-    ChatCompletionClient,
-    CreateResult,
-    LLMMessage,
-    ModelCapabilities,
-    ModelFamily,
-    ModelInfo,
-    RequestUsage,
-)
-
-import aegis_probe  # noqa: E402
-from _harness import Config, Result, measure, memory_provider, now, parse_args, table  # noqa: E402
+import aegis_probe
+from _harness import Config, Result, elapsed, measure, memory_provider, parse_args, spread, start
+from apps import APPS, App
 
 STEPS = 50
-class InstantClient(ChatCompletionClient):
-    """A model client that answers at once with a canned ``CreateResult`` (no I/O)."""
-
-    def __init__(self) -> None:
-        self._calls = 0
-
-    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
-        self._calls += 1
-        return CreateResult(finish_reason="stop", content=f"reply number {self._calls}, all good",
-                            usage=RequestUsage(prompt_tokens=10 * len(messages), completion_tokens=5), cached=False)
-
-    async def create_stream(self, messages: Sequence[LLMMessage], **kwargs: Any) -> AsyncGenerator[Any, None]:
-        yield await self.create(messages, **kwargs)
-
-    async def close(self) -> None:
-        return None
-
-    def actual_usage(self) -> RequestUsage:
-        return RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-    total_usage = actual_usage
-
-    def count_tokens(self, messages: Sequence[LLMMessage], **kwargs: Any) -> int:
-        return 0
-
-    def remaining_tokens(self, messages: Sequence[LLMMessage], **kwargs: Any) -> int:
-        return 1 << 20
-
-    @property
-    def capabilities(self) -> ModelCapabilities:  # type: ignore[override]
-        return ModelCapabilities(vision=False, function_calling=True, json_output=False)
-
-    @property
-    def model_info(self) -> ModelInfo:
-        return ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
-                         structured_output=False)
-
-
-def build_team() -> RoundRobinGroupChat:
-    client = InstantClient()
-    agents = [AssistantAgent(name, model_client=client, system_message=f"You are {name}.") for name in ("alice", "bob")]
-    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(STEPS + 1))
-
-
-async def timed_run(team: RoundRobinGroupChat) -> float:
-    start = now()
-    result = await team.run(task="Count together.")
-    elapsed = now() - start
-    assert len(result.messages) == STEPS + 1, len(result.messages)
-    return elapsed
-
-
-async def run_uninstrumented() -> Result:
-    return await timed_run(build_team()), ()
-
-
-async def run_aegis(capture: bool = True, store: Any = False, sampled: bool = True) -> Result:
-    provider, exporter = memory_provider(sampled)
-    team = build_team()
-    probe = aegis_probe.instrument(team, tracer_provider=provider, store=store, capture_content=capture)
-    try:
-        elapsed = await timed_run(team)
-    finally:
-        probe.uninstrument()
-    return elapsed, exporter.get_finished_spans()
-
-
-async def run_aegis_no_content() -> Result:
-    return await run_aegis(capture=False)
-
-
 _STORE_DIR = tempfile.mkdtemp(prefix="aegis-bench-")
 atexit.register(shutil.rmtree, _STORE_DIR, ignore_errors=True)
 
 
-async def run_aegis_store() -> Result:
-    return await run_aegis(store=_STORE_DIR)
+def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
+    """The configurations of one app (names as in the module docstring)."""
+
+    def uninstrumented() -> Result:
+        target = app.build(steps)
+        begin = start()
+        app.play(target, None, steps)
+        return elapsed(begin), ()
+
+    def spans_only(sampled: bool = True) -> Result:
+        provider, exporter = memory_provider(sampled)
+        target = app.build(steps)
+        probe = aegis_probe.instrument(target, tracer_provider=provider, store=False)
+        try:
+            begin = start()
+            app.play(target, probe, steps)
+            times = elapsed(begin)
+        finally:
+            probe.uninstrument()
+        return times, exporter.get_finished_spans()
+
+    def default() -> Result:
+        target = app.build(steps)
+        probe = aegis_probe.instrument(target, store=_STORE_DIR)
+        try:
+            begin = start()
+            app.play(target, probe, steps)
+            assert probe.store.flush()
+            times = elapsed(begin)
+        finally:
+            probe.uninstrument()
+        return times, ()
+
+    out: dict[str, Config] = {"uninstrumented": uninstrumented, "spans only": spans_only,
+                              "default": default, "not sampled": lambda: spans_only(sampled=False)}
+    if app.name == "autogen":
+        out["openinference"] = lambda: _openinference(app, steps)
+        out["no runtime blocks"] = lambda: _without_runtime_blocks(app, steps)
+    return out
 
 
-async def run_aegis_not_sampled() -> Result:
-    return await run_aegis(sampled=False)
+def _openinference(app: App, steps: int) -> Result:
+    from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
 
-
-async def run_root_span_only() -> Result:
-    """Diagnostic: one SDK span current around the run, nothing else patched. autogen's runtime
-    then propagates a real trace context with every message, a cost any tracer pays."""
     provider, exporter = memory_provider()
-    team = build_team()
-    with provider.get_tracer("bench").start_as_current_span("run"):
-        elapsed = await timed_run(team)
-    return elapsed, exporter.get_finished_spans()
+    instrumentor = AutogenAgentChatInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        target = app.build(steps)
+        begin = start()
+        app.play(target, None, steps)
+        times = elapsed(begin)
+    finally:
+        instrumentor.uninstrument()
+    return times, exporter.get_finished_spans()
 
 
-async def run_without_runtime_blocks() -> Result:
-    """Diagnostic: uninstrumented, but autogen's runtime tracing blocks skipped as aegis does in
-    its runs; aegis's own cost is its time minus this one."""
+def _without_runtime_blocks(app: App, steps: int) -> Result:
     from autogen_core import _single_threaded_agent_runtime as runtime_module
     from autogen_core._telemetry import EnvelopeMetadata, TraceHelper
 
@@ -155,51 +104,50 @@ async def run_without_runtime_blocks() -> Result:
     patcher.wrap(TraceHelper, "trace_block", lambda w, i, a, k: nullcontext())
     patcher.wrap(runtime_module, "get_telemetry_envelope_metadata", lambda w, i, a, k: EnvelopeMetadata())
     try:
-        return await timed_run(build_team()), ()
+        target = app.build(steps)
+        begin = start()
+        app.play(target, None, steps)
+        return elapsed(begin), ()
     finally:
         patcher.restore()
 
 
-async def run_openinference() -> Result:
-    from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
-
-    provider, exporter = memory_provider()
-    instrumentor = AutogenAgentChatInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        elapsed = await timed_run(build_team())
-    finally:
-        instrumentor.uninstrument()
-    return elapsed, exporter.get_finished_spans()
+def per_step(seconds: list[float], steps: int) -> str:
+    return f"{statistics.median(seconds) / steps * 1e6:.1f}"
 
 
-def _sync(run: Callable[[], Awaitable[Result]]) -> Config:
-    return lambda: asyncio.run(run())
-
-
-CONFIGS = {
-    "uninstrumented": _sync(run_uninstrumented),
-    "aegis": _sync(run_aegis),
-    "aegis (no content)": _sync(run_aegis_no_content),
-    "aegis + store": _sync(run_aegis_store),
-    "aegis, not sampled": _sync(run_aegis_not_sampled),
-    "openinference": _sync(run_openinference),
-    "root span only": _sync(run_root_span_only),
-    "no runtime blocks": _sync(run_without_runtime_blocks),
-}
+def ratios(r: dict[str, Any], name: str, floors: list[float], clock: str = "cpu", base: str = "uninstrumented") -> list[float]:
+    """Per repeat: (configuration - baseline) / floor, on ``clock``."""
+    return [(t - b) / f for t, b, f in zip(r[name][clock], r[base][clock], floors)]
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    results = measure(CONFIGS, args.repeats)
-    title = (f"AutoGen: {STEPS}-step RoundRobinGroupChat, zero-latency model client, "
-             f"medians of {args.repeats} runs, {args.clock} clock")
-    print(table(title, results, STEPS))
-    print("against 'no runtime blocks' (aegis skips autogen-core's runtime tracing blocks in its runs):")
-    floor = results["aegis"]["floor"] / STEPS * 1e6
-    for name in ("aegis", "aegis (no content)", "aegis + store", "aegis, not sampled"):
-        own = (results[name]["time"] - results["no runtime blocks"]["time"]) / STEPS * 1e6
-        print(f"  {name:<20} own cost {own:7.1f} us/step = {own / floor:5.2f} x aegis floor")
+    args = parse_args(__doc__.splitlines()[0], frameworks=tuple(APPS))
+    apps = {name: APPS[name]() for name in args.framework}
+    flat = measure({f"{fw}/{name}": run for fw, app in apps.items() for name, run in configs(app).items()}, args.repeats)
+    print(f"Per-step tracing overhead, {STEPS} agent steps, zero-latency model, {args.repeats} interleaved repeats.\n"
+          "x floor = (config - uninstrumented) / floor per repeat: median [p25-p75]; cpu = process CPU time "
+          "(all threads), app thread = CPU time of the app's thread")
+    print(f"{'framework':<10}{'base us/step':>13}{'floor us/step':>14}{'spans':>6}{'spans only, cpu':>20}"
+          f"{'default, cpu':>20}{'default, app thread':>22}{'not sampled us/step':>21}")
+    notes: list[str] = []
+    for fw in apps:
+        r = {name.split("/", 1)[1]: v for name, v in flat.items() if name.startswith(fw + "/")}
+        floors = r["spans only"]["floor"]
+        base = statistics.median(r["uninstrumented"]["cpu"])
+        own = (statistics.median(r["not sampled"]["cpu"]) - base) / STEPS * 1e6
+        print(f"{fw:<10}{per_step(r['uninstrumented']['cpu'], STEPS):>13}{per_step(floors, STEPS):>14}"
+              f"{r['spans only']['spans']:>6}{spread(ratios(r, 'spans only', floors)):>20}"
+              f"{spread(ratios(r, 'default', floors)):>20}{spread(ratios(r, 'default', floors, 'thread')):>22}{own:>21.1f}")
+        if "openinference" in r:
+            oi_floors = r["openinference"]["floor"]
+            notes.append(f"{fw} openinference: {r['openinference']['spans']} spans, floor {per_step(oi_floors, STEPS)} "
+                         f"us/step, cpu x its floor {spread(ratios(r, 'openinference', oi_floors))}, "
+                         f"overhead {spread([x * f / STEPS * 1e6 for x, f in zip(ratios(r, 'openinference', oi_floors), oi_floors)], '{:.0f}')} us/step")
+            notes.append(f"{fw} against 'no runtime blocks' (skipped by aegis inside its runs), cpu x floor: spans only "
+                         f"{spread(ratios(r, 'spans only', floors, base='no runtime blocks'))}, default "
+                         f"{spread(ratios(r, 'default', floors, base='no runtime blocks'))}")
+    print("\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,218 @@
+"""The three benchmark apps, each with a zero-latency model in process (no I/O), so every
+microsecond measured is framework or tracing work.
+
+An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and plays it once
+(``play(app, probe, steps)``; ``probe`` is None uninstrumented, else the run is one trace):
+
+- AutoGen: a ``RoundRobinGroupChat`` of two ``AssistantAgent``s whose ``ChatCompletionClient``
+  answers at once with a numbered reply and usage;
+- CAMEL: a ``RolePlaying`` society (two ``ChatAgent`` steps per round) on a ``StubModel``
+  subclass; aegis runs wrap the rounds in ``probe.run(task)``;
+- MetaGPT: a ``Team`` of two roles that answer each other (both act every round), on a
+  ``BaseLLM`` subclass; each prompt holds the conversation so far, as metagpt's own actions do.
+  metagpt's log sinks are replaced by one WARNING console sink.
+
+Every prompt of every app repeats the conversation so far, as these frameworks do by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable
+
+os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+TASK = "Count together."
+
+
+def _reply(n: int) -> str:
+    return f"reply number {n}, all good"
+
+
+@dataclass
+class App:
+    name: str
+    title: str
+    build: Callable[[int], Any]
+    play: Callable[[Any, Any, int], None]
+
+
+# -- AutoGen -------------------------------------------------------------------------------------
+def autogen_app() -> App:
+    from typing import AsyncGenerator, Sequence
+
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core.models import (
+        ChatCompletionClient,
+        CreateResult,
+        LLMMessage,
+        ModelCapabilities,
+        ModelFamily,
+        ModelInfo,
+        RequestUsage,
+    )
+
+    class InstantClient(ChatCompletionClient):
+        """A model client that answers at once with a canned ``CreateResult`` (no I/O)."""
+
+        def __init__(self) -> None:
+            self._calls = 0
+
+        async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+            self._calls += 1
+            return CreateResult(finish_reason="stop", content=_reply(self._calls),
+                                usage=RequestUsage(prompt_tokens=10 * len(messages), completion_tokens=5), cached=False)
+
+        async def create_stream(self, messages: Sequence[LLMMessage], **kwargs: Any) -> AsyncGenerator[Any, None]:
+            yield await self.create(messages, **kwargs)
+
+        async def close(self) -> None:
+            return None
+
+        def actual_usage(self) -> RequestUsage:
+            return RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+        total_usage = actual_usage
+
+        def count_tokens(self, messages: Sequence[LLMMessage], **kwargs: Any) -> int:
+            return 0
+
+        def remaining_tokens(self, messages: Sequence[LLMMessage], **kwargs: Any) -> int:
+            return 1 << 20
+
+        @property
+        def capabilities(self) -> ModelCapabilities:  # type: ignore[override]
+            return ModelCapabilities(vision=False, function_calling=True, json_output=False)
+
+        @property
+        def model_info(self) -> ModelInfo:
+            return ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                             structured_output=False)
+
+    def build(steps: int) -> Any:
+        client = InstantClient()
+        agents = [AssistantAgent(n, model_client=client, system_message=f"You are {n}.") for n in ("alice", "bob")]
+        return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(steps + 1))
+
+    def play(team: Any, probe: Any, steps: int) -> None:
+        result = asyncio.run(team.run(task=TASK))
+        assert len(result.messages) == steps + 1, len(result.messages)
+
+    return App("autogen", "RoundRobinGroupChat, 2 AssistantAgents", build, play)
+
+
+# -- CAMEL ---------------------------------------------------------------------------------------
+def camel_app() -> App:
+    from camel.models.stub_model import StubModel
+    from camel.societies import RolePlaying
+    from camel.types import ChatCompletion, ModelType
+
+    class InstantBackend(StubModel):
+        """Answers at once with a numbered completion and usage (no I/O)."""
+
+        def __init__(self) -> None:
+            super().__init__(ModelType.STUB)
+            self.calls = 0
+
+        def _run(self, messages: list, response_format: Any = None, tools: Any = None) -> ChatCompletion:
+            self.calls += 1
+            return ChatCompletion.model_validate({
+                "id": f"instant-{self.calls}", "object": "chat.completion", "created": int(time.time()),
+                "model": "instant",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": _reply(self.calls)}}],
+                "usage": {"prompt_tokens": 10 * len(messages), "completion_tokens": 5,
+                          "total_tokens": 10 * len(messages) + 5},
+            })
+
+        async def _arun(self, messages: list, response_format: Any = None, tools: Any = None) -> ChatCompletion:
+            return self._run(messages, response_format, tools)
+
+    logging.getLogger("camel").setLevel(logging.ERROR)  # "model provided globally", once per society
+
+    def build(steps: int) -> Any:
+        return RolePlaying(assistant_role_name="alice", user_role_name="bob", task_prompt=TASK,
+                           with_task_specify=False, model=InstantBackend())
+
+    def play(society: Any, probe: Any, steps: int) -> None:
+        with probe.run(TASK) if probe is not None else nullcontext():
+            message = society.init_chat()
+            for _ in range(steps // 2):
+                assistant, user = society.step(message)
+                assert not assistant.terminated and not user.terminated
+                message = assistant.msg
+
+    return App("camel", "RolePlaying, 2 ChatAgent steps per round", build, play)
+
+
+# -- MetaGPT -------------------------------------------------------------------------------------
+def metagpt_app() -> App:
+    import aegis_probe.demos.metagpt  # noqa: F401  (lets metagpt import without a user config)
+    from metagpt.actions import Action, UserRequirement
+    from metagpt.configs.llm_config import LLMConfig
+    from metagpt.logs import logger
+    from metagpt.provider.base_llm import BaseLLM
+    from metagpt.roles import Role
+    from metagpt.schema import Message
+    from metagpt.team import Team
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+
+    class InstantLLM(BaseLLM):
+        """Answers at once and reports usage, as providers do (no I/O)."""
+
+        def __init__(self) -> None:
+            self.config = LLMConfig(api_type="openai", model="instant", api_key="sk-none", calc_usage=False)
+            self.model, self.pricing_plan, self.cost_manager, self.calls = "instant", None, None, 0
+
+        async def _achat_completion(self, messages: list[dict], timeout: int = 0) -> dict:
+            self.calls += 1
+            usage = {"prompt_tokens": 10 * len(messages), "completion_tokens": 5}
+            self._update_costs(usage)
+            return {"choices": [{"message": {"role": "assistant", "content": _reply(self.calls)}}], "usage": usage}
+
+        acompletion = _achat_completion
+
+        async def _achat_completion_stream(self, messages: list[dict], timeout: int = 0) -> str:
+            return self.get_choice_text(await self._achat_completion(messages))
+
+    class Ping(Action):
+        name: str = "Ping"
+
+        async def run(self, history: list[Message]) -> str:
+            return await self._aask("Conversation:\n" + "\n".join(f"{m.role}: {m.content}" for m in history))
+
+    class Pong(Ping):
+        name: str = "Pong"
+
+    class Player(Role):
+        def __init__(self, action: type[Action], watch: list[type[Action]], **data: Any) -> None:
+            super().__init__(**data)
+            self.set_actions([action])
+            self._watch(watch)
+
+    def build(steps: int) -> Any:
+        llm = InstantLLM()
+        team = Team()
+        team.hire([Player(Ping, [UserRequirement, Pong], name="alice", profile="alice", llm=llm),
+                   Player(Pong, [Ping], name="bob", profile="bob", llm=llm)])
+        return team
+
+    def play(team: Any, probe: Any, steps: int) -> None:
+        asyncio.run(team.run(n_round=steps // 2, idea=TASK))
+        llm = team.env.roles["alice"].llm
+        assert llm.calls == steps, llm.calls
+
+    return App("metagpt", "Team of 2 roles, both act every round", build, play)
+
+
+APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app}
