@@ -25,24 +25,34 @@ The run-round and step wrappers (``_round``/``_around``, ``_step``/``_astep``, `
 keep their attach/call/finish inline instead of using ``spans.call_in_scope``: they sit under the
 ``inspect.stack()`` that camel runs on every step, where each extra Python frame costs ~20 us.
 
-Not covered: streaming (``stream=True`` in the model config): the step returns a lazy response
-that is consumed after the step span ended, so no chat span gets the stream's content or usage.
+Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
+``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
+agent's run) stays open until the app has consumed the stream, the step current while each partial
+response is produced; the step's output is the whole streamed text. ``ModelManager.run/arun`` then
+return a chunk stream, traced by :func:`~aegis_probe.interception.call_llm_chunks` (content, tool
+calls, usage of the last chunk, finish reason); replayed and injected responses reach camel as
+chunks too. Not covered: tools camel runs while streaming (``_execute_tool_from_stream_data``, in
+a thread pool) get no ``execute_tool`` span, and structured output (``response_format``) streams
+get a ``chat`` span without content; a streaming step whose response is never consumed never ends.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
 from aegis_probe.spans import (
     ChatMessage,
     RunScope,
     StepScope,
     attached,
+    iterate_in_scope,
+    iterate_sync_in_scope,
     await_in_scope,
     call_in_scope,
     current_run,
@@ -153,24 +163,104 @@ class CamelCodec:
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
         from openai.types.chat import ChatCompletion
 
-        tool_calls = [
-            {"id": c.get("id") or f"call_{i}", "type": "function",
-             "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-            for i, c in enumerate(response.tool_calls)
-        ]
+        tool_calls = _openai_tool_calls(response)
         message: dict[str, Any] = {"role": "assistant", "content": response.content}
         if tool_calls:
             message["tool_calls"] = tool_calls
         finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")
-        usage = None
-        if response.input_tokens is not None or response.output_tokens is not None:
-            i, o = response.input_tokens or 0, response.output_tokens or 0
-            usage = {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
         base = raw.model_dump() if isinstance(raw, ChatCompletion) else {
             "id": "aegis-replayed", "object": "chat.completion", "created": int(time.time()),
             "model": response.model or "aegis"}
-        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=usage)
+        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=_openai_usage(response))
         return ChatCompletion.model_validate(base)
+
+    def from_chunks(self, chunks: Sequence[Any]) -> LLMResponse:
+        """The response a ``stream=True`` call's ``ChatCompletionChunk``s carry together."""
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        model = finish = usage = None
+        for chunk in chunks:
+            model = model or getattr(chunk, "model", None)
+            usage = getattr(chunk, "usage", None) or usage
+            for choice in (getattr(chunk, "choices", None) or ())[:1]:
+                delta = choice.delta
+                if delta is not None and delta.content:
+                    text.append(delta.content)
+                for part in (delta.tool_calls if delta is not None else None) or ():
+                    call = calls.setdefault(part.index, {"id": None, "name": None, "arguments": ""})
+                    call["id"] = part.id or call["id"]
+                    if part.function is not None:
+                        call["name"] = part.function.name or call["name"]
+                        call["arguments"] += part.function.arguments or ""
+                finish = choice.finish_reason or finish
+        return LLMResponse(
+            content="".join(text) or None,
+            tool_calls=[calls[i] for i in sorted(calls)],
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+            model=model,
+            finish_reason=finish,
+        )
+
+    @staticmethod
+    def is_last(chunk: Any) -> bool:
+        """The usage chunk ends an OpenAI stream (camel stops reading there)."""
+        return getattr(chunk, "usage", None) is not None
+
+    def to_chunks(self, response: LLMResponse) -> list[Any]:
+        """``ChatCompletionChunk``s carrying ``response``: its text, one delta per tool call, then
+        the finish reason with the usage (as camel's stream reader expects them)."""
+        from openai.types.chat import ChatCompletionChunk
+
+        tool_calls = _openai_tool_calls(response)
+        base = {"id": "aegis-replayed", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": response.model or "aegis"}
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": response.content or ""}]
+        deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(tool_calls)]
+        events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")
+        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": _openai_usage(response)})
+        return [ChatCompletionChunk.model_validate(e) for e in events]
+
+
+def _openai_tool_calls(response: LLMResponse) -> list[dict[str, Any]]:
+    return [
+        {"id": c.get("id") or f"call_{i}", "type": "function",
+         "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
+        for i, c in enumerate(response.tool_calls)
+    ]
+
+
+def _openai_usage(response: LLMResponse) -> dict[str, int] | None:
+    if response.input_tokens is None and response.output_tokens is None:
+        return None
+    i, o = response.input_tokens or 0, response.output_tokens or 0
+    return {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
+
+
+class _StreamedOutput:
+    """What a streaming step said, from the partial responses camel yields: each new piece once
+    (its default delta mode, with an empty last message) or the text so far (``stream_accumulate``)."""
+
+    __slots__ = ("accumulate", "last", "pieces")
+
+    def __init__(self, agent: Any) -> None:
+        self.accumulate = bool(getattr(agent, "stream_accumulate", False))
+        self.last: Any = None
+        self.pieces: list[str] = []
+
+    def add(self, response: Any) -> None:
+        self.last = response
+        if not self.accumulate:
+            self.pieces.extend(_text(m.content) for m in response.msgs)
+
+    @property
+    def msgs(self) -> list[Any]:
+        """The last response's messages, the last one carrying the whole streamed text."""
+        msgs = list(self.last.msgs) if self.last is not None else []
+        if self.accumulate or not msgs:
+            return msgs
+        return [*msgs[:-1], dataclasses.replace(msgs[-1], content="".join(self.pieces))]
 
 
 class CamelAdapter(Adapter):
@@ -228,6 +318,7 @@ class CamelAdapter(Adapter):
 
     def _instrument(self, patcher: Patcher) -> None:
         from camel.agents import ChatAgent
+        from camel.agents.chat_agent import AsyncStreamingChatAgentResponse, StreamingChatAgentResponse
         from camel.models import ModelManager
         from camel.societies import RolePlaying
         from camel.societies.workforce import Workforce
@@ -245,6 +336,7 @@ class CamelAdapter(Adapter):
         patcher.wrap(ChatAgent, "_aexecute_tool", self._atool)
         patcher.wrap(ModelManager, "run", self._llm)
         patcher.wrap(ModelManager, "arun", self._allm)
+        self._streaming = (StreamingChatAgentResponse, AsyncStreamingChatAgentResponse)
 
     def release(self, probe: "Probe") -> None:
         """End ``probe``'s open conversations, then forget its objects."""
@@ -449,6 +541,8 @@ class CamelAdapter(Adapter):
         except BaseException as exc:
             self._close_step(opened, None, exc)
             raise
+        if isinstance(result, self._streaming[0]):
+            return self._streamed(opened, instance, result)
         self._close_step(opened, result, None)
         return result
 
@@ -462,8 +556,22 @@ class CamelAdapter(Adapter):
         except BaseException as exc:
             self._close_step(opened, None, exc)
             raise
+        if isinstance(result, self._streaming[1]):
+            return self._streamed(opened, instance, result)
         self._close_step(opened, result, None)
         return result
+
+    def _streamed(self, opened: tuple[RunScope | None, StepScope], agent: Any, result: Any) -> Any:
+        """A streaming step's response, rebuilt over the same stream: the step (and a lone agent's
+        run) ends when the app has consumed it; the step is current while each item is produced."""
+        output = _StreamedOutput(agent)
+
+        def done(exc: BaseException | None) -> None:
+            self._close_step(opened, output, exc)
+
+        if isinstance(result, self._streaming[0]):
+            return type(result)(iterate_sync_in_scope(iter(result), opened[1], on_item=output.add, on_done=done))
+        return type(result)(iterate_in_scope(result.__aiter__(), opened[1], on_item=output.add, on_done=done))
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_step_impl`` in ``step_timeout``'s pool thread: attach the step handed over by ``step``."""
@@ -506,14 +614,28 @@ class CamelAdapter(Adapter):
         return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")
 
     # -- model calls -----------------------------------------------------------------------
+    @staticmethod
+    def _streams(manager: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether ``ModelManager.run/arun(messages, response_format, tools)`` returns a chunk stream."""
+        try:
+            response_format = kwargs["response_format"] if "response_format" in kwargs else args[1] if len(args) > 1 else None
+            return response_format is None and bool(manager.model_config_dict.get("stream"))
+        except Exception:
+            log_hook_error("camel stream check")
+            return False
+
     def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._ambient_probe()
         if probe is None:
             return wrapped(*args, **kwargs)
+        if self._streams(instance, args, kwargs):
+            return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
         return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
 
     async def _allm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._ambient_probe()
         if probe is None:
             return await wrapped(*args, **kwargs)
+        if self._streams(instance, args, kwargs):
+            return await acall_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
         return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

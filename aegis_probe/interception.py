@@ -11,9 +11,9 @@ agreement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Protocol, Sequence
 
-from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, log_hook_error, start_llm
+from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -250,3 +250,124 @@ def _complete(prep: _Prepared, probe: "Probe", codec: LLMCodec, raw: Any) -> Any
         if raw is None:
             raise RuntimeError("aegis-probe: a replayed/injected response could not be built") from None
         return raw
+
+
+class ChunkCodec(LLMCodec, Protocol):
+    """An :class:`LLMCodec` for calls whose response arrives as a stream of chunks (OpenAI ``stream=True``)."""
+
+    def from_chunks(self, chunks: Sequence[Any]) -> LLMResponse:
+        """The neutral form of the response the ``chunks`` carry together."""
+
+    def to_chunks(self, response: LLMResponse) -> list[Any]:
+        """Chunks carrying ``response`` (a replayed or injected answer to a streaming call)."""
+
+    def is_last(self, chunk: Any) -> bool:
+        """Whether ``chunk`` completes the response (apps may stop reading there)."""
+
+
+class _ChunkList:
+    """A :class:`ChunkCodec` seen as a plain codec whose raw response is the list of chunks."""
+
+    __slots__ = ("codec",)
+
+    def __init__(self, codec: ChunkCodec) -> None:
+        self.codec = codec
+
+    def response(self, raw: Sequence[Any]) -> LLMResponse:
+        return self.codec.from_chunks(raw)
+
+    def with_response(self, raw: Sequence[Any] | None, response: LLMResponse) -> list[Any]:
+        return self.codec.to_chunks(response)
+
+
+class _PassingChunks:
+    """The chunks of a streamed call as they pass. The span ends with their response at the last
+    chunk (apps often stop reading there and drop the stream), else when the stream ends; the
+    app's error before that fails it."""
+
+    __slots__ = ("scope", "codec", "chunks", "ended")
+
+    def __init__(self, scope: "LLMScope", codec: ChunkCodec) -> None:
+        self.scope, self.codec, self.chunks, self.ended = scope, codec, [], False
+
+    def item(self, chunk: Any) -> None:
+        self.chunks.append(chunk)
+        if self.codec.is_last(chunk):
+            self.end(None)
+
+    def end(self, exc: BaseException | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if exc is not None:
+            self.scope.fail(exc)
+            return
+        try:
+            _finish(self.scope, self.codec.from_chunks(self.chunks))
+        except Exception:
+            log_hook_error("llm stream end")
+            self.scope.end()
+
+
+def _handed_on(chunks: list[Any]) -> Iterator[Any]:
+    yield from chunks
+
+
+async def _ahanded_on(chunks: list[Any]) -> AsyncGenerator[Any, None]:
+    for chunk in chunks:
+        yield chunk
+
+
+def call_llm_chunks(probe: "Probe", codec: ChunkCodec, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a model call that returns a stream of chunks inside a ``chat`` span; returns a generator of them.
+
+    Without interceptors the chunks pass through as they arrive, the span current while each is
+    produced, and the span ends with the response ``codec.from_chunks`` assembles at the end of
+    the stream. Interceptors see and may replace the whole response, so with interceptors the
+    stream is read to its end first, then handed on: the same chunks, or ``codec.to_chunks`` of
+    the new response (also of a short-circuit response from ``before``).
+    """
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
+        return wrapped(*args, **kwargs)
+    if prep.short_circuit is not None:
+        return _handed_on(_complete(prep, probe, _ChunkList(codec), None))  # type: ignore[arg-type]
+    scope = prep.scope
+    token = scope.attach()
+    try:
+        stream = wrapped(*prep.args, **prep.kwargs)
+        chunks = list(stream) if probe.interceptors else None
+    except BaseException as exc:
+        scope.fail(exc)
+        raise
+    finally:
+        scope.detach(token)
+    if chunks is not None:
+        return _handed_on(_complete(prep, probe, _ChunkList(codec), chunks))  # type: ignore[arg-type]
+    passing = _PassingChunks(scope, codec)
+    return iterate_sync_in_scope(iter(stream), scope, on_item=passing.item, on_done=passing.end)
+
+
+async def acall_llm_chunks(
+    probe: "Probe", codec: ChunkCodec, wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple, kwargs: dict
+) -> Any:
+    """The async twin of :func:`call_llm_chunks`: awaits the call, returns an async generator of chunks."""
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
+        return await wrapped(*args, **kwargs)
+    if prep.short_circuit is not None:
+        return _ahanded_on(_complete(prep, probe, _ChunkList(codec), None))  # type: ignore[arg-type]
+    scope = prep.scope
+    token = scope.attach()
+    try:
+        stream = await wrapped(*prep.args, **prep.kwargs)
+        chunks = [chunk async for chunk in stream] if probe.interceptors else None
+    except BaseException as exc:
+        scope.fail(exc)
+        raise
+    finally:
+        scope.detach(token)
+    if chunks is not None:
+        return _ahanded_on(_complete(prep, probe, _ChunkList(codec), chunks))  # type: ignore[arg-type]
+    passing = _PassingChunks(scope, codec)
+    return iterate_in_scope(stream.__aiter__(), scope, on_item=passing.item, on_done=passing.end)

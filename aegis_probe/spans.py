@@ -423,3 +423,52 @@ async def iterate_in_scope(
                     on_done(error)
                 except Exception:
                     log_hook_error("stream end")
+
+
+def iterate_sync_in_scope(
+    items: Iterator[Any],
+    scope: _Scope,
+    on_item: Callable[[Any], None] | None = None,
+    on_done: Callable[[BaseException | None], None] | None = None,
+) -> Iterator[Any]:
+    """The synchronous twin of :func:`iterate_in_scope`: re-yield ``items`` (an iterator) with
+    ``scope`` current while each item is produced, never across a ``yield``."""
+    error: BaseException | None = None
+    try:
+        while True:
+            token = scope.attach()
+            try:
+                item = next(items)
+            except StopIteration:
+                break
+            finally:
+                scope.detach(token)
+            if on_item is not None:
+                try:
+                    on_item(item)
+                except Exception:
+                    log_hook_error("stream item")
+            yield item
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        try:
+            close = getattr(items, "close", None)
+            if close is not None:
+                token = scope.attach()
+                try:
+                    close()
+                finally:
+                    scope.detach(token)
+        except BaseException as exc:
+            error = error or exc
+            raise
+        finally:
+            if on_done is not None:
+                try:
+                    on_done(error)
+                except Exception:
+                    log_hook_error("stream end")

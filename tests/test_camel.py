@@ -371,3 +371,126 @@ def test_open_conversation_ends_on_uninstrument(model_server, provider, exporter
     probe.uninstrument()
     (root,) = [s for s in ours(exporter) if s.parent is None]
     assert len(steps_of(ours(exporter))) == 2 and probe.last_run is not None
+
+
+# -- streaming (stream=True in the model config) ----------------------------------------------
+def streaming_calculator(base_url: str, model: str = MODEL, api_key: str = API_KEY, *, stream: bool = True) -> Any:
+    """A lone calculator ChatAgent with the tool, on a (streaming) OpenAI-compatible backend."""
+    from camel.agents import ChatAgent
+    from camel.messages import BaseMessage
+    from camel.models import ModelFactory
+    from camel.models.stub_model import StubTokenCounter
+    from camel.types import ModelPlatformType
+
+    model_backend = ModelFactory.create(
+        model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL, model_type=model, url=base_url, api_key=api_key,
+        token_counter=StubTokenCounter(), model_config_dict={"stream": stream},
+    )
+    return ChatAgent(BaseMessage.make_assistant_message("Calculator", "You compute."), model=model_backend,
+                     tools=[calculate], stream_accumulate=False)
+
+
+STREAM_TASK = "What do 3 pens at 17 and 3 notebooks at 25 cost?"
+
+
+def consume(response: Any) -> str:
+    """What an app streaming a step's response reads: the pieces, in order (camel's delta mode)."""
+    return "".join(m.content for partial in response for m in partial.msgs)
+
+
+async def aconsume(response: Any) -> str:
+    return "".join([m.content async for partial in response for m in partial.msgs])
+
+
+def run_streaming(calc: Any, task: str = STREAM_TASK) -> str:
+    """``run_app`` of the streaming calculator: one step, its stream consumed."""
+    return consume(calc.step(task))
+
+
+def _chat_view(span: Any) -> tuple:
+    attrs = span.attributes
+    return (json.loads(attrs[sc.OUTPUT_MESSAGES]), attrs[sc.USAGE_INPUT_TOKENS], attrs[sc.USAGE_OUTPUT_TOKENS],
+            attrs[sc.RESPONSE_FINISH_REASONS])
+
+
+@pytest.mark.parametrize("entry", ["step", "astep"])
+def test_streaming_agent_gets_the_same_chat_spans(entry, model_server, provider, exporter):
+    """The same agent and model, without and with ``stream=True``: equal chat spans and step output."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    plain_exporter = InMemorySpanExporter()
+    plain_provider = type(provider)()
+    plain_provider.add_span_processor(SimpleSpanProcessor(plain_exporter))
+    plain = streaming_calculator(model_server(tool_policy).base_url, stream=False)
+    probe = aegis_probe.instrument(plain, tracer_provider=plain_provider, store=False)
+    expected = plain.step(STREAM_TASK).msgs[0].content
+    probe.uninstrument()
+
+    uninstrumented = consume(streaming_calculator(model_server(tool_policy).base_url).step(STREAM_TASK))
+    calc = streaming_calculator(model_server(tool_policy).base_url)
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    if entry == "step":
+        response = calc.step(STREAM_TASK)
+        assert not ours(exporter), "the step stays open until its stream is consumed"
+        text = consume(response)
+    else:
+        text = _astep_text(calc)
+    assert text == uninstrumented and EXPECTED in text  # the app's stream is unchanged
+    spans = ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    (step,) = steps_of(spans)
+    assert parent_of(step, spans) is root and json.loads(step.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] == expected
+    chats = op(spans, sc.OP_CHAT)
+    assert len(chats) == 2 and all(parent_of(c, spans) is step for c in chats)
+    assert [_chat_view(c) for c in chats] == [_chat_view(c) for c in op(plain_exporter.get_finished_spans(), sc.OP_CHAT)]
+    assert chats[0].attributes[sc.RESPONSE_FINISH_REASONS] == ("tool_calls",)
+
+
+def _astep_text(calc: Any) -> str:
+    async def go() -> str:
+        return await aconsume(await calc.astep(STREAM_TASK))
+
+    return asyncio.run(go())
+
+
+def test_streaming_injection_reaches_the_app_as_chunks(model_server, provider, exporter):
+    from aegis_probe.interception import LLMResponse
+
+    class Corrupt:
+        """Replaces the final answer (tool calls pass)."""
+
+        def before(self, call: Any) -> None:
+            return None
+
+        def after(self, call: Any, response: LLMResponse) -> LLMResponse:
+            if response.tool_calls:
+                return response
+            return LLMResponse(content="The total is 999 coins.", input_tokens=response.input_tokens,
+                               output_tokens=response.output_tokens, finish_reason="stop")
+
+    server = model_server(tool_policy)
+    calc = streaming_calculator(server.base_url)
+    probe = aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    probe.interceptors.append(Corrupt())
+    assert run_streaming(calc) == "The total is 999 coins."
+    assert "999" in calc.memory.get_context()[0][-1]["content"]  # the agent's own memory agrees
+    last_chat = op(ours(exporter), sc.OP_CHAT)[-1]
+    assert json.loads(last_chat.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] == "The total is 999 coins."
+
+
+def test_exact_replay_of_a_streaming_run(model_server, tmp_path):
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.counterfactual import replay
+    from aegis_probe.store import TraceStore
+
+    store = TraceStore(tmp_path / "store")
+    calc = streaming_calculator(model_server(tool_policy).base_url)
+    probe = aegis_probe.instrument(calc, store=store)
+    answer = run_streaming(calc)
+    probe.flush()
+    probe.uninstrument()
+    result = replay(probe.last_trace_id, AppSpec(streaming_calculator, run_streaming), store=store)
+    assert result.exact, result.divergence or result.error
+    assert result.live_calls == 0 and result.replayed_calls == 2
+    assert result.trajectory.steps[0].output == result.original.steps[0].output == answer

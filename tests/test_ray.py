@@ -221,3 +221,39 @@ def test_blame_scan_on_ray_equals_local_scan(fixer, budget, model_server, tmp_pa
     # the store holds the same: the original (labelled if found) and one replayed trace per attempt
     views = [_store_view(s) for s in stores]
     assert views[0] == views[1] and len(views[1]) == 1 + len(remote.attempts)
+
+
+# -- command line -----------------------------------------------------------------------------
+def test_inject_and_blame_commands_on_ray(model_server, tmp_path, capsys):
+    """In-process: the executor uses the Ray this test module started."""
+    from aegis_probe.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(MATH.read_text().splitlines()[0] + "\n")
+    assert main(["inject", "--app", MATH_APP, "--tasks", str(tasks), "--plans-per-run", "2", "--out",
+                 str(tmp_path / "out"), "--no-progress", "--executor", "ray", "--concurrency", "2"]) == 0
+    assert [r["kind"] for r in _records(tmp_path / "out")].count("injected") == 2
+    assert "total" in capsys.readouterr().out
+
+    store = TraceStore(tmp_path / "store")
+    trace_id, endpoint = _failed_run(model_server, store)
+    assert main(["blame", "--trace", trace_id, "--app", "aegis_probe.demos.autogen", "--fixer", f"{__name__}:_fix_late_steps",
+                 "--dir", str(store.path), "--base-url", endpoint.base_url, "--no-progress", "--executor", "ray"]) == 0
+    assert "decisive error: step 1 by calculator" in capsys.readouterr().out
+
+
+def test_inject_command_starts_ray_and_ships_a_file_app(tmp_path):
+    """As a user runs it: the command starts its own Ray and ships the app's folder to it."""
+    import subprocess
+    import sys
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(MATH.read_text().splitlines()[1] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-m", "aegis_probe", "inject", "--app", MATH_APP, "--tasks", str(tasks),
+                           "--plans-per-run", "1", "--out", str(tmp_path / "out"), "--no-progress",
+                           "--executor", "ray", "--concurrency", "1"],
+                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = _records(tmp_path / "out")
+    assert [r["kind"] for r in records] == ["baseline", "injected"] and records[0]["success"]
