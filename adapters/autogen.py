@@ -209,11 +209,12 @@ _PROVIDERS = (("azure", "azure.ai.inference"), ("anthropic", "anthropic"), ("oll
 
 
 def provider_of(cls: type) -> str:
-    """``gen_ai.provider.name`` for a client class, from its module."""
+    """``gen_ai.provider.name`` for a client class, from its module (else from its class name)."""
     module = cls.__module__
     if "AzureOpenAI" in cls.__name__:
         return "azure.ai.openai"
-    return next((name for key, name in _PROVIDERS if key in module), FRAMEWORK)
+    custom = cls.__name__.removesuffix("ChatCompletionClient").lower() or cls.__name__.lower()
+    return next((name for key, name in _PROVIDERS if key in module), custom)
 
 
 class AutogenCodec:
@@ -223,6 +224,16 @@ class AutogenCodec:
 
     def __init__(self, provider: str) -> None:
         self.provider = provider
+
+    def request_attributes(self, instance: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Model parameters (the client's create args and the call's ``extra_create_args``), the
+        endpoint, and the provider of the client that talks to the model."""
+        inner = getattr(instance, "client", None)  # ChatCompletionCache wraps .client
+        client = inner if isinstance(inner, ChatCompletionClient) else instance
+        params = {**(getattr(client, "_create_args", None) or {}), **(kwargs.get("extra_create_args") or {})}
+        base_url = getattr(getattr(client, "_client", None), "base_url", None)
+        return {**sc.request_attributes(params), **sc.server_attributes(base_url),
+                sc.PROVIDER: sc.provider_name(base_url, provider_of(type(client)))}
 
     def model(self, instance: Any, args: tuple, kwargs: dict) -> str | None:
         for client in (instance, getattr(instance, "client", None)):  # ChatCompletionCache wraps .client
@@ -295,7 +306,7 @@ class _Wrapper:
         try:
             if current_run() is not None:
                 return None
-            probe = self.registry.get(instance)
+            probe = self.adapter.run_probe(instance)
             if probe is None:
                 return None
             self.adapter.sync()
@@ -480,7 +491,8 @@ def _start_tool(probe: "Probe", tool: Any, args: tuple, kwargs: dict) -> ToolSco
     """The ``execute_tool`` span of ``run_json(args, cancellation_token, call_id)`` (or its stream form)."""
     call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
     raw_args = args[0] if args else kwargs.get("args")
-    return start_tool(probe, tool.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None)
+    return start_tool(probe, tool.name, call_id=call_id, arguments=dict(raw_args) if raw_args is not None else None,
+                      description=tool.description, tool_type="function")
 
 
 # A workbench call's span carries itself under this key: the tools the workbench runs, and a
@@ -494,12 +506,15 @@ def _workbench_call() -> ToolScope | None:
     return scope if scope is not None and trace.get_current_span() is scope.span else None  # type: ignore[attr-defined]
 
 
-def _open_workbench_call(probe: "Probe", args: tuple, kwargs: dict) -> ToolScope:
+def _open_workbench_call(probe: "Probe", args: tuple, kwargs: dict, workbench: Any) -> ToolScope:
     """The ``execute_tool`` span of ``call_tool(name, arguments, cancellation_token, call_id)`` (or its stream form)."""
     name = args[0] if args else kwargs["name"]
     arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
     call_id = args[3] if len(args) > 3 else kwargs.get("call_id")
-    scope = start_tool(probe, name, call_id=call_id, arguments=dict(arguments) if arguments is not None else None)
+    # A StaticWorkbench knows its tools' descriptions; others (MCP) would need an async list_tools.
+    description = next((t.description for t in getattr(workbench, "_tools", ()) if getattr(t, "name", None) == name), None)
+    scope = start_tool(probe, name, call_id=call_id, arguments=dict(arguments) if arguments is not None else None,
+                       description=description, tool_type="function")
     scope.ctx = otel_context.set_value(_WORKBENCH_CALL, scope, scope.ctx)
     return scope
 
@@ -538,12 +553,12 @@ class WorkbenchWrapper(_Wrapper):
         run = current_run()
         if run is None or _workbench_call() is not None:
             return wrapped(*args, **kwargs)
-        return self._traced(run.probe, wrapped, args, kwargs)
+        return self._traced(run.probe, wrapped, instance, args, kwargs)
 
     @staticmethod
-    async def _traced(probe: "Probe", wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    async def _traced(probe: "Probe", wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            scope = _open_workbench_call(probe, args, kwargs)
+            scope = _open_workbench_call(probe, args, kwargs, instance)
         except Exception:
             log_hook_error("workbench tool start")
             return await wrapped(*args, **kwargs)
@@ -559,7 +574,7 @@ class WorkbenchStreamWrapper(_Wrapper):
         if run is None or _workbench_call() is not None:
             return wrapped(*args, **kwargs)
         try:
-            scope = _open_workbench_call(run.probe, args, kwargs)
+            scope = _open_workbench_call(run.probe, args, kwargs, instance)
         except Exception:
             log_hook_error("workbench tool start")
             return wrapped(*args, **kwargs)
@@ -806,7 +821,6 @@ class AutogenAdapter(Adapter):
     """Traces autogen-agentchat teams and agents."""
 
     name = FRAMEWORK
-    instrumentation_dependencies = ("autogen-agentchat >= 0.7.5, < 0.8",)
 
     def __init__(self) -> None:
         super().__init__()

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
+from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
 from aegis_probe.spans import (
@@ -87,10 +88,30 @@ def _message(msg: Any, role: str) -> dict[str, Any]:
     return out
 
 
+#: Model backend class-name prefixes -> ``gen_ai.provider.name`` (most specific first).
+_BACKEND_PROVIDERS = (("AzureOpenAI", "azure.ai.openai"), ("OpenAI", "openai"), ("Anthropic", "anthropic"),
+                      ("Gemini", "gcp.gemini"), ("Mistral", "mistral_ai"), ("DeepSeek", "deepseek"), ("Groq", "groq"),
+                      ("Cohere", "cohere"), ("AWSBedrock", "aws.bedrock"), ("Watsonx", "ibm.watsonx.ai"))
+
+
+def provider_of(backend: type) -> str:
+    """``gen_ai.provider.name`` of a camel model backend class (else its name without ``Model``)."""
+    name = backend.__name__
+    return next((p for prefix, p in _BACKEND_PROVIDERS if name.startswith(prefix)),
+                name.removesuffix("Model").lower() or name.lower())
+
+
 class CamelCodec:
     """OpenAI-format message dicts and ``ChatCompletion`` <-> neutral messages and ``LLMResponse``."""
 
     provider = "openai"
+
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The current backend's model config, its endpoint, and the provider behind both."""
+        backend = instance.current_model
+        url = getattr(backend, "_url", None)
+        return {**sc.request_attributes(getattr(backend, "model_config_dict", None) or {}), **sc.server_attributes(url),
+                sc.PROVIDER: sc.provider_name(url, provider_of(type(backend)))}
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         model_type = instance.model_type
@@ -158,6 +179,7 @@ class CamelCodec:
             output_tokens=usage.completion_tokens if usage else None,
             model=raw.model,
             finish_reason=choice.finish_reason,
+            id=raw.id,
         )
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
@@ -263,11 +285,15 @@ class _StreamedOutput:
         return [*msgs[:-1], dataclasses.replace(msgs[-1], content="".join(self.pieces))]
 
 
+def _society_name(society: Any) -> str:
+    """A ``RolePlaying``'s app name: its two roles."""
+    return f"{society.assistant_agent.role_name} & {society.user_agent.role_name}"
+
+
 class CamelAdapter(Adapter):
     """Traces CAMEL societies, workforces and agents."""
 
     name = "camel"
-    instrumentation_dependencies = ("camel-ai >= 0.2.90, < 0.3",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -294,7 +320,7 @@ class CamelAdapter(Adapter):
             return AppInfo(name=app.role_name, lone_agent=True, agents=(app.role_name,))
         if isinstance(app, RolePlaying):
             agents = [a for a in (app.assistant_agent, app.user_agent, app.critic) if isinstance(a, ChatAgent)]
-            name = f"{app.assistant_agent.role_name} & {app.user_agent.role_name}"
+            name = _society_name(app)
         else:
             agents = self._workforce_agents(app)
             name = app.description
@@ -381,15 +407,14 @@ class CamelAdapter(Adapter):
 
     def _session(self, society: Any) -> RunScope | None:
         """The open run of ``society``'s conversation, opened on its first round."""
-        probe = self._probe(society)
+        probe = self.run_probe(society)
         if probe is None or current_run() is not None:
             return None
         try:
             run = self._sessions.get(society)
             if run is None:
                 task = society.specified_task_prompt or society.task_prompt
-                run = start_run(probe, probe.apps[-1].name if probe.apps else "RolePlaying",
-                                framework=self.name, task=str(task) if task else None)
+                run = start_run(probe, _society_name(society), framework=self.name, task=str(task) if task else None)
                 self._sessions[society] = run
             return run
         except Exception:
@@ -439,7 +464,7 @@ class CamelAdapter(Adapter):
 
     # -- Workforce -------------------------------------------------------------------------
     def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:
-        probe = self._probe(workforce)
+        probe = self.run_probe(workforce)
         if probe is None or current_run() is not None:
             return None
         try:
@@ -489,15 +514,20 @@ class CamelAdapter(Adapter):
         """Open the step span (and a run for a lone agent); None to pass straight through."""
         run = current_run()
         own_run = None
+        lone = False
         if run is not None:
             probe = run.probe if run.probe.active else None
         else:
             probe = self._probe(agent) or self._ambient_probe()
+            # A run of its own: a registered lone agent, or any agent outside runs in trace-every-app mode.
+            lone = agent in self._lone or probe is None
+            if lone:
+                probe = self.run_probe(agent)
         if probe is None:
             return None
         try:
             message = kwargs["input_message"] if "input_message" in kwargs else args[0]
-            if run is None and agent in self._lone:
+            if lone:
                 task = _text(getattr(message, "content", message))
                 own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
@@ -588,7 +618,10 @@ class CamelAdapter(Adapter):
             return None
         try:
             request = kwargs["tool_call_request"] if "tool_call_request" in kwargs else args[0]
-            return start_tool(probe, request.tool_name, call_id=request.tool_call_id, arguments=request.args)
+            tool = getattr(agent, "_internal_tools", {}).get(request.tool_name)
+            description = tool.get_function_description() if tool is not None else None
+            return start_tool(probe, request.tool_name, call_id=request.tool_call_id, arguments=request.args,
+                              description=description, tool_type="function")
         except Exception:
             log_hook_error("camel tool start")
             return None

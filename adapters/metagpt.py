@@ -114,6 +114,14 @@ class MetaGPTCodec:
         api_type = getattr(getattr(self.llm.config, "api_type", None), "value", None) or "openai"
         return _PROVIDERS.get(api_type, api_type)
 
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The sampling parameters metagpt's providers send (``temperature``, ``max_token``), the
+        endpoint, and the provider serving it."""
+        config = self.llm.config
+        params = {"temperature": config.temperature, "max_tokens": config.max_token}
+        return {**sc.request_attributes(params), **sc.server_attributes(config.base_url),
+                sc.PROVIDER: sc.provider_name(config.base_url, self.provider)}
+
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return getattr(instance, "model", None) or getattr(instance.config, "model", None)
 
@@ -224,7 +232,6 @@ class MetaGPTAdapter(Adapter):
     """Traces metagpt ``Team`` runs and lone ``Role`` runs."""
 
     name = "metagpt"
-    instrumentation_dependencies = ("metagpt == 0.8.2",)
 
     def detect(self, app: Any) -> bool:
         return isinstance(app, (Team, Role))
@@ -247,7 +254,7 @@ class MetaGPTAdapter(Adapter):
     def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
         if current_run() is not None:
             return None
-        probe = self.registry.get(app)
+        probe = self.run_probe(app)
         if probe is None:
             return None
         return start_run(probe, name, framework=self.name, task=task, lone_agent=lone)
@@ -313,7 +320,8 @@ class MetaGPTAdapter(Adapter):
             return await wrapped(*args, **kwargs)
         try:
             todo = instance.rc.todo
-            tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__)
+            tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__,
+                              description=getattr(todo, "desc", None) or None)
         except Exception:
             log_hook_error("action start")
             return await wrapped(*args, **kwargs)

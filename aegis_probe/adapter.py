@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import wrapt
 
+from .spans import instrumentation_suppressed
+
 if TYPE_CHECKING:
     from .probe import Probe
 
@@ -33,15 +35,22 @@ class AdapterEntry:
     marker: str  #: top-level module whose presence in ``sys.modules`` means the app may use it
     target: str  #: "module:Class" of the adapter, imported only once ``marker`` is loaded
     supports: str  #: the app types it accepts, for error messages
+    requires: str  #: requirement string of the framework versions the adapter was written for
 
 
 #: Adapter registry: framework name -> entry.
 ADAPTERS: dict[str, AdapterEntry] = {
     "autogen": AdapterEntry("autogen_agentchat", "aegis_probe.adapters.autogen:AutogenAdapter",
-                            "AutoGen BaseGroupChat teams (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) and BaseChatAgent"),
-    "camel": AdapterEntry("camel", "aegis_probe.adapters.camel:CamelAdapter", "CAMEL RolePlaying, Workforce and ChatAgent"),
-    "metagpt": AdapterEntry("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter", "MetaGPT Team and Role"),
+                            "AutoGen BaseGroupChat teams (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) and BaseChatAgent",
+                            "autogen-agentchat >= 0.7.5, < 0.8"),
+    "camel": AdapterEntry("camel", "aegis_probe.adapters.camel:CamelAdapter", "CAMEL RolePlaying, Workforce and ChatAgent",
+                          "camel-ai >= 0.2.90, < 0.3"),
+    "metagpt": AdapterEntry("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter", "MetaGPT Team and Role",
+                            "metagpt == 0.8.2"),
 }
+#: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
+#: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.
+AUTO_PROBES: dict[str, "Probe"] = {}
 
 _MISSING = object()
 
@@ -166,8 +175,6 @@ class Adapter(ABC):
 
     #: Framework name, the key in :data:`ADAPTERS` and the value of ``aegis.framework``.
     name: ClassVar[str]
-    #: Requirement strings of the framework versions the adapter was written for.
-    instrumentation_dependencies: ClassVar[tuple[str, ...]]
 
     def __init__(self) -> None:
         self.registry = Registry()
@@ -216,11 +223,19 @@ class Adapter(ABC):
         with self._lock:
             self._patcher.restore()
 
+    def run_probe(self, app: Any) -> "Probe | None":
+        """The probe a run of ``app`` opens under: the one ``instrument(app)`` registered, else the
+        trace-every-app one while that mode is on; None while OTel instrumentation is suppressed."""
+        if instrumentation_suppressed():
+            return None
+        probe = self.registry.get(app)
+        return probe if probe is not None and probe.active else AUTO_PROBES.get(self.name)
+
     def release(self, probe: "Probe") -> None:
-        """Forget ``probe``'s objects; remove the patches when no probe is left."""
+        """Forget ``probe``'s objects; remove the patches when no probe (nor trace-every-app mode) is left."""
         with self._lock:
             self.registry.discard_probe(probe)
-            if not self.registry:
+            if not self.registry and self.name not in AUTO_PROBES:
                 self.uninstall()
 
 

@@ -1,23 +1,45 @@
-"""Probe configuration: explicit arguments first, then environment variables, then defaults."""
+"""Probe configuration: explicit arguments first, then environment variables, then defaults.
+
+What OpenTelemetry defines is read as OpenTelemetry defines it: the OTLP exporters resolve their
+own endpoint, headers, TLS, compression and timeout from ``OTEL_EXPORTER_OTLP_*``; content
+capture follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` as OTel's GenAI utilities
+read it. Only the rest is aegis-probe's own: the trace store (``AEGIS_TRACE_DIR``), capture's
+default-on switch (``AEGIS_CAPTURE_CONTENT``) and whether aegis's own provider exports over OTLP.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-ENV_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+from opentelemetry.sdk.environment_variables import (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_SERVICE_NAME,
+)
+
+logger = logging.getLogger("aegis_probe")
+
+ENV_CAPTURE = "AEGIS_CAPTURE_CONTENT"
 ENV_TRACE_DIR = "AEGIS_TRACE_DIR"
-ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-ENV_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
-ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-TRACES_PATH = "/v1/traces"
-ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 DEFAULT_TRACE_DIR = "aegis-traces"
+#: OTel's GenAI content variable, and the opt-in that turns it from a boolean into a mode.
+ENV_OTEL_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+ENV_SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+GENAI_OPT_IN = "gen_ai_latest_experimental"
+#: ``ContentCapturingMode`` names of opentelemetry-util-genai; aegis records content on spans only.
+CONTENT_MODES = ("NO_CONTENT", "SPAN_ONLY", "EVENT_ONLY", "SPAN_AND_EVENT")
+_SPAN_CONTENT = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT"})
+#: OTLP protocols (``OTEL_EXPORTER_OTLP_PROTOCOL``), the specification's default first.
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
 _FALSE = {"0", "false", "no", "off"}
+_warned: set[tuple[str, str]] = set()
 
 
 def env_flag(name: str, default: bool) -> bool:
@@ -28,12 +50,70 @@ def env_flag(name: str, default: bool) -> bool:
     return raw.strip().lower() not in _FALSE
 
 
+def _warn_once(name: str, value: str, fallback: str) -> None:
+    if (name, value) not in _warned:
+        _warned.add((name, value))
+        logger.warning("aegis-probe: %s=%r is not a valid value; using %s", name, value, fallback)
+
+
+def genai_opted_in() -> bool:
+    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental``."""
+    return GENAI_OPT_IN in {part.strip() for part in os.environ.get(ENV_SEMCONV_OPT_IN, "").split(",")}
+
+
+def otel_content_mode() -> str | None:
+    """The content-capturing mode ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` selects; None when unset.
+
+    As OTel's GenAI utilities read it: with ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``
+    the value is a mode name (any case; another value warns and means ``NO_CONTENT``); without
+    the opt-in it is the legacy boolean (``true``, any case, means capture), and a mode name is
+    accepted too, as newer opentelemetry-util-genai releases read it without the opt-in.
+    """
+    raw = os.environ.get(ENV_OTEL_CAPTURE, "").strip()
+    if not raw:
+        return None
+    if raw.upper() in CONTENT_MODES:
+        return raw.upper()
+    if not genai_opted_in() and raw.lower() in ("true", "false"):
+        return "SPAN_ONLY" if raw.lower() == "true" else "NO_CONTENT"
+    _warn_once(ENV_OTEL_CAPTURE, raw, "NO_CONTENT")
+    return "NO_CONTENT"
+
+
+def resolve_capture(capture_content: bool | None) -> bool:
+    """Content capture: the argument, else ``AEGIS_CAPTURE_CONTENT``, else OTel's variable, else on."""
+    if capture_content is not None:
+        return capture_content
+    if os.environ.get(ENV_CAPTURE, "").strip():
+        return env_flag(ENV_CAPTURE, True)
+    mode = otel_content_mode()
+    return True if mode is None else mode in _SPAN_CONTENT
+
+
+def otlp_protocol() -> str:
+    """The OTLP protocol of ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``/``OTEL_EXPORTER_OTLP_PROTOCOL``.
+
+    Default ``http/protobuf``; an unknown value warns (once) and falls back to it.
+    """
+    name = OTEL_EXPORTER_OTLP_TRACES_PROTOCOL if os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, "").strip() \
+        else OTEL_EXPORTER_OTLP_PROTOCOL
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return OTLP_PROTOCOLS[0]
+    if raw.lower() not in OTLP_PROTOCOLS:
+        _warn_once(name, raw, OTLP_PROTOCOLS[0])
+        return OTLP_PROTOCOLS[0]
+    return raw.lower()
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """Resolved settings of one :class:`~aegis_probe.Probe`."""
 
     capture_content: bool
     trace_dir: Path
+    #: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` as set (the
+    #: exporter resolves it); when set, aegis's own provider also exports over OTLP.
     otlp_endpoint: str | None
     otlp_protocol: str
     service_name: str
@@ -45,31 +125,16 @@ class ProbeConfig:
         *,
         capture_content: bool | None = None,
         trace_dir: str | os.PathLike[str] | None = None,
-        otlp_endpoint: str | None = None,
-        otlp_protocol: str | None = None,
         service_name: str | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> "ProbeConfig":
-        if capture_content is None:
-            capture_content = env_flag(ENV_CAPTURE, True)
-        # The OTLP exporter spec: the signal-specific endpoint is a full URL used as is; a base
-        # endpoint (argument or OTEL_EXPORTER_OTLP_ENDPOINT) gets /v1/traces for http.
-        signal_endpoint = None if otlp_endpoint else os.environ.get(ENV_OTLP_TRACES_ENDPOINT)
-        endpoint = (otlp_endpoint or signal_endpoint or os.environ.get(ENV_OTLP_ENDPOINT) or "").strip() or None
-        protocol = (
-            otlp_protocol or os.environ.get(ENV_OTLP_TRACES_PROTOCOL) or os.environ.get(ENV_OTLP_PROTOCOL) or ""
-        ).strip()
-        if not protocol:
-            protocol = "grpc" if endpoint and endpoint.rstrip("/").endswith(":4317") else "http/protobuf"
-        if protocol not in {"grpc", "http/protobuf"}:
-            raise ValueError(f"unsupported OTLP protocol {protocol!r}: use 'grpc' or 'http/protobuf'")
-        if endpoint and protocol == "http/protobuf" and not signal_endpoint and not endpoint.rstrip("/").endswith(TRACES_PATH):
-            endpoint = endpoint.rstrip("/") + TRACES_PATH
+        endpoint = (os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
+                    or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip() or None)
         return cls(
-            capture_content=capture_content,
+            capture_content=resolve_capture(capture_content),
             trace_dir=Path(trace_dir or os.environ.get(ENV_TRACE_DIR) or DEFAULT_TRACE_DIR),
             otlp_endpoint=endpoint,
-            otlp_protocol=protocol,
-            service_name=service_name or os.environ.get(ENV_SERVICE_NAME) or "aegis-probe",
+            otlp_protocol=otlp_protocol() if endpoint else OTLP_PROTOCOLS[0],
+            service_name=service_name or os.environ.get(OTEL_SERVICE_NAME) or "aegis-probe",
             redact=redact,
         )

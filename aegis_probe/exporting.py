@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -18,24 +20,26 @@ logger = logging.getLogger("aegis_probe")
 
 #: Seconds one OTLP export may take before it is abandoned (on the exporter's background thread).
 EXPORT_TIMEOUT_S = 5
+_TIMEOUT_VARS = (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
 
 _providers: dict[tuple[Any, ...], TracerProvider] = {}
 
 
 def otlp_exporter(config: ProbeConfig) -> SpanExporter:
-    """An OTLP span exporter for ``config.otlp_endpoint`` (http/protobuf or grpc).
+    """An OTLP span exporter for ``config.otlp_protocol`` (http/protobuf or grpc).
 
-    Each export gives up after 5 s. For grpc, TLS follows the exporter's own rules (``http://``
-    means plaintext, else ``OTEL_EXPORTER_OTLP_INSECURE``); headers come from the usual
-    ``OTEL_EXPORTER_OTLP_HEADERS``.
+    The exporter reads its endpoint, headers, TLS settings and compression from the
+    ``OTEL_EXPORTER_OTLP_*`` variables itself; each export gives up after ``EXPORT_TIMEOUT_S``
+    unless ``OTEL_EXPORTER_OTLP_TIMEOUT`` (or its ``_TRACES_`` form) says otherwise.
     """
+    timeout = None if any(os.environ.get(name) for name in _TIMEOUT_VARS) else EXPORT_TIMEOUT_S
     if config.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
 
-        return Grpc(endpoint=config.otlp_endpoint, timeout=EXPORT_TIMEOUT_S)
+        return Grpc(timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
-    return Http(endpoint=config.otlp_endpoint, timeout=EXPORT_TIMEOUT_S)
+    return Http(timeout=timeout)
 
 
 def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> TracerProvider:

@@ -37,6 +37,7 @@ class LLMResponse:
     output_tokens: int | None = None
     model: str | None = None
     finish_reason: str | None = None
+    id: str | None = None  #: the provider's response id
 
     def as_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -62,9 +63,13 @@ class LLMCall:
 class LLMCodec(Protocol):
     """What an adapter knows about one framework's model call."""
 
-    provider: str
+    provider: str  #: ``gen_ai.provider.name`` unless :meth:`request_attributes` names one
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None: ...
+
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's ``gen_ai.request.*`` parameters, ``server.address``/``server.port`` and, when
+        the client or its endpoint tells, ``gen_ai.provider.name`` (see the ``semconv`` helpers)."""
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """The request's chat messages in neutral form."""
@@ -100,7 +105,8 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     agent = step.agent if step else actor.agent if actor else None
     call_index = run.next_call_index(agent or "") if run is not None else None
     scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent,
-                      call_index=call_index, purpose=actor.purpose if actor else None)
+                      call_index=call_index, purpose=actor.purpose if actor else None,
+                      attributes=codec.request_attributes(instance, args, kwargs))
     return scope, LLMCall(run, agent, call_index, step.index if step else None, model, messages)
 
 
@@ -111,6 +117,7 @@ def _finish(scope: "LLMScope", response: LLMResponse) -> None:
         output_tokens=response.output_tokens,
         response_model=response.model,
         finish_reasons=[response.finish_reason] if response.finish_reason else None,
+        response_id=response.id,
     )
 
 

@@ -6,8 +6,11 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
@@ -15,6 +18,7 @@ from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from .config import ProbeConfig
 from .interception import Interceptor
+from .metrics import add_metrics
 from .exporting import EXPORT_WAIT_S, add_processor, default_provider, flush_exporters
 from .redact import make_redactor
 from .spans import RunScope, current_run, start_run
@@ -187,25 +191,28 @@ def instrument(
     app: Any,
     *,
     tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     capture_content: bool | None = None,
     store: TraceStore | str | os.PathLike[str] | bool | None = None,
     exporter: SpanExporter | None = None,
     judge: Judge | None = None,
     redact: Callable[[str], str] | None = None,
-    otlp_endpoint: str | None = None,
     service_name: str | None = None,
 ) -> Probe:
     """Trace ``app`` (an AutoGen team or agent, a CAMEL society/workforce/agent, a MetaGPT team/role).
 
     Arguments override environment variables (see README "Configuration"):
 
-    - ``tracer_provider``: your SDK provider; by default aegis-probe makes one that writes to the
-      trace store and, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``otlp_endpoint`` is set, to OTLP.
-    - ``capture_content``: record message content (default on; env
-      ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). Secrets are always redacted.
+    - ``tracer_provider``: your SDK provider. Without one, the global provider is used when one
+      is set (``trace.set_tracer_provider``, or ``opentelemetry-instrument``); else aegis-probe
+      makes one that writes to the trace store and, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
+      to OTLP.
+    - ``meter_provider``: where the GenAI metrics go (default: the global one, when set).
+    - ``capture_content``: record message content (default on; env ``AEGIS_CAPTURE_CONTENT``,
+      then OTel's ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). Secrets are always redacted.
     - ``store``: a directory or :class:`TraceStore` (default ``AEGIS_TRACE_DIR`` or
-      ``./aegis-traces``); ``False`` disables it. With your own ``tracer_provider`` the store is
-      added only when given explicitly.
+      ``./aegis-traces``); ``False`` disables it. With your own or the global provider the store
+      is added only when given explicitly.
     - ``exporter``: an extra span exporter (batched), e.g. an OTLP exporter you configured.
     - ``judge``: ``judge(task, answer) -> bool | Outcome`` called when a run ends.
     - ``redact``: your own ``str -> str`` redaction, applied after the built-in one.
@@ -216,32 +223,10 @@ def instrument(
     existing = adapter.registry.get(app)
     if existing is not None and existing.active:
         return existing
-    config = ProbeConfig.resolve(
-        capture_content=capture_content,
-        trace_dir=store if isinstance(store, (str, os.PathLike)) else None,
-        otlp_endpoint=otlp_endpoint,
-        service_name=service_name,
-        redact=redact,
-    )
-    trace_store: TraceStore | None
-    if isinstance(store, TraceStore):
-        trace_store = store
-    elif store is False or (tracer_provider is not None and store in (None, True)):
-        trace_store = None
-    else:
-        trace_store = TraceStore(config.trace_dir)
-    if tracer_provider is None:
-        provider = default_provider(config, trace_store, exporter)
-    else:
-        provider = tracer_provider
-        if trace_store is not None:
-            add_processor(provider, StoreSpanProcessor(trace_store))
-        if exporter is not None:
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            add_processor(provider, BatchSpanProcessor(exporter))
-    tracer = provider.get_tracer("aegis_probe", _version())
-    probe = Probe(adapter, config, tracer, trace_store, provider, judge)
+    setup = ProbeSetup.resolve(tracer_provider=tracer_provider, meter_provider=meter_provider,
+                               capture_content=capture_content, store=store, exporter=exporter,
+                               redact=redact, service_name=service_name)
+    probe = setup.probe(adapter, judge)
     probe.apps.append(adapter.register(app, probe))
     adapter.install()
     with _probes_lock:
@@ -249,8 +234,84 @@ def instrument(
     return probe
 
 
+@dataclass(frozen=True)
+class ProbeSetup:
+    """Configuration, tracer provider and trace store that probes are made from."""
+
+    config: ProbeConfig
+    provider: Any
+    store: TraceStore | None
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        capture_content: bool | None = None,
+        store: TraceStore | str | os.PathLike[str] | bool | None = None,
+        exporter: SpanExporter | None = None,
+        redact: Callable[[str], str] | None = None,
+        service_name: str | None = None,
+    ) -> "ProbeSetup":
+        """The provider: ``tracer_provider``, else the global one when set, else aegis-probe's own.
+
+        The store is part of aegis-probe's own provider by default; on another provider it is
+        added only when ``store`` names one (a directory, a :class:`TraceStore` or ``True``).
+        """
+        config = ProbeConfig.resolve(
+            capture_content=capture_content,
+            trace_dir=store if isinstance(store, (str, os.PathLike)) else None,
+            service_name=service_name,
+            redact=redact,
+        )
+        if tracer_provider is None and global_provider_set():
+            tracer_provider = trace.get_tracer_provider()
+        trace_store: TraceStore | None
+        if isinstance(store, TraceStore):
+            trace_store = store
+        elif store is False or (tracer_provider is not None and store is None):
+            trace_store = None
+        else:
+            trace_store = TraceStore(config.trace_dir)
+        if tracer_provider is None:
+            provider: Any = default_provider(config, trace_store, exporter)
+        else:
+            provider = tracer_provider
+            if trace_store is not None:
+                add_processor(provider, StoreSpanProcessor(trace_store))
+            if exporter is not None:
+                from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+                add_processor(provider, BatchSpanProcessor(exporter))
+        if meter_provider is not None or global_meter_provider_set():
+            add_metrics(provider, meter_provider or metrics.get_meter_provider(), _version())
+        return cls(config, provider, trace_store)
+
+    def probe(self, adapter: Adapter, judge: Judge | None = None) -> Probe:
+        """A new probe for ``adapter`` on this setup."""
+        tracer = self.provider.get_tracer("aegis_probe", _version())
+        return Probe(adapter, self.config, tracer, self.store, self.provider, judge)
+
+
+def global_provider_set() -> bool:
+    """Whether a global tracer provider was set (the API's proxy stands in until one is)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def global_meter_provider_set() -> bool:
+    """Whether a global meter provider was set."""
+    from opentelemetry.metrics import _internal as metrics_internal
+
+    return not isinstance(metrics.get_meter_provider(), metrics_internal._ProxyMeterProvider)
+
+
 def uninstrument() -> None:
-    """Uninstrument every probe and restore every patched original."""
+    """Uninstrument every probe (trace-every-app mode too) and restore every patched original."""
+    from .instrumentor import AegisInstrumentor
+
+    if AegisInstrumentor().is_instrumented_by_opentelemetry:
+        AegisInstrumentor().uninstrument()
     with _probes_lock:
         probes = list(_probes)
     for probe in probes:

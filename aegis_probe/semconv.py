@@ -7,6 +7,9 @@ Every ``aegis.*`` name is aegis-probe's own and listed in docs/otel.md.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _ga
 from opentelemetry.semconv.attributes import error_attributes as _err
 from opentelemetry.semconv.attributes import server_attributes as _server
@@ -83,6 +86,8 @@ OUTCOME_ANSWER = "aegis.outcome.answer"
 OUTCOME_EXPECTED = "aegis.outcome.expected"
 LABEL_FAULTS = "aegis.label.faults"
 LABEL_SOURCE = "aegis.label.source"
+#: ``aegis.labels.<source>``: the faults a later source (blame, ...) labelled, next to the run's own label.
+LABELS_PREFIX = "aegis.labels."
 
 # Events.
 EVENT_INJECTION = "aegis.injection"
@@ -101,3 +106,63 @@ EVENT_BLAME = "aegis.blame"
 def span_name(operation: str, target: str | None) -> str:
     """``{operation} {target}`` as the conventions name spans, or the bare operation."""
     return f"{operation} {target}" if target else operation
+
+
+# -- values derived from a model client -------------------------------------------------------------
+_P = _ga.GenAiProviderNameValues
+#: Host suffixes of well-known providers' endpoints, most specific first.
+_PROVIDER_HOSTS = (
+    ("openai.azure.com", _P.AZURE_AI_OPENAI.value),
+    ("services.ai.azure.com", _P.AZURE_AI_INFERENCE.value),
+    ("models.inference.ai.azure.com", _P.AZURE_AI_INFERENCE.value),
+    ("api.openai.com", _P.OPENAI.value),
+    ("api.anthropic.com", _P.ANTHROPIC.value),
+    ("api.deepseek.com", _P.DEEPSEEK.value),
+    ("api.groq.com", _P.GROQ.value),
+    ("api.mistral.ai", _P.MISTRAL_AI.value),
+    ("api.x.ai", _P.X_AI.value),
+    ("api.perplexity.ai", _P.PERPLEXITY.value),
+    ("api.cohere.com", _P.COHERE.value),
+    ("api.cohere.ai", _P.COHERE.value),
+    ("generativelanguage.googleapis.com", _P.GCP_GEMINI.value),
+    ("aiplatform.googleapis.com", _P.GCP_VERTEX_AI.value),
+    ("amazonaws.com", _P.AWS_BEDROCK.value),
+    ("cloud.ibm.com", _P.IBM_WATSONX_AI.value),
+)
+
+
+def provider_name(base_url: Any, default: str) -> str:
+    """``gen_ai.provider.name`` of a client whose endpoint is ``base_url``: the well-known provider
+    serving that host, else ``default`` (the API the client speaks, e.g. ``openai`` for any
+    OpenAI-compatible server)."""
+    host = (urlsplit(str(base_url)).hostname or "") if base_url else ""
+    return next((name for suffix, name in _PROVIDER_HOSTS if host == suffix or host.endswith("." + suffix)), default)
+
+
+def server_attributes(base_url: Any) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of an endpoint URL (the scheme's port when none is given)."""
+    if not base_url:
+        return {}
+    parts = urlsplit(str(base_url))
+    if not parts.hostname:
+        return {}
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:  # a malformed port
+        port = None
+    return {SERVER_ADDRESS: parts.hostname, **({SERVER_PORT: port} if port else {})}
+
+
+def request_attributes(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``gen_ai.request.*`` attributes of model parameters in OpenAI's names (unknown ones and None skipped)."""
+    attrs: dict[str, Any] = {}
+    for name, value in params.items():
+        key = REQUEST_PARAMS.get(name)
+        if key is None or value is None:
+            continue
+        if key == REQUEST_STOP_SEQUENCES:
+            value = [value] if isinstance(value, str) else [str(v) for v in value]
+        elif not isinstance(value, (bool, int, float, str)):
+            continue
+        attrs[key] = value
+    return attrs

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable,
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
@@ -34,7 +35,6 @@ _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
 _LLM_KEY = otel_context.create_key("aegis.llm")
 _ACTOR_KEY = otel_context.create_key("aegis.actor")
-_SUPPRESS_KEY = "suppress_instrumentation"  # the key OpenTelemetry instrumentations honour
 
 
 def log_hook_error(where: str) -> None:
@@ -42,10 +42,20 @@ def log_hook_error(where: str) -> None:
     logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
 
 
+def instrumentation_suppressed(ctx: otel_context.Context | None = None) -> bool:
+    """Whether OpenTelemetry instrumentation is suppressed in ``ctx`` (default: the current context).
+
+    The keys ``opentelemetry.instrumentation.utils.is_instrumentation_enabled`` reads: the API's
+    (set by ``suppress_instrumentation()`` and by the SDK's export threads) and the legacy string key.
+    """
+    ctx = otel_context.get_current() if ctx is None else ctx
+    return bool(ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
+
+
 def current_run() -> "RunScope | None":
-    """The run the calling code belongs to, or None outside instrumented runs."""
+    """The run the calling code belongs to, or None outside instrumented runs (and while suppressed)."""
     ctx = otel_context.get_current()  # one context read: this runs on every patched call
-    if ctx.get(_SUPPRESS_KEY):
+    if instrumentation_suppressed(ctx):
         return None
     return ctx.get(_RUN_KEY)  # type: ignore[return-value]
 
@@ -133,17 +143,21 @@ def _add_content(probe: "Probe", attrs: dict[str, Any], key: str, messages: Sequ
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
-    __slots__ = ("run_id", "framework", "task", "answer", "_steps", "_calls", "_lock")
+    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "_steps", "_calls", "_lock")
 
-    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, framework: str, task: str | None):
+    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, framework: str, task: str | None,
+                 conversation_id: str | None = None):
         super().__init__(probe, span, ctx)
         self.run_id = uuid.uuid4().hex
+        #: ``gen_ai.conversation.id`` of the run's spans: the framework's own (e.g. a checkpointer
+        #: thread id), else the run's id.
+        self.conversation_id = conversation_id or self.run_id
         self.framework, self.task, self.answer = framework, task, None
         self._steps = itertools.count()
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
         self.ctx = otel_context.set_value(_RUN_KEY, self, ctx)
-        span.set_attribute(sc.RUN_ID, self.run_id)
+        span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id})
 
     @property
     def trace_id(self) -> str:
@@ -203,8 +217,11 @@ class LLMScope(_Scope):
         output_tokens: int | None = None,
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
+        response_id: str | None = None,
     ) -> None:
         attrs: dict[str, Any] = {}
+        if response_id:
+            attrs[sc.RESPONSE_ID] = response_id
         if input_tokens is not None:
             attrs[sc.USAGE_INPUT_TOKENS] = int(input_tokens)
         if output_tokens is not None:
@@ -231,17 +248,27 @@ class ToolScope(_Scope):
         self.end()
 
 
-def start_run(probe: "Probe", name: str, *, framework: str, task: str | None, lone_agent: bool = False) -> RunScope:
-    """Open the root span of a run (``invoke_workflow {name}``, or ``invoke_agent`` for a lone agent)."""
+def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> None:
+    """``gen_ai.conversation.id`` (the run's id) for a span opened inside a run."""
+    run = ctx.get(_RUN_KEY)
+    if run is not None:
+        attrs[sc.CONVERSATION_ID] = run.conversation_id  # type: ignore[attr-defined]
+
+
+def start_run(
+    probe: "Probe", name: str, *, framework: str, task: str | None, lone_agent: bool = False,
+    conversation_id: str | None = None,
+) -> RunScope:
+    """Open the root span of a run (``invoke_workflow {name}``, or ``invoke_agent`` for a lone agent);
+    ``conversation_id``: the framework's own id of the conversation (default: the run's id)."""
     op = sc.OP_AGENT if lone_agent else sc.OP_WORKFLOW
     attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
-    if lone_agent:
-        attrs[sc.AGENT_NAME] = name
+    attrs[sc.AGENT_NAME if lone_agent else sc.WORKFLOW_NAME] = name
     if task is not None and probe.config.capture_content:
         attrs[sc.TASK] = probe.redact(task)
     parent = otel_context.get_current()
     span = probe.tracer.start_span(sc.span_name(op, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
-    return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task)
+    return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task, conversation_id)
 
 
 def start_step(
@@ -258,6 +285,8 @@ def start_step(
     """Open an ``invoke_agent {agent}`` step span under the current context (``attributes``: extra ones)."""
     index = run.next_step_index() if run is not None else None
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, **(attributes or {})}
+    if run is not None:
+        attrs[sc.CONVERSATION_ID] = run.conversation_id
     if index is not None:
         attrs[sc.STEP_INDEX] = index
         attrs[sc.FRAMEWORK] = run.framework  # type: ignore[union-attr]
@@ -282,10 +311,12 @@ def start_llm(
     agent: str | None = None,
     call_index: int | None = None,
     purpose: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> LLMScope:
     """Open a ``chat {model}`` span under the current context (``agent`` is the calling agent,
-    ``purpose`` why an agent outside any step called)."""
-    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_CHAT, sc.PROVIDER: provider}
+    ``purpose`` why an agent outside any step called, ``attributes`` the request's own, which
+    may name a more precise provider)."""
+    attrs: dict[str, Any] = {sc.OPERATION: sc.OP_CHAT, sc.PROVIDER: provider, **(attributes or {})}
     if model:
         attrs[sc.REQUEST_MODEL] = model
     if agent is not None:
@@ -296,19 +327,29 @@ def start_llm(
         attrs[sc.AGENT_CALL_INDEX] = call_index
     _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)
     parent = otel_context.get_current()
+    _add_conversation(attrs, parent)
     span = probe.tracer.start_span(sc.span_name(sc.OP_CHAT, model), context=parent, kind=SpanKind.CLIENT, attributes=attrs)
     return LLMScope(probe, span, trace.set_span_in_context(span, parent))
 
 
-def start_tool(probe: "Probe", name: str, *, call_id: str | None = None, arguments: Any = None) -> ToolScope:
-    """Open an ``execute_tool {tool}`` span under the current context."""
+def start_tool(
+    probe: "Probe", name: str, *, call_id: str | None = None, arguments: Any = None,
+    description: str | None = None, tool_type: str | None = None,
+) -> ToolScope:
+    """Open an ``execute_tool {tool}`` span under the current context (``tool_type``: the
+    conventions' ``function``, ``extension`` or ``datastore``)."""
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_TOOL, sc.TOOL_NAME: name}
+    if description:
+        attrs[sc.TOOL_DESCRIPTION] = description
+    if tool_type:
+        attrs[sc.TOOL_TYPE] = tool_type
     if call_id:
         attrs[sc.TOOL_CALL_ID] = str(call_id)
     if arguments is not None and probe.config.capture_content:
         text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
         attrs[sc.TOOL_CALL_ARGUMENTS] = probe.redact(text)
     parent = otel_context.get_current()
+    _add_conversation(attrs, parent)
     span = probe.tracer.start_span(sc.span_name(sc.OP_TOOL, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
     return ToolScope(probe, span, trace.set_span_in_context(span, parent))
 

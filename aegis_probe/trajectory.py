@@ -228,7 +228,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
         run_id=attrs.get(sc.RUN_ID),
         start_ns=root.start_ns,
         framework=attrs.get(sc.FRAMEWORK),
-        app=attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None,
+        app=attrs.get(sc.WORKFLOW_NAME) or attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None,
         task=attrs.get(sc.TASK),
         steps=steps,
         outcome=Outcome(

@@ -250,7 +250,7 @@ def test_spans_carry_redacted_content_or_none(tmp_path, capture):
 OTEL_VARS = [
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "AEGIS_TRACE_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_SERVICE_NAME",
+    "OTEL_SERVICE_NAME", "AEGIS_CAPTURE_CONTENT", "OTEL_SEMCONV_STABILITY_OPT_IN",
 ]
 
 
@@ -267,16 +267,6 @@ def test_config_defaults(env):
     assert cfg.otlp_endpoint is None and cfg.otlp_protocol == "http/protobuf" and cfg.service_name == "aegis-probe"
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("false", False), ("FALSE", False), (" False ", False), ("0", False), ("no", False), ("off", False),
-    ("true", True), ("1", True), ("yes", True), ("", True),
-])
-def test_capture_flag_from_env(env, raw, expected):
-    env.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raw)
-    assert ProbeConfig.resolve().capture_content is expected
-    assert ProbeConfig.resolve(capture_content=not expected).capture_content is (not expected), "argument wins"
-
-
 def test_trace_dir_and_service_name(env, tmp_path):
     env.setenv("AEGIS_TRACE_DIR", str(tmp_path / "env"))
     env.setenv("OTEL_SERVICE_NAME", "my-app")
@@ -284,32 +274,6 @@ def test_trace_dir_and_service_name(env, tmp_path):
     assert ProbeConfig.resolve(trace_dir=tmp_path / "arg").trace_dir == tmp_path / "arg"
     assert ProbeConfig.resolve().service_name == "my-app"
     assert ProbeConfig.resolve(service_name="other").service_name == "other"
-
-
-@pytest.mark.parametrize("env_vars,arg,expected", [
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, None, ("http://c:4318/v1/traces", "http/protobuf")),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, None, ("http://c:4318/v1/traces", "http/protobuf")),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, None, ("http://c:4317", "grpc")),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:9000", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, None, ("http://c:9000", "grpc")),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-      "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, None, ("http://c:4317/v1/traces", "http/protobuf")),
-    # The signal-specific endpoint is a full URL: used as is.
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://generic:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/custom"},
-     None, ("http://t:4318/custom", "http/protobuf")),
-    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/custom"}, "http://arg:4318", ("http://arg:4318/v1/traces", "http/protobuf")),
-    ({}, "http://arg:4318/v1/traces", ("http://arg:4318/v1/traces", "http/protobuf")),
-])
-def test_otlp_endpoint_and_protocol(env, env_vars, arg, expected):
-    for name, value in env_vars.items():
-        env.setenv(name, value)
-    cfg = ProbeConfig.resolve(otlp_endpoint=arg)
-    assert (cfg.otlp_endpoint, cfg.otlp_protocol) == expected
-
-
-def test_unsupported_protocol_is_refused(env):
-    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    with pytest.raises(ValueError, match="http/json"):
-        ProbeConfig.resolve(otlp_endpoint="http://c:4318")
 
 
 # -- Adapter lookup --------------------------------------------------------------------------

@@ -119,7 +119,9 @@ def span_tree(records) -> set[tuple[str, str, str, str | None]]:
 def test_round_trip_through_phoenix(phoenix, protocol, tmp_path, monkeypatch):
     project = f"aegis-{protocol.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
-    config = ProbeConfig.resolve(otlp_endpoint=phoenix.endpoint(protocol), otlp_protocol=protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", phoenix.endpoint(protocol))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    config = ProbeConfig.resolve()
     probe = default_probe(config, TraceStore(tmp_path / "store"))
     try:
         run = run_script(probe, "add six sevens", sample_steps(), answer="42", outcome=True)
@@ -198,7 +200,9 @@ def test_collector_trouble_never_blocks_or_breaks_the_app(protocol, collector, t
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")  # export at once: the exporter is busy while the app runs
     hole = BlackHole() if collector == "hung" else None
     port = hole.port if hole else free_port()  # "down": nothing listens on the port
-    config = ProbeConfig.resolve(otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    config = ProbeConfig.resolve()
     probe = default_probe(config, TraceStore(tmp_path / "store"))
     try:
         run_script(probe, "warm-up", sample_steps("w"))
@@ -230,11 +234,15 @@ def test_collector_trouble_never_blocks_or_breaks_the_app(protocol, collector, t
     assert set(ids) <= stored and len(stored) == 21, "the local store is unaffected"
 
 
-def test_otlp_exporter_kinds():
-    http = otlp_exporter(ProbeConfig.resolve(otlp_endpoint="http://c:4318"))
+def test_otlp_exporter_kinds(monkeypatch):
+    """The exporters resolve OTel's variables themselves; only the protocol picks the class."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")
+    http = otlp_exporter(ProbeConfig.resolve())
     assert type(http).__module__.startswith("opentelemetry.exporter.otlp.proto.http")
     assert http._endpoint == "http://c:4318/v1/traces"
-    grpc = otlp_exporter(ProbeConfig.resolve(otlp_endpoint="http://c:4317"))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    grpc = otlp_exporter(ProbeConfig.resolve())
     assert type(grpc).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
     assert grpc._endpoint == "c:4317" and grpc._insecure is True
     assert grpc._timeout == exporting.EXPORT_TIMEOUT_S

@@ -1,0 +1,122 @@
+"""``AegisInstrumentor``: aegis-probe as an OpenTelemetry instrumentor (zero-code, trace every app).
+
+``opentelemetry-instrument python app.py`` loads it through the ``opentelemetry_instrumentor``
+entry point ``aegis_probe``; ``AegisInstrumentor().instrument(tracer_provider=...)`` does the same
+in code. While it is on, every run of any supported team, society, company or agent opens a
+trace, with the same spans ``aegis_probe.instrument(app)`` gives one app. A framework's adapter is
+installed when the app imports the framework (an import hook), so nothing is imported early.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Collection
+
+import wrapt
+from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
+
+if TYPE_CHECKING:
+    from .probe import Probe, ProbeSetup
+
+logger = logging.getLogger("aegis_probe")
+
+#: The entry point's name: ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=aegis_probe`` turns it off.
+ENTRY_POINT = "aegis_probe"
+
+
+def supported_frameworks() -> list[str]:
+    """Frameworks installed at a version aegis-probe supports; a warning names each one that is not."""
+    usable = []
+    for name, entry in ADAPTERS.items():
+        conflict = get_dependency_conflicts([entry.requires])
+        if conflict is None:
+            usable.append(name)
+        elif conflict.found:
+            logger.warning("aegis-probe: %s is installed but aegis-probe supports %s; its apps are not traced",
+                           conflict.found, entry.requires)
+        else:
+            logger.debug("aegis-probe: %s is not installed", entry.requires)
+    return usable
+
+
+class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Trace every run of every supported multi-agent app (AutoGen, CAMEL, MetaGPT).
+
+    ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and the other keyword arguments
+    of :func:`aegis_probe.instrument` (``capture_content``, ``store``, ``exporter``, ``redact``,
+    ``service_name``); the provider precedence is the same (argument, then the global provider,
+    then aegis-probe's own with the trace store). Apps given to ``aegis_probe.instrument(app)``
+    keep their own probe. ``uninstrument()`` restores every patched original.
+    """
+
+    _lock = threading.Lock()
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """Requirement strings of the supported framework versions (any one of them suffices)."""
+        return tuple(entry.requires for entry in ADAPTERS.values())
+
+    def _check_dependency_conflicts(self) -> DependencyConflict | None:
+        """None: each framework is checked on its own in ``_instrument``, with a warning when its
+        version is unsupported (the base class would refuse everything unless all were installed)."""
+        return None
+
+    def _instrument(self, **kwargs: Any) -> None:
+        from .probe import ProbeSetup
+
+        setup = ProbeSetup.resolve(**{k: v for k, v in kwargs.items() if k in _SETUP_ARGS})
+        frameworks = supported_frameworks()
+        if not frameworks:
+            logger.warning("aegis-probe: none of %s is installed; nothing is traced",
+                           ", ".join(entry.requires for entry in ADAPTERS.values()))
+        with self._lock:
+            self._generation = getattr(self, "_generation", 0) + 1
+            generation = self._generation
+        for name in frameworks:
+            wrapt.register_post_import_hook(_Enable(self, name, setup, generation), ADAPTERS[name].marker)
+
+    def _enable(self, name: str, setup: "ProbeSetup", generation: int) -> None:
+        """Install framework ``name``'s adapter in trace-every-app mode (its module was just imported)."""
+        with self._lock:
+            if generation != getattr(self, "_generation", None) or name in AUTO_PROBES:
+                return  # uninstrumented (or re-instrumented) before the app imported the framework
+            try:
+                adapter = get_adapter(name)
+                AUTO_PROBES[name] = setup.probe(adapter)
+                adapter.install()
+            except Exception:
+                AUTO_PROBES.pop(name, None)
+                logger.warning("aegis-probe: could not instrument %s; its apps are not traced", name, exc_info=True)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        with self._lock:
+            self._generation = getattr(self, "_generation", 0) + 1
+            probes: list[Probe] = list(AUTO_PROBES.values())
+            AUTO_PROBES.clear()
+        for probe in probes:
+            probe.flush()
+            probe.uninstrument()  # removes the adapter's patches unless an instrument(app) probe still needs them
+
+    def probe(self, framework: str) -> "Probe | None":
+        """The trace-every-app probe of ``framework`` (e.g. ``"autogen"``), once its apps are traced."""
+        return AUTO_PROBES.get(framework)
+
+
+_SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
+                         "service_name"})
+
+
+class _Enable:
+    """The post-import hook of one framework; never raises into the app's ``import``."""
+
+    def __init__(self, instrumentor: AegisInstrumentor, name: str, setup: "ProbeSetup", generation: int) -> None:
+        self.instrumentor, self.name, self.setup, self.generation = instrumentor, name, setup, generation
+
+    def __call__(self, module: Any) -> None:
+        try:
+            self.instrumentor._enable(self.name, self.setup, self.generation)
+        except Exception:
+            logger.warning("aegis-probe: could not instrument %s", self.name, exc_info=True)
