@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Protocol, Sequence
 
+from .errors import AegisProbeError
 from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .spans import LLMScope, RunScope
 
 
-class InterceptAbort(Exception):
+class InterceptAbort(AegisProbeError):
     """Raised by an interceptor to stop the app's call on purpose (e.g. a replay diverged).
 
     Unlike any other error inside instrumentation, it propagates to the app.
@@ -49,7 +50,7 @@ class LLMResponse:
 
 
 @dataclass
-class LLMCall:
+class ModelCall:
     """One model call as interceptors see it. ``messages`` may be edited in ``before``."""
 
     run: "RunScope | None"
@@ -89,14 +90,14 @@ class LLMCodec(Protocol):
 class Interceptor(Protocol):
     """Observes or changes model calls of a run (recording, replay, injection)."""
 
-    def before(self, call: LLMCall) -> LLMResponse | None:
+    def before(self, call: ModelCall) -> LLMResponse | None:
         """Called before the model; may edit ``call.messages``; a returned response skips the model."""
 
-    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+    def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         """Called with the model's (or the short-circuit) response; returns what the app sees."""
 
 
-def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", LLMCall]:
+def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", ModelCall]:
     # Neutral messages are needed only to capture them or to show them to interceptors.
     messages = codec.request(args, kwargs) if probe.config.capture_content or probe.interceptors else []
     model = codec.model(instance, args, kwargs)
@@ -107,7 +108,7 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent,
                       call_index=call_index, purpose=actor.purpose if actor else None,
                       attributes=codec.request_attributes(instance, args, kwargs))
-    return scope, LLMCall(run, agent, call_index, step.index if step else None, model, messages)
+    return scope, ModelCall(run, agent, call_index, step.index if step else None, model, messages)
 
 
 def _finish(scope: "LLMScope", response: LLMResponse) -> None:

@@ -7,7 +7,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .injection import InjectionPlan, Injector
 
 logger = logging.getLogger("aegis_probe")
+
+InterceptorT = TypeVar("InterceptorT", bound=Interceptor)
 
 #: A judge receives the task and the run's final answer and says whether the run succeeded.
 Judge = Callable[[str | None, str | None], "bool | Outcome | None"]
@@ -58,8 +60,10 @@ class Probe:
         self.redact = make_redactor(config.redact)
         self.apps: list[AppInfo] = []
         self.last_run: RunScope | None = None
-        #: Model-call interceptors (recording, replay, injection), applied in order.
-        self.interceptors: list[Interceptor] = []
+        #: Model-call interceptors (recording, replay, injection), applied in order; an immutable
+        #: tuple replaced as a whole by :meth:`intercept`, so a call in flight sees a stable chain.
+        self.interceptors: tuple[Interceptor, ...] = ()
+        self._interceptors_lock = threading.Lock()
         self._active = True
 
     @property
@@ -120,12 +124,21 @@ class Probe:
         """Apply a fault-injection ``plan`` to the runs inside the ``with`` block (see docs/injection.md)."""
         from .injection import Injector
 
-        injector = Injector(plan, **options)
-        self.interceptors.append(injector)
-        try:
+        with self.intercept(Injector(plan, **options)) as injector:
             yield injector
+
+    @contextmanager
+    def intercept(self, interceptor: InterceptorT) -> Iterator[InterceptorT]:
+        """Route this probe's model calls through ``interceptor`` inside the ``with`` block."""
+        with self._interceptors_lock:
+            self.interceptors = (*self.interceptors, interceptor)
+        try:
+            yield interceptor
         finally:
-            self.interceptors.remove(injector)
+            with self._interceptors_lock:
+                chain = list(self.interceptors)
+                chain.remove(interceptor)
+                self.interceptors = tuple(chain)
 
     @contextmanager
     def run(self, task: str | None = None) -> Iterator[RunScope]:

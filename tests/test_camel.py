@@ -455,15 +455,15 @@ def _astep_text(calc: Any) -> str:
 
 
 def test_streaming_injection_reaches_the_app_as_chunks(model_server, provider, exporter):
-    from aegis_probe.interception import LLMResponse
+    from aegis_probe.interception import ModelCall, LLMResponse
 
     class Corrupt:
         """Replaces the final answer (tool calls pass)."""
 
-        def before(self, call: Any) -> None:
+        def before(self, call: ModelCall) -> None:
             return None
 
-        def after(self, call: Any, response: LLMResponse) -> LLMResponse:
+        def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
             if response.tool_calls:
                 return response
             return LLMResponse(content="The total is 999 coins.", input_tokens=response.input_tokens,
@@ -472,8 +472,8 @@ def test_streaming_injection_reaches_the_app_as_chunks(model_server, provider, e
     server = model_server(tool_policy)
     calc = streaming_calculator(server.base_url)
     probe = aegis_probe.instrument(calc, tracer_provider=provider, store=False)
-    probe.interceptors.append(Corrupt())
-    assert run_streaming(calc) == "The total is 999 coins."
+    with probe.intercept(Corrupt()):
+        assert run_streaming(calc) == "The total is 999 coins."
     assert "999" in calc.memory.get_context()[0][-1]["content"]  # the agent's own memory agrees
     last_chat = op(ours(exporter), sc.OP_CHAT)[-1]
     assert json.loads(last_chat.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] == "The total is 999 coins."

@@ -12,7 +12,7 @@ from opentelemetry.trace import StatusCode
 
 import aegis_probe
 from aegis_probe import semconv as sc
-from aegis_probe.interception import LLMCall, LLMResponse
+from aegis_probe.interception import ModelCall, LLMResponse
 from aegis_probe.modelserver import Reply
 
 demo = pytest.importorskip("aegis_probe.demos.metagpt")
@@ -227,20 +227,21 @@ def test_content_capture(server, provider, exporter, tmp_path):
 class _Rewrite:
     """Edits the Planner's prompt and answers the Calculator's call without the model."""
 
-    def before(self, call: LLMCall) -> LLMResponse | None:
+    def before(self, call: ModelCall) -> LLMResponse | None:
         if call.agent == "Planner":
             call.messages[-1]["content"] += " Be brief."
         return LLMResponse(content="(1 + 1) * 2") if call.agent == "Calculator" else None
 
-    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+    def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         return response
 
 
 def test_interceptors_rewrite_prompt_and_response(server, provider, exporter, tmp_path):
     app = demo.build_app(server.base_url, MODEL, API_KEY)
     probe = _instrument(app, provider, tmp_path)
-    probe.interceptors.append(_Rewrite())
-    answer = demo.run_app(app, demo.TASK)
+    with probe.intercept(_Rewrite()):
+        answer = demo.run_app(app, demo.TASK)
+    assert probe.interceptors == ()
     assert answer == "The calculation is correct. FINAL ANSWER: 4"
     planner_request, reviewer_request = server.requests  # the Calculator's call never reached the model
     assert [m["role"] for m in planner_request["messages"]] == ["system", "user"]

@@ -339,3 +339,26 @@ def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
     losses = [r["loss"] for r in read_log(out) if "loss" in r]
     assert losses[-1] < losses[0], losses
     assert_safetensors_only(out / "checkpoint-6")
+
+
+def test_gguf_conversion_goes_to_the_cache_dir_not_beside_the_file(tmp_path, monkeypatch):
+    from aegis_probe.train.trainers.modelio import gguf_cache_dir
+
+    gguf = tmp_path / "pkg" / "model.Q4.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("AEGIS_CACHE_DIR", str(tmp_path / "cache"))
+    first = gguf_cache_dir(gguf)
+    assert first.parent == tmp_path / "cache" / "models" and first.name.startswith("model.Q4-")
+    gguf.write_bytes(b"GGUF, another version")
+    assert gguf_cache_dir(gguf) != first, "a changed file gets a fresh conversion"
+
+
+def test_sft_says_why_when_max_length_drops_every_row(tiny_qwen, sft_rows, tmp_path, capsys):
+    from aegis_probe.train.cli import main
+
+    argv = ["sft", "--data", sft_rows, "--model", tiny_qwen, "--out", tmp_path / "out", "--max_length", "4",
+            "--max_steps", "1", "--report_to", "none"]
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "rows were dropped" in err and "--max_length 4" in err and str(sft_rows) in err

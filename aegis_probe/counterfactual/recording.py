@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from .. import semconv as sc
+from ..errors import AegisProbeError
 from ..interception import LLMResponse
 from ..otlp_json import SpanRecord
 
@@ -31,7 +32,7 @@ class RecordedCall:
     response: LLMResponse
 
 
-class RecordingError(ValueError):
+class RecordingError(AegisProbeError, ValueError):
     """The trace cannot be replayed (no content captured, or no LLM calls)."""
 
 

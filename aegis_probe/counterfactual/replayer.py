@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
-from ..interception import InterceptAbort, LLMCall, LLMResponse
+from ..interception import InterceptAbort, ModelCall, LLMResponse
 from ..otlp_json import SpanRecord
 from ..probe import Judge, instrument
 from ..spans import encode_messages
@@ -48,14 +48,14 @@ class Replayer:
         self.replayed = 0
         self.live_calls = 0
 
-    def _goes_live(self, call: LLMCall) -> bool:
+    def _goes_live(self, call: ModelCall) -> bool:
         if self.live:
             return True
         if self.until_step is not None and call.step_index is not None and call.step_index >= self.until_step:
             self.live = True
         return self.live
 
-    def before(self, call: LLMCall) -> LLMResponse | None:
+    def before(self, call: ModelCall) -> LLMResponse | None:
         if self._goes_live(call):
             if self.substitute is not None and call.step_index == self.until_step:
                 action, self.substitute = self.substitute, None
@@ -72,7 +72,7 @@ class Replayer:
         self.replayed += 1
         return recorded.response
 
-    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+    def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         return response
 
 
@@ -137,16 +137,15 @@ def replay(
     target = app.build(endpoint or Endpoint(DEAD_ENDPOINT, "replay", "replay"), task=original.task)
     probe = instrument(target, store=store, judge=judge)
     replayer = Replayer(recording, probe.redact, until_step=until_step, substitute=substitute)
-    probe.interceptors.append(replayer)
     answer, error = None, None
     try:
-        answer = app.run_app(target, original.task)
+        with probe.intercept(replayer):
+            answer = app.run_app(target, original.task)
     except ReplayDivergence as exc:
         error = str(exc)
     except Exception as exc:  # the app failed in the live part: a result, not a crash
         error = f"{type(exc).__name__}: {exc}"
     finally:
-        probe.interceptors.remove(replayer)
         probe.flush()
         probe.uninstrument()
     replayed = probe.trajectory() if probe.last_run is not None else None

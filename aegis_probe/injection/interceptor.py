@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from .. import semconv as sc
-from ..interception import LLMCall, LLMResponse
+from ..interception import ModelCall, LLMResponse
 from ..spans import current_step, log_hook_error
 from .operators import Context, DeterministicManipulator, Manipulator
 from .plan import AppliedFault, InjectionPlan, Target, faults_json
@@ -73,7 +73,7 @@ class Injector:
         return list(state.applied) if state else []
 
     # -- the interceptor protocol ----------------------------------------------------------
-    def before(self, call: LLMCall) -> LLMResponse | None:
+    def before(self, call: ModelCall) -> LLMResponse | None:
         for i, target in self._due(call, "prompt_injection"):
             new = self.manipulators[target.operator].inject(target.mode, [dict(m) for m in call.messages], self._context(call))
             if new is not None:
@@ -81,7 +81,7 @@ class Injector:
                 self._record(call, i, target)
         return None
 
-    def after(self, call: LLMCall, response: LLMResponse) -> LLMResponse:
+    def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         for i, target in self._due(call, "response_corruption"):
             new = self.manipulators[target.operator].corrupt(target.mode, response, self._context(call))
             if new is not None:
@@ -90,7 +90,7 @@ class Injector:
         return response
 
     # -- internals -----------------------------------------------------------------------
-    def _due(self, call: LLMCall, strategy: str) -> list[tuple[int, Target]]:
+    def _due(self, call: ModelCall, strategy: str) -> list[tuple[int, Target]]:
         if call.run is None or call.agent is None or call.step_index is None:
             return []
         with self._lock:
@@ -102,13 +102,13 @@ class Injector:
                 if i not in state.fired and t.strategy == strategy and t.matches(call, n)
             ]
 
-    def _context(self, call: LLMCall) -> Context:
+    def _context(self, call: ModelCall) -> Context:
         state = self._runs[call.run.run_id]  # type: ignore[union-attr]
         agents = tuple(dict.fromkeys([*self.agents, *state.steps]))
         return Context(agent=call.agent or "", task=call.run.task if call.run else None, history=[dict(m) for m in call.messages],
                        agents=agents, termination=self.termination, task_type=self.task_type)
 
-    def _record(self, call: LLMCall, index: int, target: Target) -> None:
+    def _record(self, call: ModelCall, index: int, target: Target) -> None:
         step = current_step()
         fault = AppliedFault(
             agent=target.agent, step=call.step_index, mode=target.mode, strategy=target.strategy,

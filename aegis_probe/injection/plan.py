@@ -7,7 +7,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..interception import LLMCall
+from ..interception import ModelCall
 from ..mast import MODES
 from ..trajectory import Fault
 
@@ -17,7 +17,7 @@ STRATEGIES: tuple[Strategy, ...] = ("prompt_injection", "response_corruption")
 OperatorKind = Literal["deterministic", "llm"]
 
 #: ``predicate(call) -> bool`` on a model call; selects the step to manipulate.
-Predicate = Callable[[LLMCall], bool]
+Predicate = Callable[[ModelCall], bool]
 
 
 class Target(BaseModel):
@@ -25,7 +25,7 @@ class Target(BaseModel):
 
     ``when`` is exactly one of ``nth`` (the agent's n-th step that calls the model, 0-based),
     ``step`` (the global ``aegis.step.index``) or ``predicate`` (a Python callable on the
-    :class:`~aegis_probe.interception.LLMCall`; not serialised). With none given, ``nth=0``.
+    :class:`~aegis_probe.interception.ModelCall`; not serialised). With none given, ``nth=0``.
     A target fires at most once per run, at the first model call of the selected step the
     manipulator can act on.
     """
@@ -58,7 +58,7 @@ class Target(BaseModel):
     def serialisable(self) -> bool:
         return self.predicate is None
 
-    def matches(self, call: LLMCall, agent_step_no: int) -> bool:
+    def matches(self, call: ModelCall, agent_step_no: int) -> bool:
         """Whether ``call`` (in the agent's ``agent_step_no``-th step) is where this target fires."""
         if call.agent != self.agent:
             return False

@@ -48,9 +48,22 @@ def run_trl(trainer_cls: type, args: argparse.Namespace, train_args: Any, model_
         callbacks=[JsonlLogCallback(args.out)],
         **trainer_kwargs,
     )
+    _check_rows_kept(args, train_args, len(dataset), len(trainer.train_dataset))
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(args.out)
     if trainer.is_world_process_zero():
         JsonlLog(args.out).write({"event": "done", "step": trainer.state.global_step, "resumed_from": resume,
                                   **result.metrics})
     return Path(args.out)
+
+
+def _check_rows_kept(args: argparse.Namespace, train_args: Any, given: int, kept: int) -> None:
+    """Say why when the trainer dropped rows (completions truncated away by ``max_length``)."""
+    max_length = getattr(train_args, "max_length", None)
+    if kept == 0:
+        raise ValueError(f"{args.data}: all {given} rows were dropped before training: with --max_length "
+                         f"{max_length} no row keeps a token of its answer (the prompt fills the whole "
+                         "window); raise --max_length or shorten the rows (train build --max-tokens)")
+    if kept < given:
+        logger.warning("%s: %d of %d rows dropped (their answers lie beyond --max_length %s)",
+                       args.data, given - kept, given, max_length)

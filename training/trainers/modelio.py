@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -34,12 +35,26 @@ def gguf_to_hf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[str
     return out
 
 
+ENV_CACHE_DIR = "AEGIS_CACHE_DIR"
+
+
+def gguf_cache_dir(gguf_file: str | os.PathLike[str]) -> Path:
+    """Where a GGUF file's converted copy lives: ``$AEGIS_CACHE_DIR`` (default
+    ``$XDG_CACHE_HOME/aegis-probe``, i.e. ``~/.cache/aegis-probe``) ``/models/<name>-<key>``, the key
+    naming the file's absolute path, size and mtime; never beside the file (e.g. in site-packages)."""
+    src = Path(gguf_file).resolve()
+    stat = src.stat()
+    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    root = os.environ.get(ENV_CACHE_DIR) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aegis-probe"
+    return Path(root) / "models" / f"{src.stem}-{key}"
+
+
 def resolve_model_path(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A Hugging Face model directory for ``path``; a ``.gguf`` file is converted once into
-    ``cache_dir`` (default: ``<file>.hf`` beside it)."""
+    ``cache_dir`` (default: :func:`gguf_cache_dir`)."""
     p = Path(path)
     if p.suffix == ".gguf":
-        return gguf_to_hf(p, cache_dir or p.with_suffix(".hf"))
+        return gguf_to_hf(p, cache_dir or gguf_cache_dir(p))
     return p
 
 
