@@ -47,6 +47,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
                           "camel-ai >= 0.2.90, < 0.3"),
     "metagpt": AdapterEntry("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter", "MetaGPT Team and Role",
                             "metagpt == 0.8.2"),
+    "langgraph": AdapterEntry("langgraph", "aegis_probe.adapters.langgraph:LangGraphAdapter",
+                              "LangGraph compiled graphs (StateGraph.compile(), create_react_agent, any Pregel)",
+                              "langgraph >= 1.2, < 2"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

@@ -1,0 +1,405 @@
+"""LangGraph (langgraph 1.x, langchain-core 1.x) adapter: a compiled graph (``Pregel``) is the app.
+
+Class- and module-level patches, installed once:
+
+- run entry: ``Pregel.stream/astream`` of a registered graph (``invoke``/``ainvoke`` go through
+  them): one run per call, ``invoke_workflow {graph.name}``, its conversation id the checkpointer's
+  ``thread_id`` when the config names one. A graph invoked inside a run (a subgraph node, a graph
+  a node calls) opens no run of its own;
+- agent step: ``langgraph.pregel._runner.run_with_retry/arun_with_retry``, one node execution of
+  the run's outermost graph -> ``invoke_agent {node}`` (retries of a node are one step). Nodes
+  inside a step (a ``create_react_agent`` subgraph's ``agent``/``tools`` nodes) belong to that
+  step; ``__start__``-style internal nodes are not steps. The step's input is the state's
+  ``messages`` (else the state itself), its output the messages the node wrote (else its writes);
+- LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
+  model, streaming or not) through :func:`~aegis_probe.interception.call_llm` with
+  :class:`LangChainCodec`;
+- tool call: ``BaseTool.run/arun`` (what ``ToolNode`` and ``tool.invoke`` call) -> ``execute_tool {tool}``.
+
+A node that interrupts (``interrupt()``, ``GraphBubbleUp``) ends its step normally; the run ends
+when the stream does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from aegis_probe import semconv as sc
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.spans import (
+    ChatMessage,
+    RunScope,
+    StepScope,
+    await_in_scope,
+    call_in_scope,
+    current_run,
+    current_step,
+    iterate_in_scope,
+    iterate_sync_in_scope,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
+
+
+def _text(content: Any) -> str:
+    """Text of a LangChain message content (a string or a list of parts)."""
+    if isinstance(content, list):
+        return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
+                       if isinstance(p, (str, dict)))
+    return "" if content is None else str(content)
+
+
+def to_neutral(msg: Any) -> dict[str, Any]:
+    """A neutral message from a LangChain ``BaseMessage`` (or a ``(role, text)`` tuple / string)."""
+    if isinstance(msg, tuple) and len(msg) == 2:
+        return {"role": {"human": "user", "ai": "assistant"}.get(msg[0], msg[0]), "content": _text(msg[1])}
+    if isinstance(msg, str):
+        return {"role": "user", "content": msg}
+    if isinstance(msg, dict):
+        return {"role": msg.get("role", "user"), "content": _text(msg.get("content"))}
+    out: dict[str, Any] = {"role": _ROLES.get(getattr(msg, "type", ""), "user"), "content": _text(getattr(msg, "content", ""))}
+    if getattr(msg, "name", None):
+        out["name"] = msg.name
+    if getattr(msg, "tool_calls", None):
+        out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}
+                             for c in msg.tool_calls]
+    if getattr(msg, "tool_call_id", None):
+        out["tool_call_id"] = msg.tool_call_id
+    return out
+
+
+def _args(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return {"input": arguments}
+    return parsed if isinstance(parsed, dict) else {"input": parsed}
+
+
+def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LangChain ``tool_calls`` of neutral tool calls."""
+    return [{"id": c.get("id") or f"call_{i}", "name": c.get("name"), "args": _args(c.get("arguments")), "type": "tool_call"}
+            for i, c in enumerate(calls)]
+
+
+def from_neutral(msg: ChatMessage) -> Any:
+    """The LangChain message of a neutral one."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    role, content, name = msg.get("role"), msg.get("content") or "", msg.get("name")
+    if role == "assistant":
+        return AIMessage(content=content, name=name, tool_calls=_tool_calls(msg.get("tool_calls") or ()))
+    if role == "system":
+        return SystemMessage(content=content, name=name)
+    if role == "tool":
+        return ToolMessage(content=content, name=name, tool_call_id=msg.get("tool_call_id") or "")
+    return HumanMessage(content=content, name=name)
+
+
+#: ``BaseChatModel._llm_type`` prefixes -> ``gen_ai.provider.name`` (most specific first).
+_LLM_TYPES = (("azure-openai", "azure.ai.openai"), ("openai", "openai"), ("anthropic", "anthropic"),
+              ("mistral", "mistral_ai"), ("groq", "groq"), ("deepseek", "deepseek"), ("ollama", "ollama"))
+
+
+class LangChainCodec:
+    """``BaseChatModel._generate_with_cache(messages, ...)`` and its ``ChatResult`` <-> neutral form."""
+
+    provider = "langchain"
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        name = getattr(instance, "model_name", None) or getattr(instance, "model", None)
+        return str(name) if name else None
+
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        url = getattr(instance, "openai_api_base", None) or getattr(instance, "base_url", None)
+        llm_type = str(getattr(instance, "_llm_type", ""))
+        default = next((p for prefix, p in _LLM_TYPES if llm_type.startswith(prefix)), llm_type or self.provider)
+        params = {k: getattr(instance, k, None) for k in ("temperature", "top_p", "max_tokens", "seed", "n")}
+        return {**sc.request_attributes(params), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, default)}
+
+    @staticmethod
+    def _messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        return list(kwargs["messages"] if "messages" in kwargs else args[0])
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        return [to_neutral(m) for m in self._messages(args, kwargs)]
+
+    def with_request(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        new = [from_neutral(m) for m in messages]
+        if "messages" in kwargs:
+            return args, {**kwargs, "messages": new}
+        return (new, *args[1:]), kwargs
+
+    def response(self, raw: Any) -> LLMResponse:
+        message = raw.generations[0].message
+        usage = getattr(message, "usage_metadata", None) or {}
+        meta = getattr(message, "response_metadata", None) or {}
+        neutral = to_neutral(message)
+        return LLMResponse(
+            content=neutral["content"] or None,
+            tool_calls=neutral.get("tool_calls", []),
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            model=meta.get("model_name"),
+            finish_reason=meta.get("finish_reason"),
+            id=meta.get("id") or getattr(message, "id", None),
+        )
+
+    def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
+        from langchain_core.messages import AIMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        meta = {"model_name": response.model or "aegis",
+                "finish_reason": response.finish_reason or ("tool_calls" if response.tool_calls else "stop")}
+        usage = None
+        if response.input_tokens is not None or response.output_tokens is not None:
+            i, o = response.input_tokens or 0, response.output_tokens or 0
+            usage = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+        old = raw.generations[0].message if raw is not None and raw.generations else None
+        message = AIMessage(content=response.content or "", tool_calls=_tool_calls(response.tool_calls),
+                            usage_metadata=usage, response_metadata=meta,
+                            name=getattr(old, "name", None), id=getattr(old, "id", None))
+        return ChatResult(generations=[ChatGeneration(message=message)], llm_output=getattr(raw, "llm_output", None))
+
+
+def _stream_args(args: tuple, kwargs: dict) -> tuple[Any, dict[str, Any]]:
+    """``(input, config)`` of a ``Pregel.stream/astream`` call."""
+    graph_input = kwargs["input"] if "input" in kwargs else args[0] if args else None
+    config = kwargs["config"] if "config" in kwargs else args[1] if len(args) > 1 else None
+    return graph_input, config or {}
+
+
+def _messages_of(state: Any) -> list[Any] | None:
+    """The ``messages`` of a graph state (a dict or an object), if it has any."""
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+    if messages is None:
+        return None
+    return list(messages) if isinstance(messages, (list, tuple)) else [messages]
+
+
+def _task_text(graph_input: Any) -> str | None:
+    """The task of a run: the first user message of the input state, else the input as text."""
+    messages = _messages_of(graph_input)
+    if messages:
+        first = next((m for m in map(to_neutral, messages) if m["role"] == "user"), None)
+        if first is not None:
+            return first["content"]
+    return None if graph_input is None else str(graph_input)
+
+
+def _step_output(task: Any, seen: set[str]) -> list[dict[str, Any]]:
+    """What a node wrote: its new messages, else its other writes as one message."""
+    messages, other = [], {}
+    for channel, value in list(task.writes):
+        if channel == "messages":
+            for m in value if isinstance(value, (list, tuple)) else [value]:
+                if getattr(m, "id", None) is None or m.id not in seen:
+                    messages.append(to_neutral(m))
+        elif not channel.startswith(("branch:", "__")):
+            other[channel] = value
+    if messages or not other:
+        return messages
+    return [{"role": "assistant", "content": json.dumps(other, default=str, ensure_ascii=False)}]
+
+
+class LangGraphAdapter(Adapter):
+    """Traces compiled LangGraph graphs: one step per node execution."""
+
+    name = "langgraph"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codec = LangChainCodec()
+
+    # -- contract --------------------------------------------------------------------------
+    def detect(self, app: Any) -> bool:
+        from langgraph.pregel import Pregel
+
+        return isinstance(app, Pregel)
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        self.registry.add(app, probe)
+        nodes = tuple(n for n in getattr(app, "nodes", {}) if not n.startswith("__"))
+        return AppInfo(name=app.name, lone_agent=False, agents=nodes)
+
+    def _instrument(self, patcher: Patcher) -> None:
+        from langchain_core.language_models.chat_models import BaseChatModel
+        from langchain_core.tools import BaseTool
+        from langgraph.pregel import Pregel, _runner
+
+        patcher.wrap(Pregel, "stream", self._stream)
+        patcher.wrap(Pregel, "astream", self._astream)
+        patcher.wrap(_runner, "run_with_retry", self._node)
+        patcher.wrap(_runner, "arun_with_retry", self._anode)
+        patcher.wrap(BaseChatModel, "_generate_with_cache", self._llm)
+        patcher.wrap(BaseChatModel, "_agenerate_with_cache", self._allm)
+        patcher.wrap(BaseTool, "run", self._tool)
+        patcher.wrap(BaseTool, "arun", self._atool)
+
+    # -- runs ------------------------------------------------------------------------------
+    def _start(self, graph: Any, args: tuple, kwargs: dict) -> RunScope | None:
+        probe = self.run_probe(graph)
+        if probe is None or current_run() is not None:
+            return None
+        try:
+            graph_input, config = _stream_args(args, kwargs)
+            thread = (config.get("configurable") or {}).get("thread_id")
+            return start_run(probe, graph.name, framework=self.name, task=_task_text(graph_input),
+                             conversation_id=str(thread) if thread is not None else None)
+        except Exception:
+            log_hook_error("langgraph run start")
+            return None
+
+    def _stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            items = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            run.finish(exc)
+            raise
+        return iterate_sync_in_scope(iter(items), run, on_done=run.finish)
+
+    def _astream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            agen = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            run.finish(exc)
+            raise
+        return iterate_in_scope(agen.__aiter__(), run, on_done=run.finish)
+
+    # -- steps (node executions) -----------------------------------------------------------
+    @staticmethod
+    def _open_step(args: tuple, kwargs: dict) -> tuple[StepScope, Any, set[str]] | None:
+        run = current_run()
+        if run is None or run.framework != LangGraphAdapter.name or current_step() is not None:
+            return None
+        task = kwargs["task"] if "task" in kwargs else args[0]
+        if task.name.startswith("__"):
+            return None
+        try:
+            messages = _messages_of(task.input)
+            seen = {m.id for m in messages or () if getattr(m, "id", None)}
+            shown = [to_neutral(m) for m in messages] if messages is not None else [
+                {"role": "user", "content": json.dumps(task.input, default=str, ensure_ascii=False)}]
+            return start_step(run.probe, task.name, run=run, input_messages=shown), task, seen
+        except Exception:
+            log_hook_error("langgraph step start")
+            return None
+
+    @staticmethod
+    def _close_step(opened: tuple[StepScope, Any, set[str]], exc: BaseException | None) -> None:
+        """End a node's step: failed by the app's error; an interrupt (``GraphBubbleUp``) ends it normally."""
+        from langgraph.errors import GraphBubbleUp
+
+        step, task, seen = opened
+        try:
+            if exc is not None and not isinstance(exc, GraphBubbleUp):
+                step.fail(exc)
+                return
+            output = _step_output(task, seen)
+            said = [m["content"] for m in output if m["role"] == "assistant" and m["content"]]
+            if said and step.run is not None:
+                step.run.answer = said[-1]
+            step.finish(output)
+        except Exception:
+            log_hook_error("langgraph step end")
+            step.end()
+
+    def _node(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened = self._open_step(args, kwargs)
+        if opened is None:
+            return wrapped(*args, **kwargs)
+        token = opened[0].attach()
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._close_step(opened, exc)
+            raise
+        finally:
+            opened[0].detach(token)
+        self._close_step(opened, None)
+        return result
+
+    async def _anode(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened = self._open_step(args, kwargs)
+        if opened is None:
+            return await wrapped(*args, **kwargs)
+        token = opened[0].attach()
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._close_step(opened, exc)
+            raise
+        finally:
+            opened[0].detach(token)
+        self._close_step(opened, None)
+        return result
+
+    # -- model calls -----------------------------------------------------------------------
+    @staticmethod
+    def _probe() -> "Probe | None":
+        run = current_run()
+        return run.probe if run is not None and run.framework == LangGraphAdapter.name and run.probe.active else None
+
+    def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe()
+        if probe is None:
+            return wrapped(*args, **kwargs)
+        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+
+    async def _allm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe()
+        if probe is None:
+            return await wrapped(*args, **kwargs)
+        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
+
+    # -- tools -----------------------------------------------------------------------------
+    def _open_tool(self, tool: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe()
+        if probe is None:
+            return None
+        try:
+            tool_input = kwargs["tool_input"] if "tool_input" in kwargs else args[0]
+            return start_tool(probe, tool.name, call_id=kwargs.get("tool_call_id"), arguments=tool_input,
+                              description=tool.description, tool_type="function")
+        except Exception:
+            log_hook_error("langgraph tool start")
+            return None
+
+    @staticmethod
+    def _tool_finisher(scope: Any) -> Callable[[Any], None]:
+        def finish(result: Any) -> None:
+            is_error = getattr(result, "status", None) == "error"
+            scope.finish(_text(getattr(result, "content", result)), is_error=is_error)
+
+        return finish
+
+    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "langgraph tool")
+
+    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "langgraph tool")

@@ -1,0 +1,128 @@
+"""LangGraph adapter beyond the shared conformance and replay suites (which run its demo too):
+steps are the outer graph's nodes, the checkpointer thread is the conversation, async runs,
+tool errors, planted-failure blame and an injection campaign; against the loopback model server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+import aegis_probe  # noqa: E402
+from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
+from aegis_probe.counterfactual import blame  # noqa: E402
+from aegis_probe.demos import langgraph as demo  # noqa: E402
+from aegis_probe.demos.task import judge  # noqa: E402
+from aegis_probe.injection.campaign import run_campaign  # noqa: E402
+from aegis_probe.modelserver import Reply  # noqa: E402
+from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.trajectory import load_trajectories  # noqa: E402
+from test_replay import _planted_failure, _record  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
+
+
+def _instrumented(model_server, provider, tmp_path, policy=demo.policy):
+    server = model_server(policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    return app, aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+
+
+def _steps(exporter):
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STEP_INDEX) is not None]
+    return sorted(spans, key=lambda s: s.attributes[sc.STEP_INDEX])
+
+
+def test_steps_are_outer_nodes_and_thread_is_the_conversation(model_server, provider, exporter, tmp_path):
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    # The calculator is a create_react_agent graph: its agent/tools nodes are inside its one step.
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == ["planner", "calculator", "reviewer"]
+    spans = exporter.get_finished_spans()
+    assert {s.attributes.get(sc.CONVERSATION_ID) for s in spans} == {demo.THREAD_ID}
+    calculator = probe.trajectory().steps[1]
+    assert len(calculator.llm_calls) == 2 and [t.name for t in calculator.tool_calls] == [demo.TOOL]
+
+
+def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    config = {"configurable": {"thread_id": "async-thread"}}
+    state = asyncio.run(app.ainvoke({"messages": [("user", demo.TASK)]}, config))
+    assert demo.EXPECTED in state["messages"][-1].content
+    probe.flush()
+    spans = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"]
+    assert len({s.context.trace_id for s in spans}) == 1
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == ["planner", "calculator", "reviewer"]
+    assert all(s.attributes[sc.CONVERSATION_ID] == "async-thread" for s in spans)
+    assert sum(s.attributes.get(sc.OPERATION) == sc.OP_TOOL for s in spans) == 1
+
+
+def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
+    def policy(body):
+        reply = demo.policy(body)
+        if reply.tool_calls:
+            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
+        return reply
+
+    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    with pytest.raises(SyntaxError):  # ToolNode re-raises tool errors by default: unchanged through us
+        demo.run_app(app, demo.TASK)
+    probe.flush()
+    spans = exporter.get_finished_spans()
+    failed = {s.name for s in spans if s.status.status_code.name == "ERROR"}
+    assert {"execute_tool calculate", "invoke_agent calculator", "invoke_workflow arithmetic"} <= failed
+
+
+def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+    from langgraph.pregel import Pregel, _runner
+
+    before = {(owner, name): vars(owner)[name] for owner, name in [
+        (Pregel, "stream"), (Pregel, "astream"), (_runner, "run_with_retry"), (_runner, "arun_with_retry"),
+        (BaseChatModel, "_generate_with_cache"), (BaseChatModel, "_agenerate_with_cache"),
+        (BaseTool, "run"), (BaseTool, "arun")]}
+    _, probe = _instrumented(model_server, provider, tmp_path)
+    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
+    aegis_probe.uninstrument()
+    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+def test_blame_finds_planted_step(model_server, tmp_path):
+    store = TraceStore(tmp_path / "store")
+    policy = _planted_failure(demo)  # the calculator evaluates the wrong expression at step 1
+    trace_id = _record(demo, policy, model_server, store)
+    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
+
+    def fixer(traj, t):
+        return "(17 + 25) * 3 = 126" if traj.steps[t].agent == "calculator" else traj.steps[t].output
+
+    live = model_server(policy)
+    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode="scan", store=store)
+    assert report.found and report.step == 1 and report.agent == "calculator"
+    assert report.evidence.success and "126" in report.evidence.answer
+    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+
+
+def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join((EXAMPLES / "math_tasks.jsonl").read_text().splitlines()[:2]) + "\n")
+    out = tmp_path / "campaign"
+    rows = run_campaign(f"{EXAMPLES / 'langgraph_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3,
+                        modes=("FM-1.1", "FM-2.6", "FM-3.3"), progress=False)
+    kept = {t.trace_id: t for t in load_trajectories(out / "traces")} if (out / "traces").exists() else {}
+    assert sum(r["kept"] for r in rows) == len(kept) > 0
+    for traj in kept.values():
+        assert traj.framework == "langgraph" and traj.outcome.success is False
+        fault = traj.labels.faults[0]
+        assert fault.agent in demo.AGENTS and traj.steps[fault.step].agent == fault.agent
