@@ -52,11 +52,12 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     return pred
 
 
-def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """Predictions for DCL rows and the throughput in trajectories per second (encoding included)."""
+def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]], progress: bool = True) -> tuple[list[dict[str, Any]], float]:
+    """Predictions for DCL rows and the throughput in trajectories per second (encoding included),
+    with a progress bar on stderr unless ``progress`` is false."""
     model.cache.clear()
     start = time.perf_counter()
-    preds = [model.predict(r) for r in rows]
+    preds = model.predict_many(rows, progress=progress)
     return preds, len(rows) / max(time.perf_counter() - start, 1e-9)
 
 
@@ -65,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
     model = DCLAttributor.load(args.model)
     if args.trace:
         store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)
-        preds = [attribute_trace(model, store, t, str(args.model)) for t in args.trace]
+        from tqdm import tqdm
+
+        traces = tqdm(args.trace, desc="attributing", unit="trace", file=sys.stderr, disable=len(args.trace) < 2)
+        preds = [attribute_trace(model, store, t, str(args.model)) for t in traces]
     else:
         preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)

@@ -24,8 +24,18 @@ class Attributor(Protocol):
     def __call__(self, traj: Trajectory) -> Attribution | None: ...
 
 
+#: Speakers that stand for the person using the system, never blamed by the random baseline.
+NON_AGENTS = frozenset({"user", "human"})
+
+
+def acting_agents(traj: Trajectory) -> list[str]:
+    """The agents that act in ``traj`` (order of first appearance), without the user/human speaker."""
+    agents = [a for a in traj.agents if normalize_agent(a) not in NON_AGENTS]
+    return agents or traj.agents
+
+
 class RandomBaseline:
-    """A uniformly random agent (of those acting), step, and mode; seeded."""
+    """A uniformly random acting agent (not the user), step, and mode; seeded."""
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
@@ -33,9 +43,15 @@ class RandomBaseline:
     def __call__(self, traj: Trajectory) -> Attribution | None:
         if not traj.steps:
             return None
-        agent = self.rng.choice(traj.agents)
+        agent = self.rng.choice(acting_agents(traj))
         step = self.rng.randrange(len(traj.steps))
         return Attribution(agent=agent, step=step, pairs=[(agent, self.rng.choice(MODE_IDS))])
+
+
+def expected_random(traj: Trajectory, gold: Attribution) -> tuple[float, float]:
+    """The expected (agent, step) hit rate of a uniformly random acting agent and step on one trace."""
+    return (1 / len(acting_agents(traj)) if traj.steps and gold.agent is not None else 0.0,
+            1 / len(traj.steps) if traj.steps and gold.step is not None else 0.0)
 
 
 class MostFrequentAgent:
@@ -63,6 +79,25 @@ class MostFrequentAgent:
         return Attribution(agent=agent, step=step, pairs=[(agent, self.mode)])
 
 
+class MostFrequentStep:
+    """The most frequent gold step index of the training trajectories (clipped to the trace's
+    last step), blaming the agent acting there."""
+
+    def __init__(self, train: Iterable[Trajectory]) -> None:
+        golds = [gold_attribution(t) for t in train]
+        steps = Counter(g.step for g in golds if g.step is not None).most_common(1)
+        modes = Counter(m for g in golds for _, m in g.pairs if m).most_common(1)
+        self.step = steps[0][0] if steps else None
+        self.mode = modes[0][0] if modes else None
+
+    def __call__(self, traj: Trajectory) -> Attribution | None:
+        if self.step is None or not traj.steps:
+            return None
+        step = min(self.step, len(traj.steps) - 1)
+        agent = traj.steps[step].agent
+        return Attribution(agent=agent, step=step, pairs=[(agent, self.mode)])
+
+
 JUDGE_SYSTEM = ("You are judging a failed run of an LLM multi-agent system. Identify the decisive error: "
                 "the earliest step whose correction would have made the run succeed.")
 
@@ -73,18 +108,29 @@ class _Judge:
     def __init__(self, *, base_url: str | None = None, model: str, api_key: str | None = None,
                  client: Any = None, max_tokens: int = 8192, temperature: float = 0.0) -> None:
         if client is None:
+            import os
+
             import openai
 
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+            if not base_url:
+                raise ValueError(f"{type(self).__name__} needs an OpenAI-compatible endpoint: give --base-url "
+                                 "(or set OPENAI_BASE_URL)")
             client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed")
         self.client, self.model, self.max_tokens, self.temperature = client, model, max_tokens, temperature
         self.calls = 0
 
     def ask(self, prompt: str) -> str:
+        import openai
+
         self.calls += 1
-        resp = self.client.chat.completions.create(
-            model=self.model, temperature=self.temperature,
-            messages=[{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}],
-        )
+        try:
+            resp = self.client.chat.completions.create(
+                model=self.model, temperature=self.temperature,
+                messages=[{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}],
+            )
+        except openai.APIError as exc:  # unreachable endpoint, bad key, unknown model: one line, no chain
+            raise ConnectionError(f"judge endpoint {self.client.base_url}: {type(exc).__name__}: {exc}") from None
         return resp.choices[0].message.content or ""
 
     def log(self, traj: Trajectory, upto: int | None = None, start: int = 0) -> str:

@@ -12,7 +12,9 @@ from typing import Any, Sequence
 from .answers import Attribution
 from aegis_probe.jsonl import read_jsonl
 
-METHODS = ["random", "majority", "majority-present", "all-at-once", "step-by-step", "binary-search"]
+METHODS = ["random", "majority", "majority-present", "majority-step", "all-at-once", "step-by-step", "binary-search"]
+FITTED = {"majority": "most frequent agent", "majority-present": "most frequent agent present",
+          "majority-step": "most frequent step"}
 
 
 def _pair(raw: Any) -> tuple[Any, Any]:
@@ -23,22 +25,38 @@ def _pair(raw: Any) -> tuple[Any, Any]:
     return agent, mode
 
 
+def prediction_rows(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Prediction JSON lines by id (the last line of an id wins)."""
+    return {str(row["id"]): row for row in read_jsonl(path, required=("id",))}
+
+
+def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Attribution:
+    """One prediction row ``{"id", "agent", "step", "pairs" | "top_pair"}`` as an answer; pairs are
+    ``[agent, mode]`` lists or ``{"agent", "mode"}`` objects (the output of ``attribute``), and
+    ``top_pair`` (the predicted agent's best mode) wins over ``pairs`` when given."""
+    try:
+        raw = [row["top_pair"]] if row.get("top_pair") else row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])
+        pairs = [_pair(p) for p in raw]
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: prediction {row['id']!r}: pairs must be [agent, mode] or {{agent, mode}}") from None
+    return Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
+
+
 def read_predictions(path: str | Path) -> dict[str, Attribution]:
-    """Predictions JSON lines ``{"id", "agent", "step", "pairs"}`` by id; pairs are ``[agent, mode]``
-    lists or ``{"agent", "mode"}`` objects (the output of ``attribute``)."""
-    out = {}
-    for row in read_jsonl(path, required=("id",)):
-        try:
-            pairs = [_pair(p) for p in row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])]
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}: prediction {row['id']!r}: pairs must be [agent, mode] or {{agent, mode}}") from None
-        out[str(row["id"])] = Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
-    return out
+    """Predictions by id (see :func:`to_attribution`)."""
+    return {rid: to_attribution(row, path) for rid, row in prediction_rows(path).items()}
+
+
+def unreachable_steps(golds: Sequence[Attribution], turns_read: Sequence[int | None]) -> int:
+    """Gold steps an attributor could not predict because it read only the first ``turns_read``
+    turns of the trace (``None``: the whole trace)."""
+    return sum(1 for g, n in zip(golds, turns_read) if g.step is not None and n is not None and g.step >= n)
 
 
 def format_table(report: dict[str, Any]) -> str:
     """The headline numbers as an aligned text table."""
-    rows = [("traces", str(report["n"]), ""), ("predicted", str(report["n_predicted"]), "")]
+    rows = [("traces", str(report["n"]), ""), ("predicted", str(report["n_predicted"]), ""),
+            ("gold steps unreachable (trace cut)", str(report.get("unreachable_gold_steps", 0)), "")]
     for key in [k for k in report if k.endswith("accuracy") or "accuracy_within" in k]:
         if key.endswith("_ci"):
             continue
@@ -102,6 +120,9 @@ def add_eval(subparsers: Any) -> None:
     add_source_args(p)
     p.add_argument("--method", choices=METHODS, default="random", help="attributor (ignored with --predictions)")
     p.add_argument("--predictions", help="JSON lines of predictions to score instead of running a method")
+    p.add_argument("--fit-on", metavar="TRAIN", help="fit the majority baselines on these labelled trajectories "
+                                                     "(any import format); without it they are fit on the evaluation "
+                                                     "set itself and labelled 'oracle'")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint for the LLM judges")
     p.add_argument("--model", default="gpt-4o", help="judge model name")
     p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
@@ -113,39 +134,48 @@ def add_eval(subparsers: Any) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from . import baselines
+    from . import baselines, importers
     from .answers import gold_attribution
     from .builders import row_id
     from .cli import load_source
-    from .metrics import agent_confusion, evaluate
+    from .metrics import agent_confusion, evaluate, one_answer
 
     trajs = load_source(args).trajectories
     if not trajs:
         print("nothing to evaluate", file=sys.stderr)
         return 1
+    golds = [gold_attribution(t) for t in trajs]
     preds: Sequence[Attribution | None]
+    turns_read: list[int | None] = [None] * len(trajs)
     if args.predictions:
-        by_id = read_predictions(args.predictions)
-        preds = [by_id.get(row_id(t)) for t in trajs]
+        rows = prediction_rows(args.predictions)
+        preds = [to_attribution(rows[row_id(t)], args.predictions) if row_id(t) in rows else None for t in trajs]
+        turns_read = [rows.get(row_id(t), {}).get("turns_read") for t in trajs]
         method = f"predictions:{args.predictions}"
     else:
         method = args.method
         attributor: Any
         if method == "random":
             attributor = baselines.RandomBaseline(args.seed)
-        elif method.startswith("majority"):
-            attributor = baselines.MostFrequentAgent(trajs, present_only=method == "majority-present")
+        elif method in FITTED:
+            fit = importers.load(args.fit_on).trajectories if args.fit_on else trajs
+            if not fit:
+                raise ValueError(f"--fit-on {args.fit_on}: no trajectories")
+            attributor = (baselines.MostFrequentStep(fit) if method == "majority-step"
+                          else baselines.MostFrequentAgent(fit, present_only=method == "majority-present"))
+            method = f"{FITTED[method]} (fit on {args.fit_on})" if args.fit_on else f"{FITTED[method]} (oracle: fit on the evaluation set)"
         else:
             import os
 
             attributor = baselines.JUDGES[method](base_url=args.base_url, model=args.model,
                                                   api_key=args.api_key or os.environ.get("OPENAI_API_KEY"))
         preds = baselines.predict(attributor, trajs, progress=True)
-    golds = [gold_attribution(t) for t in trajs]
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed)
     report["method"] = method
+    report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    preds = [one_answer(p) for p in preds]
     report["predictions"] = [
         {"id": row_id(t), "agent": p.agent, "step": p.step, "pairs": [list(x) for x in p.pairs]} if p else {"id": row_id(t)}
         for t, p in zip(trajs, preds)

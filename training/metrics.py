@@ -130,10 +130,25 @@ def bootstrap_ci(metric: Metric, golds: Sequence[Attribution], preds: Sequence[A
     return lo, hi
 
 
+def one_answer(pred: Attribution | None) -> Attribution | None:
+    """A prediction reduced to one answer per trace: its agent (else its first pair's agent), its
+    step, and the single pair (agent, that agent's first predicted mode). Every metric of
+    :func:`evaluate` scores this answer, so agent F1 and agent accuracy judge the same agent."""
+    if pred is None:
+        return None
+    agent = pred.agent if pred.agent is not None else (pred.pairs[0][0] if pred.pairs else None)
+    if agent is None:
+        return Attribution(None, pred.step, [])
+    mode = next((m for a, m in pred.pairs if normalize_agent(a) == normalize_agent(agent)), None)
+    return Attribution(agent, pred.step, [(agent, mode)])
+
+
 def evaluate(golds: Sequence[Attribution], preds: Sequence[Attribution | None], *, k: int = 1,
              n_resamples: int = 1000, seed: int = 0) -> dict[str, object]:
-    """Every metric in one report: accuracies (headline) with bootstrap intervals, step within
-    ``k``, set F1 at three levels, and the reference-compatible numbers (labelled as such)."""
+    """Every metric in one report, all on :func:`one_answer` of each prediction: accuracies
+    (headline) with bootstrap intervals, step within ``k``, set F1 at three levels, and the
+    reference-compatible numbers (labelled as such)."""
+    preds = [one_answer(p) for p in preds]
     report: dict[str, object] = {"n": len(golds), "n_predicted": sum(p is not None for p in preds)}
     headline: dict[str, Metric] = {
         "agent_accuracy": agent_accuracy,
@@ -169,5 +184,5 @@ def agent_confusion(golds: Sequence[Attribution], preds: Sequence[Attribution | 
     return cols, matrix
 
 
-__all__ = ["agent_accuracy", "agent_confusion", "bootstrap_ci", "evaluate", "label_set",
+__all__ = ["agent_accuracy", "agent_confusion", "bootstrap_ci", "evaluate", "label_set", "one_answer",
            "set_f1", "step_accuracy", "whowhen_reference_compat"]

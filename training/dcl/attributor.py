@@ -3,30 +3,40 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from tqdm import tqdm
 
-from .examples import Example, example_from_row, name_text
-from .model import DCLHead, DCLOutput, TextEncoder, default_encoder_path
+from .examples import Example, example_from_row
+from .model import DCLHead, DCLOutput, TextEncoder, default_encoder_path, joint_logits
 
 WEIGHTS_FILE = "model.safetensors"
 SPEC_FILE = "dcl_config.json"
 
 
 class DCLAttributor(nn.Module):
-    """A DCL attributor. ``encoder=None`` means the packaged all-MiniLM-L6-v2."""
+    """A DCL attributor. ``encoder=None`` means the packaged all-MiniLM-L6-v2.
+
+    Whole traces are read: every turn (``max_turns`` 0), each turn in windows of about
+    ``max_length`` tokens (at most ``max_chunks`` of them, mean-pooled), turns pooled into agents
+    and the run by attention. ``anonymise_agents``: agent names are never shown to the encoder.
+    ``modes_trained``: whether training saw mode labels (else no modes or pairs are predicted).
+    """
 
     def __init__(self, modes: Sequence[str], encoder: str | None = None, hidden_size: int = 256,
-                 temperature: float = 0.1, max_length: int = 128, max_turns: int = 64,
-                 train_encoder: bool = False, threshold: float = 0.5) -> None:
+                 temperature: float = 0.1, max_length: int = 128, max_turns: int = 0,
+                 train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
+                 anonymise_agents: bool = True, modes_trained: bool = True) -> None:
         super().__init__()
         self.spec = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
-                     "train_encoder": train_encoder, "threshold": threshold}
+                     "train_encoder": train_encoder, "threshold": threshold, "max_chunks": max_chunks,
+                     "anonymise_agents": anonymise_agents, "modes_trained": modes_trained}
         self.modes = list(modes)
         self.encoder = TextEncoder(encoder or default_encoder_path(), max_length)
         self.encoder.requires_grad_(train_encoder)
@@ -43,40 +53,66 @@ class DCLAttributor(nn.Module):
             self.encoder.eval()  # a frozen encoder never runs dropout, so its embeddings can be cached
         return self
 
-    def example(self, row: dict[str, Any]) -> Example:
-        return example_from_row(row, self.modes, int(self.spec["max_turns"]))
+    def example(self, row: dict[str, Any], modes_known: bool = True) -> Example:
+        return example_from_row(row, self.modes, int(self.spec["max_turns"]), bool(self.spec["anonymise_agents"]),
+                                modes_known)
 
-    def precompute(self, texts: Sequence[str], batch_size: int = 64) -> None:
-        """Fill the embedding cache for ``texts`` (frozen encoder only)."""
+    def chunks(self, text: str) -> list[str]:
+        """The windows of ``text`` the encoder reads (about ``max_length`` tokens each, at most
+        ``max_chunks``; a turn longer than that is read up to there)."""
+        words = text.split()
+        size = max(1, int(self.spec["max_length"]) * 3 // 4)
+        parts = [" ".join(words[i:i + size]) for i in range(0, len(words), size)][: int(self.spec["max_chunks"])]
+        return parts or [text]
+
+    def precompute(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> None:
+        """Fill the embedding cache for the windows of ``texts`` (frozen encoder only), with a
+        progress bar on stderr when ``progress``."""
         if self.train_encoder:
             return
-        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
-        for text, emb in zip(missing, self.encoder.encode(missing, batch_size)):
-            self.cache[text] = emb
+        missing = list(dict.fromkeys(c for t in texts for c in self.chunks(t) if c not in self.cache))
+        starts = range(0, len(missing), batch_size)
+        if progress:
+            starts = tqdm(starts, desc="encoding turns", unit="batch", file=sys.stderr)
+        for i in starts:
+            batch = missing[i:i + batch_size]
+            for text, emb in zip(batch, self.encoder.encode(batch, batch_size)):
+                self.cache[text] = emb
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """One vector per text: the mean of its windows' embeddings."""
+        pieces = [self.chunks(t) for t in texts]
+        flat = [c for p in pieces for c in p]
         if self.train_encoder:
-            return self.encoder(texts)
-        self.precompute(texts)
-        return torch.stack([self.cache[t] for t in texts])
+            vectors = self.encoder(flat)
+        else:
+            self.precompute(texts)
+            vectors = torch.stack([self.cache[c] for c in flat])
+        owner = torch.tensor([i for i, p in enumerate(pieces) for _ in p])
+        sums = torch.zeros(len(texts), vectors.shape[1], dtype=vectors.dtype).index_add(0, owner, vectors)
+        return sums / torch.tensor([len(p) for p in pieces], dtype=vectors.dtype).unsqueeze(1)
 
     def forward(self, ex: Example) -> DCLOutput:
-        turns = self.embed(ex.turn_texts)
-        names = self.embed([name_text(a) for a in ex.agents])
-        return self.head(turns, ex.turn_agent, names)
+        return self.head(self.embed(ex.turn_texts), ex.turn_agent, self.embed(ex.agent_texts))
 
     @torch.no_grad()
     def predict(self, row: dict[str, Any]) -> dict[str, Any]:
-        """(agent, step, modes) with scores for one DCL row (labels, if any, are ignored);
-        ``top_pair`` is the predicted agent with its best mode, whatever the threshold."""
+        """(agent, step, modes) with scores for one DCL row (labels, if any, are ignored).
+
+        Agent and step are decoded jointly: the step maximises p(step) * p(agent of that step),
+        and the agent is the one acting at it. ``top_pair`` is that agent with its best mode
+        (mode ``None`` and no ``modes``/``pairs`` when the model never saw mode labels).
+        """
         self.eval()
         ex = self.example({**row, "label_agents": [], "label_modes": [], "label_step": None, "positive": None})
         out = self(ex)
-        agent_p, mode_p = out.agent_logits.sigmoid(), out.mode_logits.sigmoid()
-        pair_p, step_p = out.pair_logits.sigmoid(), out.step_logits.softmax(0)
-        a, t = int(agent_p.argmax()), int(step_p.argmax())
+        agent_p, mode_p, pair_p = out.agent_logits.sigmoid(), out.mode_logits.sigmoid(), out.pair_logits.sigmoid()
+        joint = joint_logits(out, ex.turn_agent).softmax(0)
+        t = int(joint.argmax())
+        a = int(ex.turn_agent[t])
         best = int(pair_p[a].argmax())  # the predicted agent's most likely mode
         threshold = float(self.spec["threshold"])
+        with_modes = bool(self.spec.get("modes_trained", True))
         modes = sorted(((self.modes[m], float(p)) for m, p in enumerate(mode_p) if p >= threshold), key=lambda x: -x[1])
         pairs = [(ex.agents[i], self.modes[m], float(pair_p[i, m])) for i, m in (pair_p >= threshold).nonzero().tolist()]
         return {
@@ -84,14 +120,30 @@ class DCLAttributor(nn.Module):
             "agent": ex.agents[a],
             "agent_score": float(agent_p[a]),
             "step": t,
-            "step_agent": ex.agents[int(ex.turn_agent[t])],
-            "step_score": float(step_p[t]),
-            "modes": [{"mode": m, "score": round(p, 4)} for m, p in modes],
-            "top_pair": {"agent": ex.agents[a], "mode": self.modes[best], "score": round(float(pair_p[a, best]), 4)},
-            "pairs": [{"agent": x, "mode": m, "score": round(p, 4)} for x, m, p in sorted(pairs, key=lambda x: -x[2])],
+            "step_agent": ex.agents[a],
+            "step_score": float(joint[t]),
+            "modes": [{"mode": m, "score": round(p, 4)} for m, p in modes] if with_modes else [],
+            "top_pair": {"agent": ex.agents[a], "mode": self.modes[best] if with_modes else None,
+                         "score": round(float(pair_p[a, best]), 4) if with_modes else None},
+            "pairs": [{"agent": x, "mode": m, "score": round(p, 4)} for x, m, p in sorted(pairs, key=lambda x: -x[2])]
+            if with_modes else [],
             "agents": {name: round(float(p), 4) for name, p in zip(ex.agents, agent_p)},
             "fault_score": float(out.fault_logit.sigmoid()),
+            "turns_read": len(ex.turn_texts),
         }
+
+    def predict_many(self, rows: Sequence[dict[str, Any]], progress: bool = False) -> list[dict[str, Any]]:
+        """:meth:`predict` for many rows: their turns encoded in batches first (frozen encoder), then
+        the head on one thread (its ops are tiny); progress bars on stderr when ``progress``."""
+        if not self.train_encoder:
+            examples = [self.example(r) for r in rows]
+            self.precompute([t for ex in examples for t in (*ex.turn_texts, *ex.agent_texts)], progress=progress)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return [self.predict(r) for r in tqdm(rows, desc="attributing", unit="traj", file=sys.stderr, disable=not progress)]
+        finally:
+            torch.set_num_threads(threads)
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained tensors: the head, plus the encoder when it was fine-tuned."""
@@ -115,6 +167,7 @@ class DCLAttributor(nn.Module):
     def load(cls, directory: str | Path) -> "DCLAttributor":
         """An attributor saved by :meth:`save` (safetensors only; nothing is unpickled)."""
         spec = json.loads((Path(directory) / SPEC_FILE).read_text(encoding="utf-8"))
+        spec.setdefault("anonymise_agents", False)  # saved before names were anonymised
         model = cls(**spec)
         model.load_weights(directory)
         return model.eval()

@@ -3,6 +3,7 @@ turned into the tensors the head and the losses read."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -20,12 +21,14 @@ class Example:
     group: str
     turn_texts: list[str]
     turn_agent: Tensor  # [T] index into agents
-    agents: list[str]  # in order of first appearance
+    agents: list[str]  # in order of first appearance, as named in the row
+    agent_texts: list[str]  # what the encoder reads for each agent (its name, or "agent k" when anonymised)
     agent_target: Tensor | None  # [A]
     mode_target: Tensor | None  # [M]
     pair_target: Tensor | None  # [A, M]
     step: int | None
     positive: bool | None
+    n_turns: int  # turns in the row (all of them are read unless max_turns cut the trace)
 
 
 def turn_text(agent: str, text: str) -> str:
@@ -38,13 +41,31 @@ def name_text(agent: str) -> str:
     return agent.replace("_", " ")
 
 
-def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int) -> Example:
-    """Index one DCL row; turns beyond ``max_turns`` are dropped (with any label pointing there).
+def anonymise(agents: Sequence[str], text: str) -> str:
+    """``text`` with every mention of an agent's name (as written, or with ``_`` as spaces) replaced
+    by ``agent k`` (k: the agent's order of first appearance, from 1); names match case-sensitively."""
+    names = sorted(((n, f"agent {i + 1}") for i, a in enumerate(agents) for n in {a, name_text(a)} if n.strip()),
+                   key=lambda x: -len(x[0]))
+    if not names:
+        return text
+    pattern = re.compile("|".join(rf"(?<!\w){re.escape(n)}(?!\w)" for n, _ in names))
+    lookup = dict(names)
+    return pattern.sub(lambda m: lookup[m.group(0)], text)
+
+
+def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int = 0, anonymise_agents: bool = False,
+                     modes_known: bool = True) -> Example:
+    """Index one DCL row. Every turn is kept unless ``max_turns`` > 0 (then the first ``max_turns``;
+    a label pointing past them is dropped and ``n_turns`` tells how many there were).
+    With ``anonymise_agents`` the encoder never sees agent names: each becomes ``agent k`` in the
+    turn prefixes, in the turn texts and in the agent prototypes.
 
     Agent targets are known when the row names agents or is a clean run; mode and pair targets
-    when it names modes (aligned with the agents) or is a clean run.
+    when it names modes (aligned with the agents), or when it is a clean run and ``modes_known``
+    (the data set labels modes at all), so the mode head learns from mode-labelled rows only.
     """
-    turns = row["turns"][:max_turns]
+    all_turns = row["turns"]
+    turns = all_turns[:max_turns] if max_turns > 0 else all_turns
     if not turns:
         raise ValueError(f"DCL row {row.get('id')!r} has no turns")
     agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
@@ -59,7 +80,7 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int) 
         for a in gold_agents:
             if normalize_agent(a) in index:
                 agent_target[index[normalize_agent(a)]] = 1.0
-    if any(gold_modes) or positive:
+    if any(gold_modes) or (positive and modes_known):
         mode_target = torch.zeros(len(modes))
         pair_target = torch.zeros(len(agents), len(modes))
         for m in gold_modes:
@@ -72,15 +93,20 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int) 
         else:
             pair_target = None  # modes not aligned with agents: pairs unknown
     step = row.get("label_step")
+    agent_texts = [f"agent {i + 1}" if anonymise_agents else name_text(a) for i, a in enumerate(agents)]
     return Example(
         id=str(row.get("id")),
         group=str(row.get("group") or row.get("id")),
-        turn_texts=[turn_text(str(t["agent"]), str(t.get("text") or "")) for t in turns],
+        turn_texts=[turn_text(agent_texts[index[normalize_agent(str(t["agent"]))]],
+                              anonymise(agents, str(t.get("text") or "")) if anonymise_agents else str(t.get("text") or ""))
+                    for t in turns],
         turn_agent=torch.tensor([index[normalize_agent(str(t["agent"]))] for t in turns]),
         agents=agents,
+        agent_texts=agent_texts,
         agent_target=agent_target,
         mode_target=mode_target,
         pair_target=pair_target,
         step=int(step) if step is not None and 0 <= int(step) < len(turns) else None,
         positive=None if positive is None else bool(positive),
+        n_turns=len(all_turns),
     )

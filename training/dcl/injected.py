@@ -5,38 +5,49 @@ baselines read back as trajectories, and a deterministic split by contrastive gr
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 
-from aegis_probe.injection.campaign import read_records, run_campaign
+from aegis_probe.injection.campaign import load_tasks, read_records, run_campaign
 from aegis_probe.trajectory import Trajectory
 
 from ..builders import group_key
 from ..data import REPO_ROOT
 from ..importers.otlp import load_otlp
+from ..quiet import polled_progress, stderr_to
 
-EXAMPLES = REPO_ROOT / "examples" / "injection"
-# (app, tasks file): run offline against each app's scripted model on the embedded server
+EXAMPLES = REPO_ROOT / "examples"
+# (app, tasks file) under examples/: run offline against each app's scripted model on the embedded server
 APPS: tuple[tuple[str, str], ...] = (
-    ("autogen_math.py", "math_tasks.jsonl"),
-    ("metagpt_math.py", "math_tasks.jsonl"),
-    ("autogen_code.py", "code_tasks.jsonl"),
+    ("injection/autogen_math.py", "injection/math_tasks.jsonl"),
+    ("injection/metagpt_math.py", "injection/math_tasks.jsonl"),
+    ("injection/autogen_code.py", "injection/code_tasks.jsonl"),
 )
+#: the long-horizon team (orchestrator, web search, file reader, coder; 11 to 33 steps a run)
+LONG_HORIZON: tuple[tuple[str, str], ...] = (("longhorizon/team.py", "longhorizon/tasks.jsonl"),)
 
 
-def campaign(out: str | Path, plans_per_run: int, seed: int) -> list[Trajectory]:
+def campaign(out: str | Path, plans_per_run: int, seed: int, apps: Sequence[tuple[str, str]] = APPS,
+             progress: bool = True) -> list[Trajectory]:
     """Run (or resume) one campaign per app into ``out/<app>``; return the kept injected runs and
     the successful baselines in campaign order (app, run key), which does not depend on the
     random trace ids. App ``i`` uses seed ``seed + i``, so apps sharing a tasks file do not get
-    the same plans."""
+    the same plans. The apps' own stderr output goes to ``out/campaign.log``; a progress bar per
+    app stays on stderr (``progress``)."""
     ordered: list[Trajectory] = []
-    for i, (app, tasks) in enumerate(APPS):
-        directory = Path(out) / Path(app).stem
-        run_campaign(f"{EXAMPLES / app}:build_app", EXAMPLES / tasks, directory,
-                     plans_per_run=plans_per_run, seed=seed + i, progress=False)
-        keys = {rec["trace_id"]: key for key, rec in read_records(directory).items() if "trace_id" in rec}
-        trajs = [t for store in ("traces", "baselines") for t in load_otlp(directory / store).trajectories]
-        ordered += sorted(trajs, key=lambda t: keys[t.trace_id])
+    with stderr_to(Path(out) / "campaign.log") as terminal:
+        for i, (app, tasks) in enumerate(apps):
+            directory = Path(out) / Path(app).stem
+            total = len(load_tasks(EXAMPLES / tasks)) * (1 + plans_per_run)
+            bar = (polled_progress(lambda d=directory: len(read_records(d)), total, f"injection {Path(app).stem}", terminal)
+                   if progress else nullcontext())
+            with bar:
+                run_campaign(f"{EXAMPLES / app}:build_app", EXAMPLES / tasks, directory,
+                             plans_per_run=plans_per_run, seed=seed + i, progress=False)
+            keys = {rec["trace_id"]: key for key, rec in read_records(directory).items() if "trace_id" in rec}
+            trajs = [t for store in ("traces", "baselines") for t in load_otlp(directory / store).trajectories]
+            ordered += sorted(trajs, key=lambda t: keys[t.trace_id])
     return ordered
 
 

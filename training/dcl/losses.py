@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .examples import Example
-from .model import DCLOutput
+from .model import DCLOutput, joint_logits
 
 
 @dataclass
@@ -22,7 +22,7 @@ class LossParts:
 
 def classification_loss(out: DCLOutput, ex: Example) -> Tensor:
     """BCE over the run's agents, the mode bank, the pairs and faultiness, plus cross-entropy over
-    turns for the decisive step, each where its target is known."""
+    turns of the joint (agent, step) score for the decisive step, each where its target is known."""
     terms = []
     if ex.agent_target is not None:
         terms.append(F.binary_cross_entropy_with_logits(out.agent_logits, ex.agent_target))
@@ -30,8 +30,8 @@ def classification_loss(out: DCLOutput, ex: Example) -> Tensor:
         terms.append(F.binary_cross_entropy_with_logits(out.mode_logits, ex.mode_target))
     if ex.pair_target is not None:
         terms.append(F.binary_cross_entropy_with_logits(out.pair_logits, ex.pair_target))
-    if ex.step is not None:
-        terms.append(F.cross_entropy(out.step_logits.unsqueeze(0), torch.tensor([ex.step])))
+    if ex.step is not None:  # the (agent, step) pair as one answer, as it is decoded
+        terms.append(F.cross_entropy(joint_logits(out, ex.turn_agent).unsqueeze(0), torch.tensor([ex.step])))
     if ex.positive is not None:
         terms.append(F.binary_cross_entropy_with_logits(out.fault_logit, torch.tensor(float(not ex.positive))))
     return torch.stack(terms).sum() if terms else out.fault_logit.sum() * 0.0

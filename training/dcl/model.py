@@ -59,6 +59,12 @@ class DCLOutput:
     attention: Tensor  # [T]: multiple-instance attention weights
 
 
+def joint_logits(out: DCLOutput, turn_agent: Tensor) -> Tensor:
+    """[T] log-scores of (agent, step) as one answer: log p(step) + log p(agent acting at it),
+    with both distributions normalised over the run (turns, agents)."""
+    return out.step_logits.log_softmax(0) + out.agent_logits.log_softmax(0)[turn_agent]
+
+
 def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.Tanh(), nn.Linear(d_hidden, d_out))
 

@@ -7,12 +7,14 @@ import argparse
 import json
 import logging
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm import tqdm
 
 from aegis_probe.jsonl import read_jsonl
 from ..modes import MODE_IDS
@@ -39,7 +41,10 @@ class DCLConfig:
     hidden_size: int = field(default=256, metadata={"help": "width of the attribution head"})
     temperature: float = field(default=0.1, metadata={"help": "cosine temperature of the mode prototypes"})
     max_length: int = field(default=128, metadata={"help": "encoder tokens per turn"})
-    max_turns: int = field(default=64, metadata={"help": "turns kept per trajectory (the first ones)"})
+    max_turns: int = field(default=0, metadata={"help": "turns read per trajectory (0: all; else the first ones)"})
+    max_chunks: int = field(default=8, metadata={"help": "windows of max_length tokens read per turn (mean-pooled)"})
+    anonymise_agents: bool = field(default=True, metadata={"help": "replace agent names by 'agent k' (order of first "
+                                                                   "appearance) in everything the encoder reads"})
     train_encoder: bool = field(default=False, metadata={"help": "fine-tune the encoder (else frozen, cached)"})
     classification_weight: float = field(default=1.0, metadata={"help": "weight of the BCE/CE label losses"})
     contrastive_weight: float = field(default=0.5, metadata={"help": "weight of clean-vs-faulty ranking within a group"})
@@ -98,13 +103,15 @@ def _batches(groups: list[list[Example]], cfg: DCLConfig, epoch: int) -> list[li
 
 
 def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: str | None = None,
-        resume: bool = False) -> DCLAttributor:
-    """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at the top)."""
+        resume: bool = False, progress: bool = True) -> DCLAttributor:
+    """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at
+    the top); a progress bar on stderr unless ``progress`` is false."""
     out = Path(out)
     torch.manual_seed(cfg.seed)
+    modes_known = any(r.get("label_modes") for r in rows)
     model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
-                          cfg.train_encoder, cfg.threshold)
-    examples = [model.example(r) for r in rows]
+                          cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known)
+    examples = [model.example(r, modes_known) for r in rows]
     groups: dict[str, list[Example]] = {}
     for ex in examples:
         groups.setdefault(ex.group, []).append(ex)
@@ -116,32 +123,44 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
-    model.precompute([t for ex in examples for t in ex.turn_texts] + [a for ex in examples for a in ex.agents])
+    model.precompute([t for ex in examples for t in ex.turn_texts] + [a for ex in examples for a in ex.agent_texts],
+                     progress=progress)
     log.write({"event": "start", "rows": len(examples), "groups": len(group_list), "config": asdict(cfg)})
     weights = (cfg.classification_weight, cfg.contrastive_weight, cfg.hierarchy_weight)
     model.train()
-    for epoch in range(state["epoch"], cfg.epochs):
-        totals = torch.zeros(4)
-        batches = _batches(group_list, cfg, epoch)
-        for batch in batches:
-            outs = [model(ex) for ex in batch]
-            parts = dcl_losses(outs, batch)
-            terms = (parts.classification, parts.contrastive, parts.hierarchy)
-            loss = sum(w * t for w, t in zip(weights, terms))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            state["global_step"] += 1
-            totals += torch.tensor([loss.item(), *(t.item() for t in terms)])
-            if state["global_step"] % cfg.logging_steps == 0:
-                log.write({"step": state["global_step"], "epoch": epoch, "loss": loss.item()})
-        mean = (totals / max(len(batches), 1)).tolist()
-        state["epoch"] = epoch + 1
-        log.write({"step": state["global_step"], "epoch": epoch + 1, "loss": mean[0], "classification": mean[1],
-                   "contrastive": mean[2], "hierarchy": mean[3]})
-        save_checkpoint(model, opt, out / f"checkpoint-{state['global_step']}", state)
-        for old in checkpoints(out)[:-cfg.save_total_limit]:
-            shutil.rmtree(old)
+    bar = tqdm(total=cfg.epochs, initial=state["epoch"], desc="DCL epochs", unit="epoch", file=sys.stderr,
+               disable=not progress)
+    threads = torch.get_num_threads()
+    if not cfg.train_encoder:  # the head's ops are tiny: extra threads only wait on each other (10x slower on busy cores)
+        torch.set_num_threads(1)
+    try:
+        for epoch in range(state["epoch"], cfg.epochs):
+            totals = torch.zeros(4)
+            batches = _batches(group_list, cfg, epoch)
+            for batch in batches:
+                outs = [model(ex) for ex in batch]
+                parts = dcl_losses(outs, batch)
+                terms = (parts.classification, parts.contrastive, parts.hierarchy)
+                loss = sum(w * t for w, t in zip(weights, terms))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                state["global_step"] += 1
+                totals += torch.tensor([loss.item(), *(t.item() for t in terms)])
+                if state["global_step"] % cfg.logging_steps == 0:
+                    log.write({"step": state["global_step"], "epoch": epoch, "loss": loss.item()})
+            mean = (totals / max(len(batches), 1)).tolist()
+            state["epoch"] = epoch + 1
+            log.write({"step": state["global_step"], "epoch": epoch + 1, "loss": mean[0], "classification": mean[1],
+                       "contrastive": mean[2], "hierarchy": mean[3]})
+            save_checkpoint(model, opt, out / f"checkpoint-{state['global_step']}", state)
+            for old in checkpoints(out)[:-cfg.save_total_limit]:
+                shutil.rmtree(old)
+            bar.update(1)
+            bar.set_postfix(loss=f"{mean[0]:.3f}")
+    finally:
+        torch.set_num_threads(threads)
+        bar.close()
     model.eval()
     model.save(out)
     log.write({"event": "done", **state})

@@ -1,0 +1,168 @@
+"""``benchmark``: out-of-domain evaluation of a DCL attributor beside the trivial floors.
+
+``python -m aegis_probe.train benchmark --train A [B ...] --test C [D ...]`` trains a DCL
+attributor on the training sets (or loads one with ``--model``), then scores it on each test set,
+which it never saw, next to floors fit on the training data (most frequent agent, most frequent
+agent present in the trace, most frequent step), a seeded random draw, the expected accuracy of a
+uniformly random acting agent and step, and the *oracle* majorities fit on the test set itself
+(in-sample, labelled as such). Every number has a percentile bootstrap 95% interval; "above every
+floor" means the model's interval lies entirely above each floor's. Nothing is selected on a test
+set: the configuration is fixed before any test set is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from aegis_probe.trajectory import Trajectory
+
+from .answers import Attribution, gold_attribution
+from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
+from .builders import build_dcl, row_id
+from .metrics import Metric, agent_accuracy, bootstrap_ci, step_accuracy
+
+METRICS: dict[str, Metric] = {
+    "agent": agent_accuracy,
+    "step": step_accuracy,
+    "step±1": lambda g, p: step_accuracy(g, p, 1),
+}
+MODEL = "DCL (trained on the training sets)"
+
+
+def load_sets(paths: Sequence[str], fmt: str = "auto") -> dict[str, list[Trajectory]]:
+    """Each path's trajectories (any import format), with the import summary on stderr."""
+    from .importers import load
+
+    sets = {}
+    for path in paths:
+        result = load(path, fmt)
+        print(f"{path}: {result.summary()}", file=sys.stderr)
+        if not result.trajectories:
+            raise ValueError(f"{path}: no trajectories imported")
+        sets[path] = result.trajectories
+    return sets
+
+
+def labelled(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """The trajectories with a gold agent or step (the failures an attributor is scored on)."""
+    return [t for t in trajs if (g := gold_attribution(t)).agent is not None or g.step is not None]
+
+
+def dcl_predictions(model: Any, trajs: Sequence[Trajectory], progress: bool = True) -> tuple[list[Attribution], list[int]]:
+    """The model's joint (agent, step) answer per trajectory, and how many turns it read of each."""
+    preds = model.predict_many(build_dcl(trajs), progress=progress)
+    answers = [Attribution(p["agent"], p["step"], [(p["agent"], p["top_pair"]["mode"])]) for p in preds]
+    return answers, [p["turns_read"] for p in preds]
+
+
+def _interval(metric: Metric, golds: Sequence[Attribution], preds: Sequence[Attribution | None],
+              n_resamples: int, seed: int) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(metric, golds, preds, n_resamples=n_resamples, seed=seed)
+    return {"value": metric(golds, preds), "ci95": [lo, hi]}
+
+
+def _expected(values: list[float], n_resamples: int, seed: int) -> dict[str, Any]:
+    mean: Callable[[Sequence[Any], Sequence[Any]], float] = lambda v, _: sum(v) / len(v) if v else 0.0  # noqa: E731
+    lo, hi = bootstrap_ci(mean, values, values, n_resamples=n_resamples, seed=seed)
+    return {"value": mean(values, values), "ci95": [lo, hi]}
+
+
+def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_preds: Sequence[Attribution],
+              turns_read: Sequence[int], *, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The model and every floor on ``test`` (labelled failures), with 95% intervals."""
+    golds = [gold_attribution(t) for t in test]
+    fitted = labelled(train)
+    systems: dict[str, list[Attribution | None]] = {
+        MODEL: list(model_preds),
+        "most frequent agent (fit on train)": [MostFrequentAgent(fitted)(t) for t in test],
+        "most frequent agent present (fit on train)": [MostFrequentAgent(fitted, present_only=True)(t) for t in test],
+        "most frequent step (fit on train)": [MostFrequentStep(fitted)(t) for t in test],
+        "random draw (seeded)": [RandomBaseline(seed)(t) for t in test],
+        "oracle: most frequent agent present (fit on this test set)": [MostFrequentAgent(test, present_only=True)(t) for t in test],
+        "oracle: most frequent step (fit on this test set)": [MostFrequentStep(test)(t) for t in test],
+    }
+    results = {name: {m: _interval(fn, golds, preds, n_resamples, seed) for m, fn in METRICS.items()}
+               for name, preds in systems.items()}
+    chance = [expected_random(t, g) for t, g in zip(test, golds)]
+    results["expected random (acting agent, step)"] = {
+        "agent": _expected([a for a, _ in chance], n_resamples, seed),
+        "step": _expected([s for _, s in chance], n_resamples, seed),
+    }
+    unreachable = sum(1 for g, n in zip(golds, turns_read) if g.step is not None and g.step >= n)
+    floors = [r for name, r in results.items() if name != MODEL]
+    above = {m: all(results[MODEL][m]["ci95"][0] > f[m]["ci95"][1] for f in floors if m in f) for m in ("agent", "step")}
+    steps = sorted(len(t.steps) for t in test)
+    return {"n": len(test), "steps_min_median_max": [steps[0], steps[len(steps) // 2], steps[-1]],
+            "unreachable_gold_steps": unreachable, "above_every_floor": above, "results": results}
+
+
+def table(part: dict[str, Any]) -> str:
+    """One test set's results as a Markdown table (percent, interval in brackets)."""
+    cell = lambda r: f"{100 * r['value']:.1f} [{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]" if r else "-"  # noqa: E731
+    lines = ["| attributor | " + " | ".join(f"{m} acc. [95% CI]" for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(r.get(m)) for m in METRICS) + " |" for name, r in part["results"].items()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .dcl.attributor import DCLAttributor
+    from .dcl.train import DCLConfig, fit
+
+    train_sets, test_sets = load_sets(args.train, args.format), load_sets(args.test, args.format)
+    train = [t for ts in train_sets.values() for t in ts]
+    seen = {row_id(t) for t in train}
+    for path, trajs in test_sets.items():
+        overlap = sum(row_id(t) in seen for t in trajs)
+        if overlap:
+            raise ValueError(f"{path}: {overlap} trajectories are also in the training sets; a test set must be unseen")
+    out = Path(args.out)
+    if args.model:
+        model = DCLAttributor.load(args.model)
+    else:
+        cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
+                        train_encoder=args.train_encoder)
+        model = fit(build_dcl(train), out / "model", cfg)
+    report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
+                              "model": str(args.model or out / "model"), "seed": args.seed, "tests": {}}
+    for path, trajs in test_sets.items():
+        test = labelled(trajs)
+        if not test:
+            raise ValueError(f"{path}: no labelled failures to score")
+        preds, turns_read = dcl_predictions(model, test)
+        part = score_set(train, test, preds, turns_read, n_resamples=args.bootstrap, seed=args.seed)
+        report["tests"][path] = part
+        lo, mid, hi = part["steps_min_median_max"]
+        print(f"\ntest {path}: {part['n']} labelled failures ({len(trajs) - part['n']} unlabelled left out), "
+              f"{lo}-{hi} steps (median {mid}); gold steps unreachable: {part['unreachable_gold_steps']}")
+        print(table(part))
+        verdict = ", ".join(f"{m}: {'yes' if ok else 'no'}" for m, ok in part["above_every_floor"].items())
+        print(f"above every floor (intervals do not overlap): {verdict}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "benchmark.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"\nwrote {out / 'benchmark.json'}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """The ``benchmark`` subcommand."""
+    from .importers import FORMATS
+
+    p = subparsers.add_parser("benchmark", help="train (or load) a DCL attributor and score it on unseen test sets "
+                                                "beside the floors", description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train", nargs="+", required=True, metavar="SOURCE", help="training sets (any import format)")
+    p.add_argument("--test", nargs="+", required=True, metavar="SOURCE", help="test sets, each scored on its own")
+    p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="input format (default: sniffed)")
+    p.add_argument("--model", help="a trained DCL directory to score instead of training one (floors still fit on --train)")
+    p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json)")
+    p.add_argument("--epochs", type=int, default=30, help="DCL training epochs")
+    p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")
+    p.add_argument("--train-encoder", action="store_true", help="fine-tune the encoder too (slow on CPU)")
+    p.set_defaults(func=run)
+    return p
