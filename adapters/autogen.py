@@ -71,6 +71,7 @@ from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import env_flag
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
+from aegis_probe.messages import content_text
 from aegis_probe.spans import (
     Actor,
     ChatMessage,
@@ -103,12 +104,6 @@ _MODULE_PREFIXES = ("autogen_core", "autogen_agentchat", "autogen_ext")
 
 
 # -- neutral messages ----------------------------------------------------------------------------
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(c if isinstance(c, str) else f"[{type(c).__name__}]" for c in content)
-
-
 def _calls(calls: Sequence[FunctionCall]) -> list[dict[str, Any]]:
     return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
 
@@ -118,7 +113,7 @@ def _system(m: SystemMessage) -> list[dict[str, Any]]:
 
 
 def _user(m: UserMessage) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": _text(m.content), "name": m.source}]
+    return [{"role": "user", "content": content_text(m.content), "name": m.source}]
 
 
 def _assistant(m: AssistantMessage) -> list[dict[str, Any]]:

@@ -31,9 +31,11 @@ agent's run) stays open until the app has consumed the stream, the step current 
 response is produced; the step's output is the whole streamed text. ``ModelManager.run/arun`` then
 return a chunk stream, traced by :func:`~aegis_probe.interception.call_llm_chunks` (content, tool
 calls, usage of the last chunk, finish reason); replayed and injected responses reach camel as
-chunks too. Not covered: tools camel runs while streaming (``_execute_tool_from_stream_data``, in
-a thread pool) get no ``execute_tool`` span, and structured output (``response_format``) streams
-get a ``chat`` span without content; a streaming step whose response is never consumed never ends.
+chunks too. Tools camel runs while streaming: ``_execute_tool_from_stream_data`` (in the pool
+threads of ``_execute_tools_sync_with_status_accumulator``, which hands them the step like
+``step_timeout`` does) and ``_aexecute_tool_from_stream_data``. Not covered: structured output
+(``response_format``) streams get a ``chat`` span without content; a streaming step whose response
+is never consumed never ends.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from weakref import WeakKeyDictionary, WeakSet
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
+from aegis_probe.messages import content_text
 from aegis_probe.spans import (
     ChatMessage,
     RunScope,
@@ -71,18 +74,18 @@ TASK_DONE = "CAMEL_TASK_DONE"  # RolePlaying's convention for "the user agent is
 _TOOL_FAILED = "Tool execution failed"  # how ChatAgent reports a tool error as its result
 
 
-def _text(content: Any) -> str:
-    """Text of an OpenAI message content (a string or a list of parts)."""
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
+def _tool_failed(result: Any) -> bool:
+    """Whether a tool call's result is camel's report of its error (``{"error": ...}`` when streaming)."""
+    if isinstance(result, str):
+        return result.startswith(_TOOL_FAILED)
+    return isinstance(result, dict) and list(result) == ["error"]
 
 
 def _message(msg: Any, role: str) -> dict[str, Any]:
     """A neutral message from a camel ``BaseMessage`` (or a plain string)."""
     if isinstance(msg, str):
         return {"role": role, "content": msg}
-    out = {"role": role, "content": _text(getattr(msg, "content", None))}
+    out = {"role": role, "content": content_text(getattr(msg, "content", None))}
     if getattr(msg, "role_name", None):
         out["name"] = msg.role_name
     return out
@@ -126,7 +129,7 @@ class CamelCodec:
         for m in self._messages(args, kwargs):  # the whole history, every call: kept lean
             content = m.get("content")
             msg: dict[str, Any] = {"role": m.get("role", "user"),
-                                   "content": content if type(content) is str else _text(content)}
+                                   "content": content if type(content) is str else content_text(content)}
             name, call_id, calls = m.get("name"), m.get("tool_call_id"), m.get("tool_calls")
             if name:
                 msg["name"] = name
@@ -274,7 +277,7 @@ class _StreamedOutput:
     def add(self, response: Any) -> None:
         self.last = response
         if not self.accumulate:
-            self.pieces.extend(_text(m.content) for m in response.msgs)
+            self.pieces.extend(content_text(m.content) for m in response.msgs)
 
     @property
     def msgs(self) -> list[Any]:
@@ -360,6 +363,9 @@ class CamelAdapter(Adapter):
         patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread, enabled=self._handoff.__len__)
         patcher.wrap(ChatAgent, "_execute_tool", self._tool)
         patcher.wrap(ChatAgent, "_aexecute_tool", self._atool)
+        patcher.wrap(ChatAgent, "_execute_tools_sync_with_status_accumulator", self._stream_tools)
+        patcher.wrap(ChatAgent, "_execute_tool_from_stream_data", self._stream_tool)
+        patcher.wrap(ChatAgent, "_aexecute_tool_from_stream_data", self._astream_tool)
         patcher.wrap(ModelManager, "run", self._llm)
         patcher.wrap(ModelManager, "arun", self._allm)
         self._streaming = (StreamingChatAgentResponse, AsyncStreamingChatAgentResponse)
@@ -427,8 +433,8 @@ class CamelAdapter(Adapter):
         try:
             assistant, user = result
             if assistant.msgs:
-                run.answer = _text(assistant.msgs[-1].content)
-            said_done = any(TASK_DONE in _text(m.content) for m in user.msgs or ())
+                run.answer = content_text(assistant.msgs[-1].content)
+            said_done = any(TASK_DONE in content_text(m.content) for m in user.msgs or ())
             if assistant.terminated or user.terminated or said_done:
                 self._sessions.pop(society, None)
                 run.finish()
@@ -528,7 +534,7 @@ class CamelAdapter(Adapter):
         try:
             message = kwargs["input_message"] if "input_message" in kwargs else args[0]
             if lone:
-                task = _text(getattr(message, "content", message))
+                task = content_text(getattr(message, "content", message))
                 own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
             with attached(own_run):
@@ -630,7 +636,7 @@ class CamelAdapter(Adapter):
     def _tool_finisher(scope: Any) -> Callable[[Any], None]:
         def finish(record: Any) -> None:
             result = getattr(record, "result", None)
-            scope.finish(result, is_error=isinstance(result, str) and result.startswith(_TOOL_FAILED))
+            scope.finish(result, is_error=_tool_failed(result))
 
         return finish
 
@@ -642,6 +648,45 @@ class CamelAdapter(Adapter):
 
     async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")
+
+    # -- tools camel runs while streaming (sync: in pool threads, from a generator) --------
+    def _stream_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_execute_tools_sync_with_status_accumulator``: hand the step over to its pool threads."""
+        step = current_step()
+        if step is None:
+            return wrapped(*args, **kwargs)
+        return self._handing_over(instance, step, wrapped(*args, **kwargs))
+
+    def _handing_over(self, agent: Any, step: StepScope, items: Iterator[Any]) -> Iterator[Any]:
+        with self._handed_over(agent, step):  # a table entry, not a context: fine across yields
+            yield from items
+
+    def _open_stream_tool(self, args: tuple, kwargs: dict) -> Any:
+        probe = self._ambient_probe()
+        if probe is None:
+            return None
+        try:
+            data = kwargs["tool_call_data"] if "tool_call_data" in kwargs else args[0]
+            function = data["function"]
+            return start_tool(probe, function["name"], call_id=data.get("id"), arguments=function.get("arguments"))
+        except Exception:
+            log_hook_error("camel tool start")
+            return None
+
+    def _stream_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_execute_tool_from_stream_data`` in a pool thread: a tool span in the step handed over."""
+        with attached(self._handoff.get(id(instance))):
+            scope = self._open_stream_tool(args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")
+
+    async def _astream_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_aexecute_tool_from_stream_data`` (a task that copied the step's context)."""
+        scope = self._open_stream_tool(args, kwargs)
         if scope is None:
             return await wrapped(*args, **kwargs)
         return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "camel tool")

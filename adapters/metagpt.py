@@ -49,6 +49,7 @@ from metagpt.team import Team
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm
+from aegis_probe.messages import content_text
 from aegis_probe.spans import (
     ChatMessage,
     await_in_scope,
@@ -76,15 +77,8 @@ _PROVIDERS = {
 _AASK_PARAMS = ("msg", "system_msgs", "format_msgs", "images", "timeout", "stream")
 
 
-def _text(content: Any) -> str:
-    """Text of an OpenAI-style message content (a string or a list of parts)."""
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "" if content is None else str(content)
-
-
 def _neutral(message: dict[str, Any]) -> dict[str, Any]:
-    return {"role": message.get("role", "user"), "content": _text(message.get("content"))}
+    return {"role": message.get("role", "user"), "content": content_text(message.get("content"))}
 
 
 def _aask_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,31 @@ from typing import Any, Callable, Iterable, Mapping
 ChatMessage = Mapping[str, Any]
 
 
+def content_text(content: Any) -> str:
+    """The text of a framework message's content, for a neutral message's ``content``.
+
+    A string is kept as is and None is ``""``; a list of parts (OpenAI-style dicts, or a
+    framework's own objects) is joined with newlines: text parts by their text, any other part as
+    ``[its type]`` (an image, a file), so a non-text part is visible without its payload.
+    """
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if not isinstance(content, (list, tuple)):
+        return str(content)
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict):
+            kind = part.get("type", "text")
+            parts.append(str(part.get("text", "")) if kind == "text" else f"[{kind}]")
+        else:
+            parts.append(f"[{type(part).__name__}]")
+    return "\n".join(parts)
+
+
 class SharedMessage(dict):
     """A neutral message an adapter reuses across calls and never mutates (only ``str`` values).
 
