@@ -445,6 +445,11 @@ def test_streaming_agent_gets_the_same_chat_spans(entry, model_server, provider,
     assert len(chats) == 2 and all(parent_of(c, spans) is step for c in chats)
     assert [_chat_view(c) for c in chats] == [_chat_view(c) for c in op(plain_exporter.get_finished_spans(), sc.OP_CHAT)]
     assert chats[0].attributes[sc.RESPONSE_FINISH_REASONS] == ("tool_calls",)
+    (tool,) = op(spans, sc.OP_TOOL)  # run in a pool thread (step) or a task (astep) while streaming
+    (plain_tool,) = op(plain_exporter.get_finished_spans(), sc.OP_TOOL)
+    assert parent_of(tool, spans) is step and tool.attributes[sc.TOOL_CALL_RESULT] == EXPECTED
+    assert json.loads(tool.attributes[sc.TOOL_CALL_ARGUMENTS]) == json.loads(plain_tool.attributes[sc.TOOL_CALL_ARGUMENTS])
+    assert tool.attributes[sc.TOOL_CALL_ID] == json.loads(chats[0].attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["id"]
 
 
 def _astep_text(calc: Any) -> str:
@@ -494,3 +499,20 @@ def test_exact_replay_of_a_streaming_run(model_server, tmp_path):
     assert result.exact, result.divergence or result.error
     assert result.live_calls == 0 and result.replayed_calls == 2
     assert result.trajectory.steps[0].output == result.original.steps[0].output == answer
+
+
+def test_failing_tool_while_streaming_marks_its_span(model_server, provider, exporter):
+    from camel.toolkits import FunctionTool
+
+    def calculate(expression: str) -> str:  # noqa: ARG001 - same schema as the real tool
+        """Evaluate an arithmetic expression."""
+        raise ZeroDivisionError("no")
+
+    calc = streaming_calculator(model_server(tool_policy).base_url)
+    calc.remove_tool("calculate")
+    calc.add_tool(FunctionTool(calculate))
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    run_streaming(calc)
+    (tool,) = op(ours(exporter), sc.OP_TOOL)
+    assert tool.status.status_code.name == "ERROR"
+    assert "Error executing tool 'calculate'" in tool.attributes[sc.TOOL_CALL_RESULT]
