@@ -4,7 +4,8 @@ One file, inline CSS and JS, nothing fetched at view time. Every piece of trace 
 HTML-escaped. Steps are collapsed ``<details>`` elements with a filter bar (agent, text, flagged
 only), so traces of hundreds of steps stay usable. Steps are *flagged* when they are blamed (an
 ``aegis.attribution``/``aegis.blame`` event, or a labelled fault naming the step) or injected (an
-``aegis.injection`` event); flagged steps show their mode and evidence.
+``aegis.injection`` event); flagged steps show their mode and evidence, and every label is shown
+with its source. Content is redacted again before it is escaped.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from . import semconv as sc
+from .redact import redact_secrets
 from .report_assets import CSS, JS
 from .trajectory import Step, Trajectory
 
@@ -34,35 +36,66 @@ class Mark:
     """Why a step is flagged: blamed or injected, with the mode and the evidence given."""
 
     kind: str  # "blamed" | "injected"
-    source: str  # the event name, or "label"
+    source: str  # the event name and/or "label <source>"
     mode: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+#: Label sources whose faults were put there on purpose (the others found a fault after the fact).
+INJECTION_SOURCES = ("injection", "replay-injection")
+#: How blame searched (``aegis.blame`` events of older traces kept it under ``mode``): never a failure mode.
+SEARCH_MODES = ("scan", "bisect")
 
 
 def _short_key(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
+def _event_mark(event: dict[str, Any]) -> Mark | None:
+    name = event.get("name")
+    kind = "blamed" if name in BLAME_EVENTS else "injected" if name == sc.EVENT_INJECTION else None
+    if kind is None:
+        return None
+    attrs = {_short_key(k): v for k, v in (event.get("attributes") or {}).items()}
+    mode = attrs.pop("mode", None)
+    if name == sc.EVENT_BLAME and mode in SEARCH_MODES:
+        attrs["search"], mode = mode, None
+    return Mark(kind, str(name), None if mode is None else str(mode), attrs)
+
+
+def _label_source(source: str | None) -> str:
+    return f"label {source}" if source else "label"
+
+
 def step_marks(traj: Trajectory) -> dict[int, list[Mark]]:
-    """The marks of each flagged step, keyed by step index."""
+    """The marks of each flagged step, keyed by step index.
+
+    Each label source marks its steps (an injection's as injected, the others' as blamed); a
+    label that restates an event already marking the step (same kind and mode; each event once,
+    in order) is added to that mark's source instead of marking the step twice.
+    """
     marks: dict[int, list[Mark]] = {}
     for step in traj.steps:
         for event in step.events:
-            name = event.get("name")
-            kind = "blamed" if name in BLAME_EVENTS else "injected" if name == sc.EVENT_INJECTION else None
-            if kind is None:
-                continue
-            attrs = {_short_key(k): v for k, v in (event.get("attributes") or {}).items()}
-            mode = attrs.pop("mode", None)
-            marks.setdefault(step.index, []).append(Mark(kind, str(name), None if mode is None else str(mode), attrs))
+            mark = _event_mark(event)
+            if mark is not None:
+                marks.setdefault(step.index, []).append(mark)
+    from_events = {index: list(ms) for index, ms in marks.items()}
     by_span = {s.span_id: s.index for s in traj.steps if s.span_id}
     known = {s.index for s in traj.steps}
-    for fault in traj.labels.faults:
-        index = by_span.get(fault.span_id) if fault.span_id else fault.step
-        if index is None or index not in known:
-            continue
-        details = {k: v for k, v in fault.model_dump(include={"agent", "strategy", "reason"}).items() if v is not None}
-        marks.setdefault(index, []).append(Mark("blamed", "label", fault.mode, details))
+    for label in traj.labels.sets:
+        kind = "injected" if label.source in INJECTION_SOURCES else "blamed"
+        for fault in label.faults:
+            index = by_span.get(fault.span_id) if fault.span_id else fault.step
+            if index is None or index not in known:
+                continue
+            same = next((m for m in from_events.get(index, []) if m.kind == kind and fault.mode in (None, m.mode)), None)
+            if same is not None:  # each event restated by one label, in the order both were recorded
+                from_events[index].remove(same)
+                same.source += " + " + _label_source(label.source)
+                continue
+            details = {k: v for k, v in fault.model_dump(include={"agent", "strategy", "reason"}).items() if v is not None}
+            marks.setdefault(index, []).append(Mark(kind, _label_source(label.source), fault.mode, details))
     return marks
 
 
@@ -90,7 +123,8 @@ def trace_links(trace_id: str | None, *, jaeger_url: str | None = None, phoenix_
 
 # -- rendering helpers ---------------------------------------------------------------------------
 def _e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    """Trace content as HTML text: secrets redacted (a trace may come from elsewhere), then escaped."""
+    return escape(redact_secrets("" if value is None else str(value)), quote=True)
 
 
 def _block(text: str | None, cls: str = "") -> str:
@@ -226,13 +260,14 @@ def _summary_html(traj: Trajectory, marks: dict[int, list[Mark]], links: dict[st
     link_html = " ".join(f'<a class="ext" href="{_e(url)}" target="_blank" rel="noopener noreferrer">open in {_e(name)}</a>' for name, url in links.items())
     agents = " ".join(f'<span class="chip {agent_cls[a]}">{_e(a)}</span>' for a in traj.agents) or "-"
     faults = ""
-    if traj.labels.faults:
+    if any(label.faults for label in traj.labels.sets):
         rows = "".join(
-            f"<tr><td>{_e(f.agent)}</td><td>{_e(f.step)}</td><td>{_e(f.mode)}</td><td>{_e(f.strategy)}</td><td>{_e(f.reason)}</td></tr>"
-            for f in traj.labels.faults
+            f"<tr><td>{_e(label.source or '-')}</td><td>{_e(f.agent)}</td><td>{_e(f.step)}</td><td>{_e(f.mode)}</td>"
+            f"<td>{_e(f.strategy)}</td><td>{_e(f.reason)}</td></tr>"
+            for label in traj.labels.sets for f in label.faults
         )
-        faults = (f'<h3>Labelled faults{" (source " + _e(traj.labels.source) + ")" if traj.labels.source else ""}</h3>'
-                  f"<table><tr><th>agent</th><th>step</th><th>mode</th><th>strategy</th><th>reason</th></tr>{rows}</table>")
+        faults = ("<h3>Labelled faults</h3><table><tr><th>source</th><th>agent</th><th>step</th><th>mode</th>"
+                  f"<th>strategy</th><th>reason</th></tr>{rows}</table>")
     agent_of = {s.index: s.agent for s in traj.steps}
     flagged = "".join(
         f'<li><a href="#step-{i}">step #{i}</a> <span class="chip {agent_cls[agent_of[i]]}">{_e(agent_of[i])}</span> '

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from . import semconv as sc
 from .otlp_json import SpanRecord
@@ -94,12 +94,63 @@ class Fault(BaseModel):
     reason: str | None = None
 
 
+class LabelSet(BaseModel):
+    """The faults one source labelled: ``injection``, ``blame:scan``, ``attribution:<model>``, a dataset."""
+
+    source: str | None = None
+    faults: list[Fault] = Field(default_factory=list)
+
+
 class Labels(BaseModel):
-    """The label record shared by every source (injection, replay blame, public datasets)."""
+    """Every label of a run, by source; labels are append-only facts, none replaces another.
+
+    ``faults``/``source`` are the *primary* set: the first recorded one that is not a model's
+    attribution (for an injected run, the injection: the label by construction). Training reads
+    these; :meth:`of` gives any source's set, e.g. a blame finding next to an injection.
+    """
 
     faults: list[Fault] = Field(default_factory=list)
     source: str | None = None
     flags: list[str] = Field(default_factory=list, description="e.g. 'suspicious' labels")
+    sets: list[LabelSet] = Field(default_factory=list, description="every source's faults, first recorded first")
+
+    @model_validator(mode="after")
+    def _primary_is_a_set(self) -> "Labels":
+        if not self.sets and (self.faults or self.source):
+            self.sets = [LabelSet(source=self.source, faults=list(self.faults))]
+        return self
+
+    @classmethod
+    def from_sets(cls, sets: list[LabelSet]) -> "Labels":
+        primary = next((s for s in sets if not (s.source or "").startswith(ATTRIBUTION_SOURCE)), None)
+        if primary is None:
+            return cls(sets=sets)
+        return cls(faults=list(primary.faults), source=primary.source, sets=sets)
+
+    def of(self, source: str) -> list[Fault]:
+        """The faults labelled by ``source`` (``"blame"`` matches ``"blame:scan"`` and ``"blame:bisect"``)."""
+        return [f for s in self.sets if s.source == source or (s.source or "").startswith(source + ":") for f in s.faults]
+
+    @property
+    def sources(self) -> list[str | None]:
+        return [s.source for s in self.sets]
+
+
+#: Source prefix of a trained attributor's verdict (``attribution:<model>``): never the primary label.
+ATTRIBUTION_SOURCE = "attribution"
+
+
+def label_attributes(spans: Iterable[SpanRecord], source: str, faults: list[Fault]) -> dict[str, str]:
+    """Root-span attributes that add ``faults`` as ``source``'s label of a stored trace, append-only.
+
+    Each source has its own attribute, ``aegis.labels.<source>``; faults it recorded before are
+    kept (new ones appended), and no other source's label is touched.
+    """
+    root = _root(list(spans))
+    key = sc.LABELS_PREFIX + source
+    known = [Fault(**f) for f in json.loads(root.attributes[key])] if key in root.attributes else []
+    merged = known + [f for f in faults if f not in known]
+    return {key: json.dumps([f.model_dump() for f in merged], ensure_ascii=False)}
 
 
 class Trajectory(BaseModel):
@@ -159,9 +210,35 @@ def messages_from_json(raw: Any) -> list[Message]:
     return out
 
 
+def _root(spans: list[SpanRecord]) -> SpanRecord:
+    ids = {s.span_id for s in spans}
+    return next((s for s in spans if s.parent_span_id not in ids), spans[0])
+
+
+def _faults(raw: Any) -> list[Fault]:
+    return [Fault(**f) for f in (json.loads(raw) if isinstance(raw, str) else raw)]
+
+
+def _label_sets(attrs: dict[str, Any]) -> list[LabelSet]:
+    """Every source's label on a root span, in the order recorded: the run's own label
+    (``aegis.label.faults``/``.source``), each ``aegis.labels.<source>``, then an attributor's verdict."""
+    sets = []
+    if sc.LABEL_FAULTS in attrs:
+        sets.append(LabelSet(source=attrs.get(sc.LABEL_SOURCE), faults=_faults(attrs[sc.LABEL_FAULTS])))
+    sets += [LabelSet(source=key[len(sc.LABELS_PREFIX):], faults=_faults(value))
+             for key, value in attrs.items() if key.startswith(sc.LABELS_PREFIX)]
+    verdict = sc.ATTRIBUTION + "."
+    if verdict + "step" in attrs:
+        modes = attrs.get(verdict + "modes") or []
+        sets.append(LabelSet(source=f"{ATTRIBUTION_SOURCE}:{attrs.get(verdict + 'model') or 'model'}", faults=[Fault(
+            agent=attrs.get(verdict + "agent"), step=int(attrs[verdict + "step"]), mode=modes[0] if modes else None,
+            reason=f"agent score {attrs.get(verdict + 'agent_score')}, step score {attrs.get(verdict + 'step_score')}")]))
+    return sets
+
+
 def _build(spans: list[SpanRecord]) -> Trajectory:
     by_id = {s.span_id: s for s in spans}
-    root = next((s for s in spans if s.parent_span_id not in by_id), spans[0])
+    root = _root(spans)
     steps_by_span: dict[str, Step] = {}
     for s in spans:
         if s.attributes.get(sc.OPERATION) == sc.OP_AGENT and sc.STEP_INDEX in s.attributes:
@@ -222,7 +299,6 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
 
     steps = sorted(steps_by_span.values(), key=lambda st: st.index)
     attrs = root.attributes
-    faults = [Fault(**f) for f in json.loads(attrs[sc.LABEL_FAULTS])] if sc.LABEL_FAULTS in attrs else []
     return Trajectory(
         trace_id=root.trace_id,
         run_id=attrs.get(sc.RUN_ID),
@@ -236,7 +312,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
             answer=attrs.get(sc.OUTCOME_ANSWER),
             expected=attrs.get(sc.OUTCOME_EXPECTED),
         ),
-        labels=Labels(faults=faults, source=attrs.get(sc.LABEL_SOURCE)),
+        labels=Labels.from_sets(_label_sets(attrs)),
         error=(root.status_message or "error") if root.status == "ERROR" else None,
     )
 

@@ -16,7 +16,6 @@ by (step, corrected action), and a correction identical to the recorded action i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -25,7 +24,8 @@ from ..apps import AppSpec, Endpoint
 from ..executors import Executor
 from ..probe import Judge
 from ..store import TraceStore
-from ..trajectory import Fault, Trajectory
+from ..redact import redact_secrets
+from ..trajectory import Fault, Trajectory, label_attributes
 from .replayer import ReplayResult, replay
 
 #: ``fixer(trajectory, step_index) -> corrected action text`` (None: no correction to try).
@@ -177,11 +177,13 @@ def _write_label(store: TraceStore, original: Trajectory, report: BlameReport) -
     evidence = report.evidence
     fault = Fault(agent=report.agent, step=report.step, span_id=step.span_id,
                   reason=f"decisive error ({report.mode}): correcting step {report.step} flips the run to success")
-    store.amend(original.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([fault.model_dump()]),
-                                                      sc.LABEL_SOURCE: f"blame:{report.mode}"})
-    store.amend(original.trace_id or "", step.span_id, events=[{
+    trace_id = original.trace_id or ""
+    # Added next to the trace's other labels (an injection's, say), never over them.
+    store.amend(trace_id, attributes=label_attributes(store.trace(trace_id), f"blame:{report.mode}", [fault]))
+    store.amend(trace_id, step.span_id, events=[{
         "name": sc.EVENT_BLAME,
-        "time_ns": step.end_ns or 0,
-        "attributes": {"mode": report.mode, "correction": evidence.correction if evidence else "",
-                       "new_answer": (evidence.answer or "") if evidence else ""},
+        # (one event per search: events of a span are told apart by name and time)
+        "time_ns": (step.end_ns or 0) + sum(e.get("name") == sc.EVENT_BLAME for e in step.events),
+        "attributes": {"search": report.mode, "correction": redact_secrets(evidence.correction) if evidence else "",
+                       "new_answer": redact_secrets(evidence.answer or "") if evidence else ""},
     }])
