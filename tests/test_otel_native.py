@@ -445,3 +445,32 @@ def test_genai_metrics_from_a_run(provider):
     assert tokens == {"input": (4, 11 + 20 + 25 + 30), "output": (4, 3 + 7 + 9 + 2)}
     steps = {p.attributes[sc.AGENT_NAME]: p.value for p in points["aegis.agent.steps"]}
     assert steps == {"planner": 1, "coder": 2, "critic": 1}
+
+
+@pytest.mark.parametrize("framework", ["camel", "metagpt"])
+def test_instrumentor_traces_every_framework_like_instrument(framework, instrumentor, model_server, provider, exporter,
+                                                             tmp_path, monkeypatch):
+    """A CAMEL society and a MetaGPT company, never registered, traced as ``instrument(app)`` traces them."""
+    pytest.importorskip(framework)
+    monkeypatch.chdir(tmp_path)  # metagpt writes its workspace into the working directory
+    demo = importlib.import_module(f"aegis_probe.demos.{framework}")
+    server = model_server(demo.policy)
+
+    def run(register: bool) -> list[dict[str, Any]]:
+        app = demo.build_app(server.base_url, "aegis-scripted", "sk-test-not-a-secret-000000000")
+        probe = aegis_probe.instrument(app, tracer_provider=provider) if register else None
+        demo.run_app(app, demo.TASK)
+        if probe is not None:
+            probe.uninstrument()
+        spans = _sdk_spans(exporter.get_finished_spans())
+        exporter.clear()
+        return spans
+
+    registered = run(register=True)
+    (root,) = [s for s in registered if s["parent_id"] is None]
+    instrumentor.instrument(tracer_provider=provider)
+    auto = run(register=False)
+    auto_roots = [s for s in auto if s["parent_id"] is None and s["name"] == root["name"]]
+    assert len(auto_roots) == 1, sorted(s["name"] for s in auto if s["parent_id"] is None)
+    in_trace = [s for s in auto if s["trace_id"] == auto_roots[0]["trace_id"]]
+    assert _tree(in_trace) == _tree([s for s in registered if s["trace_id"] == root["trace_id"]])
