@@ -13,11 +13,10 @@ from aegis_probe.injection.campaign import load_tasks, read_records, run_campaig
 from aegis_probe.trajectory import Trajectory
 
 from ..builders import group_key
-from ..data import REPO_ROOT
+from ..data import examples_dir
 from ..importers.otlp import load_otlp
 from ..quiet import polled_progress, stderr_to
 
-EXAMPLES = REPO_ROOT / "examples"
 # (app, tasks file) under examples/: run offline against each app's scripted model on the embedded server
 APPS: tuple[tuple[str, str], ...] = (
     ("injection/autogen_math.py", "injection/math_tasks.jsonl"),
@@ -39,11 +38,11 @@ def campaign(out: str | Path, plans_per_run: int, seed: int, apps: Sequence[tupl
     with stderr_to(Path(out) / "campaign.log") as terminal:
         for i, (app, tasks) in enumerate(apps):
             directory = Path(out) / Path(app).stem
-            total = len(load_tasks(EXAMPLES / tasks)) * (1 + plans_per_run)
+            total = len(load_tasks(examples_dir() / tasks)) * (1 + plans_per_run)
             bar = (polled_progress(lambda d=directory: len(read_records(d)), total, f"injection {Path(app).stem}", terminal)
                    if progress else nullcontext())
             with bar:
-                run_campaign(f"{EXAMPLES / app}:build_app", EXAMPLES / tasks, directory,
+                run_campaign(f"{examples_dir() / app}:build_app", examples_dir() / tasks, directory,
                              plans_per_run=plans_per_run, seed=seed + i, progress=False)
             keys = {rec["trace_id"]: key for key, rec in read_records(directory).items() if "trace_id" in rec}
             trajs = [t for store in ("traces", "baselines") for t in load_otlp(directory / store).trajectories]

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans-per-run", type=int, default=24, help="injection plans per successful baseline (0: none)")
     args = p.parse_args(argv)
 
-    ww_train, ww_test = split_traces(load(whowhen_dir()).trajectories, args.test_fraction, args.seed)
+    ww_train, ww_test = split_traces(load(whowhen_dir(must_exist=True)).trajectories, args.test_fraction, args.seed)
     injected = campaign(Path(args.out, "injection"), args.plans_per_run, args.seed) if args.plans_per_run else []
     inj_train, inj_held = split_by_group(injected, args.test_fraction, args.seed)
     inj_test = [t for t in inj_held if not is_positive(t)]  # the held-out failures; their baselines stay unused
@@ -109,4 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, ValueError) as exc:  # missing data, bad records: one line, no traceback
+        sys.exit(f"error: {exc}")
