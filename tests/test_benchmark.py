@@ -1,0 +1,177 @@
+"""Honest attribution evaluation: one answer per trace, floors fit on training data, the
+``benchmark`` command on unseen systems, DCL reading whole traces without agent names, the
+long-horizon example team, and quiet long jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from aegis_probe.trajectory import Fault, Labels, Step, Trajectory
+from aegis_probe.train import metrics
+from aegis_probe.train.answers import Attribution, gold_attribution
+from aegis_probe.train.baselines import MostFrequentStep, RandomBaseline, acting_agents, expected_random
+
+pytestmark = pytest.mark.train
+REPO = Path(__file__).resolve().parent.parent
+CLEAN = ["I checked the numbers and they match the source.", "The value was copied exactly as reported.",
+         "Everything is consistent with the previous step.", "I passed the result on unchanged."]
+BROKEN = "I changed the reported value from 41 to 14 without any reason and passed it on as correct."
+
+
+def traj(steps, faults=(), rid="t"):
+    return Trajectory(run_id=rid, task="Report the value.", steps=[Step(index=i, agent=a, output=o) for i, (a, o) in enumerate(steps)],
+                      labels=Labels(faults=list(faults), source="test"))
+
+
+def system_runs(names: list[str], n: int, prefix: str, seed: int, turns: int = 8) -> list[Trajectory]:
+    """Runs of one 'system' (its own agent names) where one turn, anywhere, corrupts the value."""
+    rng = random.Random(seed)
+    runs = []
+    for i in range(n):
+        bad = rng.randrange(turns)
+        steps = [(names[k % len(names)], BROKEN if k == bad else rng.choice(CLEAN)) for k in range(turns)]
+        runs.append(traj(steps, [Fault(agent=steps[bad][0], step=bad)], rid=f"{prefix}-{i}"))
+    return runs
+
+
+def write_trajs(path: Path, trajs: list[Trajectory]) -> Path:
+    from aegis_probe.train.importers.native import write
+
+    return write(trajs, path)
+
+
+# ---------------------------------------------------------------- eval: one answer, floors
+
+def test_every_metric_scores_one_answer_per_trace():
+    golds = [Attribution("A", 1, [("A", "FM-1.1")]), Attribution("B", 2, [("B", None)])]
+    # the pairs name other agents than the answer: agent F1 must still judge the answer's agent
+    preds = [Attribution("A", 1, [("B", "FM-2.6"), ("A", "FM-1.1"), ("C", None)]), Attribution("C", 0, [("B", None)])]
+    report = metrics.evaluate(golds, preds, n_resamples=20)
+    assert report["agent_accuracy"] == 0.5
+    assert report["agent_f1"]["micro_f1"] == pytest.approx(0.5)
+    assert report["pair_f1"]["micro_precision"] == pytest.approx(0.5)  # (A, FM-1.1) right, (C, None) wrong
+    assert metrics.one_answer(Attribution(None, 3, [("X", "FM-3.1")])) == Attribution("X", 3, [("X", "FM-3.1")])
+
+
+def test_random_pool_is_the_acting_agents_and_floors_fit_on_training():
+    t = traj([("user", "task"), ("Planner", "plan"), ("human", "ok"), ("Coder", "code")], [Fault(agent="Coder", step=3)])
+    assert acting_agents(t) == ["Planner", "Coder"]
+    assert {RandomBaseline(s)(t).agent for s in range(30)} == {"Planner", "Coder"}
+    assert expected_random(t, gold_attribution(t)) == (0.5, 0.25)
+    train = [traj([("P", "x"), ("Q", "y"), ("R", "z")], [Fault(agent="Q", step=1)], rid=str(i)) for i in range(3)]
+    pred = MostFrequentStep(train)(traj([("A", "1"), ("B", "2")]))
+    assert (pred.agent, pred.step) == ("B", 1)
+    assert MostFrequentStep(train)(traj([("A", "1")])).step == 0  # clipped to the trace
+
+
+def test_eval_fit_on_labels_oracle_and_judges_need_an_endpoint(tmp_path, capsys):
+    from aegis_probe.train.cli import main
+
+    train = write_trajs(tmp_path / "train.jsonl", system_runs(["x", "y"], 6, "tr", 1))
+    test = write_trajs(tmp_path / "test.jsonl", system_runs(["x", "y"], 6, "te", 2))
+    assert main(["eval", str(test), "--method", "majority", "--fit-on", str(train), "--out-dir", str(tmp_path / "a"),
+                 "--bootstrap", "10"]) == 0
+    assert f"most frequent agent (fit on {train})" in capsys.readouterr().out
+    assert main(["eval", str(test), "--method", "majority-step", "--out-dir", str(tmp_path / "b"), "--bootstrap", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "most frequent step (oracle: fit on the evaluation set)" in out and "gold steps unreachable (trace cut)" in out
+    env = {k: os.environ.pop(k) for k in ("OPENAI_BASE_URL",) if k in os.environ}
+    try:
+        assert main(["eval", str(test), "--method", "all-at-once", "--out-dir", str(tmp_path / "c")]) == 2
+    finally:
+        os.environ.update(env)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "needs an OpenAI-compatible endpoint: give --base-url" in err[-1] and not any("Traceback" in e for e in err)
+
+
+# ---------------------------------------------------------------- DCL: whole traces, no names
+
+def test_dcl_example_reads_every_turn_and_hides_agent_names():
+    from aegis_probe.train.dcl.examples import example_from_row
+
+    row = {"id": "r", "turns": [{"agent": ["Web_Surfer", "Coder"][i % 2], "text": f"turn {i}; ask Web Surfer and Coder"}
+                                for i in range(150)],
+           "label_agents": ["Coder"], "label_modes": [], "label_step": 141, "positive": False}
+    ex = example_from_row(row, ["FM-1.1"], anonymise_agents=True)
+    assert len(ex.turn_texts) == 150 and ex.step == 141 and ex.n_turns == 150
+    assert ex.agent_texts == ["agent 1", "agent 2"] and ex.agents == ["Web_Surfer", "Coder"]
+    assert ex.turn_texts[1] == "agent 2: turn 1; ask agent 1 and agent 2"
+    assert not any("Coder" in t or "Surfer" in t for t in ex.turn_texts)
+    assert ex.mode_target is None  # no mode label: the mode head does not learn from this row
+    cut = example_from_row(row, ["FM-1.1"], max_turns=64)
+    assert cut.step is None and cut.n_turns == 150
+
+
+def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
+    """Trained on one system, scored on another with other agent names and longer runs: DCL reads
+    the turns (the corrupting one), decodes agent and step as one answer, beats every floor."""
+    from aegis_probe.train.cli import main
+
+    train = write_trajs(tmp_path / "train.jsonl", system_runs(["alpha", "beta", "gamma"], 24, "a", 0))
+    test = write_trajs(tmp_path / "test.jsonl", system_runs(["Planner", "Coder", "Checker", "Writer"], 16, "b", 1, turns=12))
+    out = tmp_path / "bench"
+    assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(out), "--epochs", "12",
+                 "--bootstrap", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert "| DCL (trained on the training sets) |" in printed and "oracle: most frequent agent present" in printed
+    part = json.loads((out / "benchmark.json").read_text())["tests"][str(test)]
+    dcl = part["results"]["DCL (trained on the training sets)"]
+    assert part["n"] == 16 and part["unreachable_gold_steps"] == 0
+    assert dcl["step"]["value"] >= 0.8 and dcl["agent"]["value"] >= dcl["step"]["value"]
+    assert part["results"]["most frequent agent (fit on train)"]["agent"]["value"] == 0.0  # names never seen
+    assert part["above_every_floor"] == {"agent": True, "step": True}
+    from aegis_probe.train.dcl.attributor import DCLAttributor
+
+    pred = DCLAttributor.load(out / "model").predict({"id": "x", "turns": [{"agent": "P", "text": CLEAN[0]},
+                                                                           {"agent": "Q", "text": BROKEN}]})
+    assert pred["step_agent"] == pred["agent"] and pred["modes"] == [] and pred["top_pair"]["mode"] is None
+    assert main(["benchmark", "--train", str(train), "--test", str(train), "--model", str(out / "model"),
+                 "--out", str(tmp_path / "again")]) == 2  # a test set must be unseen
+    assert "also in the training sets" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the long-horizon team
+
+@pytest.mark.autogen
+def test_longhorizon_team_runs_long_and_a_late_fault_misleads_it(tmp_path):
+    pytest.importorskip("autogen_agentchat")
+    from aegis_probe.apps import AppSpec, Endpoint
+    from aegis_probe.injection.campaign import Campaign, load_tasks
+    from aegis_probe.injection.plan import InjectionPlan
+    from aegis_probe.modelserver import ModelServer
+
+    spec = AppSpec.load(f"{REPO / 'examples/longhorizon/team.py'}:build_app")
+    task = next(t for t in load_tasks(REPO / "examples/longhorizon/tasks.jsonl") if t["id"].endswith("density-3"))
+    campaign = Campaign(spec, [task], tmp_path, progress=False)
+
+    with ModelServer(spec.policy) as server:
+        endpoint = Endpoint(server.base_url, "scripted", "none")
+        clean = campaign.execute(endpoint, task, None)
+        steps = clean.trajectory.steps
+        assert clean.success and len(steps) >= 15
+        assert {s.agent for s in steps} == {"orchestrator", "web_search", "coder"}
+        assert {"execute_tool search", "execute_tool run_python"} <= {r.name for r in clean.records}
+        late = [s.index for s in steps if s.agent == "web_search"][-1]  # the last search, deep in the run
+        faulty = campaign.execute(endpoint, task, InjectionPlan.single("web_search", "FM-2.6", step=late))
+    assert not faulty.success and faulty.applied[0]["step"] == late
+
+
+# ---------------------------------------------------------------- quiet long jobs
+
+def test_stderr_goes_to_the_log_while_progress_stays(tmp_path, capfd):
+    from aegis_probe.train.quiet import stderr_to
+
+    with stderr_to(tmp_path / "log.txt") as terminal:
+        print("framework chatter", file=sys.stderr)
+        os.write(2, b"fd-level traceback\n")
+        terminal.write("progress 1/1\n")
+    print("after", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "progress 1/1" in err and "after" in err and "chatter" not in err and "fd-level" not in err
+    assert (tmp_path / "log.txt").read_text() == "framework chatter\nfd-level traceback\n"
