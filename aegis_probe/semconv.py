@@ -7,6 +7,7 @@ Every ``aegis.*`` name is aegis-probe's own and listed in docs/otel.md.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -137,7 +138,11 @@ def provider_name(base_url: Any, default: str) -> str:
     """``gen_ai.provider.name`` of a client whose endpoint is ``base_url``: the well-known provider
     serving that host, else ``default`` (the API the client speaks, e.g. ``openai`` for any
     OpenAI-compatible server)."""
-    host = (urlsplit(str(base_url)).hostname or "") if base_url else ""
+    return _provider(_endpoint(str(base_url))[0] if base_url else "", default)
+
+
+@lru_cache(maxsize=256)
+def _provider(host: str, default: str) -> str:
     return next((name for suffix, name in _PROVIDER_HOSTS if host == suffix or host.endswith("." + suffix)), default)
 
 
@@ -145,14 +150,21 @@ def server_attributes(base_url: Any) -> dict[str, Any]:
     """``server.address`` and ``server.port`` of an endpoint URL (the scheme's port when none is given)."""
     if not base_url:
         return {}
-    parts = urlsplit(str(base_url))
-    if not parts.hostname:
+    host, port = _endpoint(str(base_url))
+    if not host:
         return {}
+    return {SERVER_ADDRESS: host, **({SERVER_PORT: port} if port else {})}
+
+
+@lru_cache(maxsize=256)
+def _endpoint(base_url: str) -> tuple[str, int | None]:
+    """(host, port) of an endpoint URL, parsed once per URL: every model call asks."""
+    parts = urlsplit(base_url)
     try:
         port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
     except ValueError:  # a malformed port
         port = None
-    return {SERVER_ADDRESS: parts.hostname, **({SERVER_PORT: port} if port else {})}
+    return parts.hostname or "", port
 
 
 def request_attributes(params: Mapping[str, Any]) -> dict[str, Any]:
