@@ -2,9 +2,10 @@
 
 ``StoreSpanProcessor.on_end`` only appends the span to a bounded queue (a full queue drops the
 span and counts it: :attr:`StoreSpanProcessor.dropped_spans`, logged). One writer thread per
-process converts each span as it arrives, shortens long attributes that repeat an earlier span's
-(:mod:`.store_delta`), and appends a trace as one line when its root span has been taken.
-Crash safety is as before: a ``kill -9`` loses at most the traces still in flight.
+process, woken when a trace's root span ends (or every ``WAKE_BATCH`` spans), encodes the spans,
+shortens long attributes that repeat an earlier span's (:mod:`.store_delta`), and appends a
+trace as one line when its root span has been taken. Crash safety is as before: a ``kill -9``
+loses at most the traces still in flight.
 
 Readers in this process see every finished run: :func:`flush_writers` (called by every store
 read) waits until the queue is written. At exit the queue is written within ``EXIT_FLUSH_S``.
@@ -34,6 +35,9 @@ logger = logging.getLogger("aegis_probe.store")
 
 #: Spans waiting for the writer, per process, before new ones are dropped.
 MAX_QUEUE = 8192
+#: The writer is woken when a trace's root span ends, or when this many spans wait: waking it
+#: for every span would cost a thread switch per span.
+WAKE_BATCH = 256
 #: Seconds a flush (before a read, at exit) waits for the writer.
 FLUSH_TIMEOUT_S = 10.0
 EXIT_FLUSH_S = 5.0
@@ -65,15 +69,17 @@ class SpanWriter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def submit(self, processor: "StoreSpanProcessor", span: ReadableSpan) -> bool:
-        """Queue ``span`` (app thread; O(1), never blocks). False when the queue is full."""
-        if len(self._items) >= self.max_queue:
+    def submit(self, processor: "StoreSpanProcessor", span: ReadableSpan, wake: bool) -> bool:
+        """Queue ``span`` (app thread; O(1), never blocks) and wake the writer if ``wake`` or
+        enough spans wait. False when the queue is full."""
+        items = self._items
+        if len(items) >= self.max_queue:
             return False
         if self._thread is None:
             self._start(processor)
-        self._items.append((processor, span))
-        if not self._wake.is_set():  # after the append: the writer clears before it drains
-            self._wake.set()
+        items.append((processor, span))
+        if (wake or len(items) >= WAKE_BATCH) and not self._wake.is_set():  # after the append:
+            self._wake.set()  # the writer clears the event before it drains
         return True
 
     def _start(self, processor: "StoreSpanProcessor") -> None:
@@ -189,7 +195,7 @@ class StoreSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if self._closed:  # after shutdown: write it alone, at once, on this thread
             self._write([_encoded(SpanRecord.from_readable(span))])
-        elif not self.writer.submit(self, span):
+        elif not self.writer.submit(self, span, span.parent is None or span.parent.is_remote):
             self._dropped()
 
     def _dropped(self) -> None:

@@ -1,0 +1,93 @@
+"""How the default configuration's cost grows with a run's length (content capture on).
+
+Every prompt of these apps repeats the conversation so far, so a tracer that encodes or stores
+each prompt whole does work that grows with the square of the run's length. For each framework
+and length (10, 50, 200, 1000 agent steps by default), ``uninstrumented`` and ``default``
+(``instrument(app)``: the embedded store, content on, timed until the trace is written) run
+interleaved ``--repeats`` times; the table gives per agent step:
+
+- ``overhead us``: (default - uninstrumented) process CPU time / steps, median [p25-p75] over
+  repeats: flat when aegis's cost is linear in the run's length;
+- ``store B``: bytes the store wrote for the run / steps;
+- ``peak kB``: the largest amount of memory Python held during the run (``tracemalloc``, one
+  extra run each, not timed), default minus uninstrumented, / steps.
+
+Run: ``python benchmarks/scaling.py [--framework F] [--steps 10 50 200 1000] [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import aegis_probe
+from _harness import elapsed, spread, start
+from apps import APPS, App
+
+
+def run_once(app: App, steps: int, store: Path | None) -> tuple[float, int]:
+    """Process CPU seconds of one run (``store``: the default configuration writing there) and
+    the bytes the store gained."""
+    target = app.build(steps)
+    probe: Any = aegis_probe.instrument(target, store=str(store)) if store is not None else None
+    before = probe.store.file.stat().st_size if probe and probe.store.file.exists() else 0
+    try:
+        begin = start()
+        app.play(target, probe, steps)
+        if probe is not None:
+            assert probe.store.flush()
+        seconds = elapsed(begin)["cpu"]
+    finally:
+        if probe is not None:
+            probe.uninstrument()
+    return seconds, (probe.store.file.stat().st_size - before) if probe else 0
+
+
+def peak_bytes(app: App, steps: int, store: Path | None) -> int:
+    """The peak of memory traced by ``tracemalloc`` during one run."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        run_once(app, steps, store)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=tuple(APPS), action="append")
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 50, 200, 1000])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    store = Path(tempfile.mkdtemp(prefix="aegis-scaling-"))
+    try:
+        print(f"Default configuration (store on, content on) by run length, {args.repeats} interleaved repeats, "
+              "per agent step; overhead = process CPU, median [p25-p75]")
+        print(f"{'framework':<10}{'steps':>6}{'base us':>10}{'overhead us':>24}{'store B':>10}{'peak kB':>10}")
+        for name in args.framework or list(APPS):
+            app = APPS[name]()
+            run_once(app, 10, store)  # warm-up: imports and first-call costs
+            run_once(app, 10, None)
+            for steps in args.steps:
+                base, default, sizes = [], [], []
+                for _ in range(args.repeats):
+                    base.append(run_once(app, steps, None)[0])
+                    seconds, size = run_once(app, steps, store)
+                    default.append(seconds)
+                    sizes.append(size)
+                over = [(d - b) / steps * 1e6 for d, b in zip(default, base)]
+                peak = (peak_bytes(app, steps, store) - peak_bytes(app, steps, None)) / steps / 1e3
+                print(f"{name:<10}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>24}"
+                      f"{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}")
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
