@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "dcl": "aegis_probe.train.dcl.train:add_parser",
     "attribute": "aegis_probe.train.attribute:add_parser",
     "export": "aegis_probe.train.exporters:add_parser",
+    "benchmark": "aegis_probe.train.benchmark:add_parser",
     "export": "export traces or trajectories as Who&When JSON files",
 }
 
