@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mcp")
 from autogen_agentchat.agents import AssistantAgent  # noqa: E402
 from autogen_core.models import ModelFamily, ModelInfo  # noqa: E402
-from autogen_core.tools import FunctionTool, StaticWorkbench  # noqa: E402
+from autogen_core.tools import FunctionTool, StaticStreamWorkbench, StaticWorkbench  # noqa: E402
 from autogen_ext.models.openai import OpenAIChatCompletionClient  # noqa: E402
 from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
@@ -171,6 +171,9 @@ def test_workbench_running_tools_makes_one_span_per_call_with_the_tool_error_typ
     tooling = {"workbench": audited} if workbench == "delegating" else {"tools": [tool]}
     agent = _agent(server.base_url, MODEL, "sk-test", **tooling)
     client = _resources.pop(agent)[1]
+    patched = [(StaticWorkbench, "call_tool"), (StaticStreamWorkbench, "call_tool_stream"), (McpWorkbench, "call_tool"),
+               (AuditedWorkbench, "call_tool")]
+    originals = [vars(owner)[name] for owner, name in patched]
     aegis_probe.instrument(agent, tracer_provider=provider)
 
     async def two_runs() -> None:
@@ -184,3 +187,6 @@ def test_workbench_running_tools_makes_one_span_per_call_with_the_tool_error_typ
     ok, failed = sorted(_spans(exporter, sc.OP_TOOL), key=lambda s: s.start_time)
     assert ok.attributes[sc.TOOL_CALL_RESULT] == "42" and ok.status.status_code is not StatusCode.ERROR
     assert failed.status.status_code is StatusCode.ERROR and failed.attributes[sc.ERROR_TYPE] == "ZeroDivisionError"
+    assert any(vars(owner)[name] is not original for (owner, name), original in zip(patched, originals))
+    aegis_probe.uninstrument()
+    assert [vars(owner)[name] for owner, name in patched] == originals
