@@ -498,7 +498,7 @@ _WORKBENCH_CALL = otel_context.create_key("aegis.autogen.workbench_call")
 def _workbench_call() -> ToolScope | None:
     """The workbench call whose span is the current span (nothing opened a span since), if any."""
     scope = otel_context.get_value(_WORKBENCH_CALL)
-    return scope if scope is not None and trace.get_current_span() is scope.span else None  # type: ignore[attr-defined]
+    return scope if isinstance(scope, ToolScope) and trace.get_current_span() is scope.span else None
 
 
 def _open_workbench_call(probe: "Probe", args: tuple, kwargs: dict, workbench: Any) -> ToolScope:

@@ -11,7 +11,7 @@ agreement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Protocol, Sequence
 
 from .errors import AegisProbeError
 from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
@@ -296,7 +296,8 @@ class _PassingChunks:
     __slots__ = ("scope", "codec", "chunks", "ended")
 
     def __init__(self, scope: "LLMScope", codec: ChunkCodec) -> None:
-        self.scope, self.codec, self.chunks, self.ended = scope, codec, [], False
+        self.scope, self.codec, self.ended = scope, codec, False
+        self.chunks: list[Any] = []
 
     def item(self, chunk: Any) -> None:
         self.chunks.append(chunk)
@@ -317,7 +318,7 @@ class _PassingChunks:
             self.scope.end()
 
 
-def _handed_on(chunks: list[Any]) -> Iterator[Any]:
+def _handed_on(chunks: list[Any]) -> Generator[Any, None, None]:
     yield from chunks
 
 

@@ -14,7 +14,7 @@ import threading
 import traceback
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -471,7 +471,7 @@ def iterate_sync_in_scope(
     scope: _Scope,
     on_item: Callable[[Any], None] | None = None,
     on_done: Callable[[BaseException | None], None] | None = None,
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     """The synchronous twin of :func:`iterate_in_scope`: re-yield ``items`` (an iterator) with
     ``scope`` current while each item is produced, never across a ``yield``."""
     error: BaseException | None = None

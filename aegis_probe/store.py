@@ -41,25 +41,50 @@ class TraceFileError(ValueError):
         self.path, self.line_no, self.reason = path, line_no, reason
 
 
+#: What a line of a trace file can raise when it is not a valid record (a deeply nested line
+#: overflows the JSON parser's recursion; a huge number overflows an int).
+_UNREADABLE = (*_BAD_RECORD, RecursionError, OverflowError)
+#: Bad lines reported one by one per file; the rest are counted.
+_MAX_WARNINGS = 5
+
+
 def read_span_file(path: Path) -> Iterator[SpanRecord]:
     """Span records of one OTLP/JSON-lines file, in file order.
 
-    A truncated last line (one without its newline: a crash mid-write) is skipped with a
-    warning; any other bad line raises :class:`TraceFileError` naming the file and line.
+    A bad line (not JSON, not an export request, a truncated last line left by a crash) is
+    skipped with a warning naming the file and line, so one bad line never makes the rest
+    unreadable. A file with bad lines and no valid one raises :class:`TraceFileError` naming
+    its first bad line: it is not a trace file.
     """
     with open(path, "rb") as fh:
         lines = fh.read().split(b"\n")
+    bad: list[tuple[TraceFileError, bool]] = []  # (error, on the last line)
+    n_good = 0
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             records = decode_request(json.loads(raw))
-        except _BAD_RECORD as exc:
-            if i == len(lines) - 1:
-                logger.warning("%s:%d: skipping truncated last line (%s)", path, i + 1, exc)
-                continue
-            raise TraceFileError(path, i + 1, str(exc) or type(exc).__name__) from exc
+        except _UNREADABLE as exc:
+            bad.append((TraceFileError(path, i + 1, _reason(exc)), i == len(lines) - 1))
+            continue
+        n_good += 1
         yield from records
+    if bad and not n_good:
+        raise bad[0][0]
+    for error, last in bad[:_MAX_WARNINGS]:
+        logger.warning("%s; line skipped%s", error, " (a truncated last line)" if last else "")
+    if len(bad) > _MAX_WARNINGS:
+        logger.warning("%s: %d more bad lines skipped", path, len(bad) - _MAX_WARNINGS)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason for a bad line: JSON too deeply nested, a number out of range, or the message."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(exc, OverflowError):
+        return f"number out of range ({exc})"
+    return str(exc) or type(exc).__name__
 
 
 def merge_records(records: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
@@ -95,6 +120,14 @@ def span_files(source: str | os.PathLike[str]) -> list[Path]:
     if path.is_file():
         return [path]
     raise FileNotFoundError(f"no trace store or trace file at {path}")
+
+
+def _readable_records(path: Path) -> Iterator[SpanRecord]:
+    """A store's file: as :func:`read_span_file`, but a file with no valid line is skipped with a warning."""
+    try:
+        yield from read_span_file(path)
+    except TraceFileError as exc:
+        logger.warning("%s; file skipped", exc)
 
 
 def _end_last_line(fd: int, path: Path) -> None:
@@ -165,7 +198,7 @@ class TraceStore:
         self.flush()
         if not self.path.exists():
             return {}
-        return merge_records(rec for f in span_files(self.path) for rec in read_span_file(f))
+        return merge_records(rec for f in span_files(self.path) for rec in _readable_records(f))
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The spans of one trace; ``trace_id`` may be a unique prefix."""
