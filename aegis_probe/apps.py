@@ -17,9 +17,32 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from .modelserver import Policy
+
+
+def load_module(target: str, what: str) -> ModuleType:
+    """Import a module by name, or a ``file.py`` (its folder goes on ``sys.path``, as ``python
+    file.py`` would); anything going wrong while importing it (a missing file or module, a syntax
+    error, an exception or ``sys.exit`` at import) is a ``ValueError`` starting with ``what``."""
+    if target.endswith(".py") and not Path(target).is_file():
+        raise ValueError(f"{what}: no file {target}")
+    try:
+        if not target.endswith(".py"):
+            return importlib.import_module(target)
+        sys.path.insert(0, str(Path(target).resolve().parent))
+        spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[spec.name] = module  # type: ignore[union-attr]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module
+    except SyntaxError as exc:
+        raise ValueError(f"{what}: {exc.filename}:{exc.lineno}: SyntaxError: {exc.msg}") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the module does at import
+        reason = f"exited with sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"{what}: cannot import {target!r} ({reason})") from exc
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -53,19 +76,7 @@ class AppSpec:
     def load(cls, ref: str) -> "AppSpec":
         """Resolve ``module[:factory]`` or ``file.py[:factory]``; ``ValueError`` says what is missing."""
         target, attr = split_ref(ref)
-        if target.endswith(".py"):
-            if not Path(target).is_file():
-                raise ValueError(f"--app {ref}: no file {target}")
-            sys.path.insert(0, str(Path(target).resolve().parent))  # as `python file.py` would
-            spec = importlib.util.spec_from_file_location(Path(target).stem, target)
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[spec.name] = module  # type: ignore[union-attr]
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        else:
-            try:
-                module = importlib.import_module(target)
-            except ImportError as exc:
-                raise ValueError(f"--app {ref}: cannot import {target!r} ({exc})") from exc
+        module = load_module(target, f"--app {ref}")
         factory = getattr(module, attr or "build_app", None)
         if not callable(factory) or not callable(getattr(module, "run_app", None)):
             raise ValueError(f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) "

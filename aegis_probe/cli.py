@@ -1,8 +1,12 @@
-"""Command line: ``python -m aegis_probe demo | traces ls | traces show ID``.
+"""Command line: ``aegis-probe`` (or ``python -m aegis_probe``) and its ``train`` half.
 
-Each command lives in its own module and registers its sub-parser through :data:`COMMANDS`;
-command modules import their heavy dependencies (frameworks, tqdm) only when they run, so
-``--help`` stays fast and a missing extra only breaks its own command.
+``demo | traces | inject | blame | report`` live here, one module per command; ``train ...`` is
+the same command line as ``python -m aegis_probe.train ...`` (:mod:`aegis_probe.train.cli`).
+Both follow one convention: a command module's ``add_parser(subparsers)`` adds its sub-parser and
+sets ``func(args) -> exit code``; both run it through :func:`run_command`, which turns bad input
+into one ``error:`` line and exit status 2, and refuses outputs that would overwrite an input or
+a trace store file. Command modules import their heavy dependencies (frameworks, tqdm) only when
+they run, so ``--help`` stays fast and a missing extra only breaks its own command.
 """
 
 from __future__ import annotations
@@ -10,7 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import re
 import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 #: command name -> "module:function" that adds the command's sub-parser.
 COMMANDS: dict[str, str] = {
@@ -20,30 +29,202 @@ COMMANDS: dict[str, str] = {
     "blame": "aegis_probe.commands.blame:add_parser",
     "report": "aegis_probe.commands.report:add_parser",
 }
+TRAIN_HELP = "import datasets, build training rows, train and evaluate attributors (train --help)"
+
+#: Exceptions that mean bad input (a file, a record, an option, an app that does not load): one line, exit 2.
+BAD_INPUT: tuple[type[BaseException], ...] = (OSError, LookupError, ValueError, RecursionError, OverflowError,
+                                              ImportError, SyntaxError)
+
+#: Argument names (dests) that name files or directories a command reads, writes, or a trace store.
+INPUT_DESTS = ("source", "target", "tasks", "predictions", "data", "fit_on", "config", "labels_dir")
+OUTPUT_DESTS = ("out", "output", "errors", "hf_dir", "out_dir")
+STORE_DESTS = ("dir", "trace_dir", "store")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# -- help text -------------------------------------------------------------------------------
+_REST = re.compile(r"``(.+?)``|:[a-z]+:`(~?)(.+?)`")
+
+
+def _unrest(match: re.Match[str]) -> str:
+    if match.group(1) is not None:
+        return match.group(1)
+    return match.group(3).rpartition(".")[2] if match.group(2) else match.group(3)
+
+
+def plain(text: str) -> str:
+    """Docstring text as a terminal shows it: ``x`` becomes x, :role:`~a.b` becomes b."""
+    return _REST.sub(_unrest, text)
+
+
+class _PlainHelp(argparse.HelpFormatter):
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain(super()._expand_help(action))
+
+
+class _PlainRawHelp(_PlainHelp, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give ``parser`` and every sub-parser below it help without reST markup; returns ``parser``."""
+    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    parser.formatter_class = _PlainRawHelp if raw else _PlainHelp
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                plain_help(sub)
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help or "")
+    return parser
+
+
+def version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def prog_name(default: str) -> str:
+    """The name the user typed: the console script's name, else ``default`` (``python -m ...``)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return default if not name or name.endswith(".py") or name.startswith("-") else name
+
+
+# -- running a command -----------------------------------------------------------------------
+def describe(exc: BaseException) -> str:
+    """One line for an exception raised by bad input."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to read (a JSON value nested thousands of levels)"
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and hasattr(exc, "title"):  # pydantic's ValidationError: its first error
+        try:
+            found = errors()
+            first = found[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or exc.title  # type: ignore[attr-defined]
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            return f"{exc.title}: {where}: {first.get('msg')}{more}"  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - fall back to the plain message
+            pass
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, (OSError, ValueError, LookupError)) else f"{type(exc).__name__}: {text}"
+
+
+def _is_store_dir(path: Path, stores: set[Path]) -> bool:
+    return path in stores or (path.is_dir() and (path / "spans.jsonl").is_file())
+
+
+def _paths(args: argparse.Namespace, dests: Sequence[str]) -> dict[str, Path]:
+    """The paths the options ``dests`` of a parsed command name, resolved."""
+    found = {}
+    for dest in dests:
+        value = getattr(args, dest, None)
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            found[dest] = Path(value).expanduser().resolve()
+    return found
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output that is one of the command's inputs, a trace store, or a file of one.
+
+    ``ValueError`` names the option and what it would overwrite; nothing has been written yet.
+    """
+    from .config import ProbeConfig
+
+    inputs = {p for p in _paths(args, INPUT_DESTS).values() if p.exists()}
+    stores = set(_paths(args, STORE_DESTS).values()) | {Path(ProbeConfig.resolve().trace_dir).resolve()}
+    for dest, out in _paths(args, OUTPUT_DESTS).items():
+        option = "--" + dest.replace("_", "-")
+        if out in inputs:
+            raise ValueError(f"{option} {out} is an input of this command; choose another path")
+        if _is_store_dir(out, stores):
+            raise ValueError(f"{option} {out} is a trace store; choose another path")
+        if out.suffix in (".jsonl", ".json") and _is_store_dir(out.parent, stores):
+            raise ValueError(f"{option} {out} is in the trace store {out.parent} (its .jsonl/.json files are "
+                             "trace files); choose another path")
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (``... | head``): send what is left to /dev/null, so exit is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace, verbose: bool = False) -> int:
+    """Run a parsed command: bad input is one ``error:`` line and status 2, never a traceback.
+
+    Other errors are one line and status 1 (with ``-v``/``--verbose``, also their traceback);
+    Ctrl-C is 130; a closed output pipe ends quietly.
+    """
+    try:
+        check_outputs(args)
+        code = int(func(args) or 0)
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    except SystemExit as exc:  # sys.exit() in user code (an app, a fixer) is bad input too
+        print(f"error: user code called sys.exit({exc.code!r})", file=sys.stderr)
+        return 2
+    except BAD_INPUT as exc:
+        if verbose:
+            traceback.print_exc()
+        message = describe(exc)
+        if isinstance(exc, (RecursionError, OverflowError)):  # raised deep in a parser: name what was read
+            inputs = [str(p) for p in _paths(args, INPUT_DESTS).values() if p.exists()]
+            message = f"{', '.join(inputs)}: {message}" if inputs else message
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a bug or an app's own error: one line, traceback on -v
+        if verbose:
+            traceback.print_exc()
+        hint = "" if verbose else " (run with -v for the traceback)"
+        print(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}{hint}", file=sys.stderr)
+        return 1
+
+
+def configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+# -- the parser ------------------------------------------------------------------------------
+def build_parser(prog: str = "aegis-probe") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m aegis_probe",
-        description="aegis-probe: trace, inject faults into, replay and debug LLM multi-agent apps.",
+        prog=prog,
+        description="aegis-probe: trace, inject faults into, replay and debug LLM multi-agent apps, "
+                    "and train failure-attribution models on the traces.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output of aegis-probe")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output of aegis-probe; tracebacks of errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for target in COMMANDS.values():
         module, _, func = target.partition(":")
         getattr(importlib.import_module(module), func)(sub)
-    return parser
+    sub.add_parser("train", help=TRAIN_HELP, add_help=False)  # dispatched before parsing: see main()
+    return plain_help(parser)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", file=sys.stderr)
-        return 2
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or prog_name("aegis-probe")
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if first is not None and argv[first] == "train":  # the training command line, unchanged
+        from .train.cli import main as train_main
+
+        verbose = any(a in ("-v", "--verbose") for a in argv[:first])
+        return train_main(argv[first + 1:], prog=f"{prog} train", verbose=verbose)
+    args = build_parser(prog).parse_args(argv)
+    configure_logging(args.verbose)
+    return run_command(args.func, args, verbose=args.verbose)

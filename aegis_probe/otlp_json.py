@@ -85,7 +85,7 @@ def _from_any_value(value: Mapping[str, Any]) -> Any:
     if "stringValue" in value:
         return value["stringValue"]
     if "intValue" in value:
-        return int(value["intValue"])
+        return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
         return float(value["doubleValue"])
     if "boolValue" in value:
@@ -97,6 +97,22 @@ def _from_any_value(value: Mapping[str, Any]) -> Any:
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
+
+
+def _int(value: Any, field: str) -> int:
+    """An OTLP/JSON integer field (a number or a decimal string); ``ValueError`` names the field."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{field} is not an integer: {str(value)[:40]!r}") from None
+
+
+def _str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{field} is not a string: {str(value)[:40]!r}")
+    return value
 
 
 def _from_attributes(items: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
@@ -165,21 +181,21 @@ def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
                         trace_id=_decode_id(sp["traceId"]) or "",
                         span_id=_decode_id(sp["spanId"]) or "",
                         parent_span_id=_decode_id(sp.get("parentSpanId")),
-                        name=sp["name"],
-                        start_ns=int(sp.get("startTimeUnixNano", 0)),
-                        end_ns=int(sp.get("endTimeUnixNano", 0)),
+                        name=_str(sp["name"], "name"),
+                        start_ns=_int(sp.get("startTimeUnixNano", 0), "startTimeUnixNano"),
+                        end_ns=_int(sp.get("endTimeUnixNano", 0), "endTimeUnixNano"),
                         attributes=_from_attributes(sp.get("attributes")),
                         events=[
                             {
                                 "name": e.get("name", ""),
-                                "time_ns": int(e.get("timeUnixNano", 0)),
+                                "time_ns": _int(e.get("timeUnixNano", 0), "timeUnixNano"),
                                 "attributes": _from_attributes(e.get("attributes")),
                             }
                             for e in sp.get("events", [])
                         ],
-                        status=_STATUS_NAME.get(int(code), "UNSET"),
-                        status_message=status.get("message", ""),
-                        kind=int(sp.get("kind", 1)) if not isinstance(sp.get("kind"), str) else 1,
+                        status=_STATUS_NAME.get(_int(code, "status.code"), "UNSET"),
+                        status_message=str(status.get("message") or ""),
+                        kind=_int(sp.get("kind", 1), "kind") if not isinstance(sp.get("kind"), str) else 1,
                         resource=resource,
                         scope=scope,
                     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import logging
 import threading
 from pathlib import Path
@@ -180,29 +181,35 @@ def test_store_keeps_working_after_a_crash_mid_write(probe, store, lost):
     assert_matches(trajs[-1], "after crash", sample_steps("x"), later)
 
 
-def test_malformed_middle_line_names_file_and_line(probe, store):
-    _write_runs(probe, 3)
+def test_malformed_lines_are_skipped_with_a_warning_naming_file_and_line(probe, store, caplog):
+    """A bad line never makes the rest of the store unreadable: it is skipped, with file:line."""
+    ids = _write_runs(probe, 3)
     lines = store.file.read_text().splitlines()
     lines[1] = lines[1][: len(lines[1]) // 2]
     store.file.write_text("\n".join(lines) + "\n")
-    with pytest.raises(TraceFileError) as info:
-        aegis_probe.load_trajectories(store.path)
-    assert info.value.path == store.file and info.value.line_no == 2
-    assert f"{store.file}:2" in str(info.value)
-    # Valid JSON that is not an export request is just as wrong.
+    assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == [ids[0], ids[2]]
+    assert f"{store.file}:2: not an OTLP/JSON trace record" in caplog.text
+    # Valid JSON that is not an export request, a finished last line that is wrong, a line nested
+    # too deeply for the JSON parser, a number out of range: all skipped the same way.
     lines[1] = json.dumps({"hello": "world"})
+    lines.append('{"resourceSpans": 7}')
+    lines.append("[" * 100_000 + "]" * 100_000)
+    lines.append(re.sub(r'"kind":\d+', '"kind":1.5e400', lines[0], count=1))
+    assert "1.5e400" in lines[-1]
     store.file.write_text("\n".join(lines) + "\n")
-    with pytest.raises(TraceFileError, match=r"spans\.jsonl:2"):
-        aegis_probe.load_trajectories(store.path)
+    caplog.clear()
+    assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == [ids[0], ids[2]]
+    for no in (2, 4, 5, 6):
+        assert f"spans.jsonl:{no}: not an OTLP/JSON trace record" in caplog.text
+    assert "nested too deeply" in caplog.text
 
 
-def test_last_line_complete_but_invalid_is_an_error(probe, store):
-    """Only an unfinished write is forgiven; a finished line that is wrong is reported."""
-    _write_runs(probe, 1)
-    with open(store.file, "a") as fh:
-        fh.write('{"resourceSpans": 7}\n')
-    with pytest.raises(TraceFileError, match=r"spans\.jsonl:2"):
-        aegis_probe.load_trajectories(store.path)
+def test_a_file_with_no_valid_line_is_an_error(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"resourceSpans": 7}\nnot json\n')
+    with pytest.raises(TraceFileError, match=r"run\.jsonl:1: .*resourceSpans is not a list") as info:
+        aegis_probe.load_trajectories(path)
+    assert info.value.path == path and info.value.line_no == 1
 
 
 def _line(spans: list[dict]) -> str:

@@ -1,9 +1,12 @@
-"""``python -m aegis_probe.train``: import datasets, build training rows, evaluate attributors.
+"""``python -m aegis_probe.train`` (also ``aegis-probe train``): import datasets, build training
+rows, train and evaluate attributors.
 
 Commands are registered lazily: :data:`COMMANDS` maps a command name to ``"module:function"``;
 the function receives the subparsers object, adds its subparser and sets ``func`` (called with
-the parsed ``args``, returning an exit code). Only the named command's module is imported, except
-for top-level ``--help``, which lists all of them. To add a command, add an entry.
+the parsed ``args``, returning an exit code), the convention of :mod:`aegis_probe.cli`. Only the
+named command's module is imported; top-level ``--help`` lists the others from :data:`SUMMARIES`
+without importing them (the trainers import torch and TRL). To add a command, add an entry to
+both.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from aegis_probe.cli import configure_logging, plain_help, run_command
+
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
     "build": "aegis_probe.train.cli:add_build",
@@ -25,7 +30,19 @@ COMMANDS: dict[str, str] = {
     "attribute": "aegis_probe.train.attribute:add_parser",
     "export": "aegis_probe.train.exporters:add_parser",
     "benchmark": "aegis_probe.train.benchmark:add_parser",
+}
+
+#: One line per command for the top-level ``--help`` (a command missing here is imported for it).
+SUMMARIES: dict[str, str] = {
+    "import": "import a dataset or traces as trajectory JSON lines",
+    "build": "build SFT / GRPO / DCL rows",
+    "eval": "score a baseline, an LLM judge, or saved predictions",
+    "sft": "supervised fine-tuning of an attributor (TRL)",
+    "grpo": "GRPO training of an attributor with attribution rewards (TRL)",
+    "dcl": "train a contrastive (DCL) attributor",
+    "attribute": "predict (agent, step, modes) with a trained DCL attributor",
     "export": "export traces or trajectories as Who&When JSON files",
+    "benchmark": "train (or load) a DCL attributor and score it on unseen test sets beside the floors",
 }
 
 
@@ -39,32 +56,32 @@ def _register(subparsers: Any, name: str) -> None:
 
 
 def _unavailable(name: str, exc: Exception) -> int:
-    print(f"aegis_probe.train {name}: unavailable ({exc})", file=sys.stderr)
+    print(f"error: {name} is unavailable ({exc}); install the train extra: pip install 'aegis-probe[train]'",
+          file=sys.stderr)
     return 2
 
 
-def parser(names: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The CLI parser with the given commands registered (default: all)."""
-    p = argparse.ArgumentParser(prog="python -m aegis_probe.train", description=__doc__.split("\n\n")[0],
+def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train") -> argparse.ArgumentParser:
+    """The CLI parser with the given commands registered (default: all, listed from :data:`SUMMARIES`)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
     subparsers = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in names if names is not None else COMMANDS:
-        _register(subparsers, name)
-    return p
+        if names is None and name in SUMMARIES:
+            subparsers.add_parser(name, help=SUMMARIES[name])
+        else:
+            _register(subparsers, name)
+    return plain_help(p)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train", verbose: bool = False) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = parser([command] if command in COMMANDS else None).parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (OSError, ValueError) as exc:  # bad input: one line, no traceback
-        print(f"aegis_probe.train {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    args = parser([command] if command in COMMANDS else None, prog=prog).parse_args(argv)
+    verbose = verbose or args.verbose
+    configure_logging(verbose)
+    return run_command(args.func, args, verbose=verbose)
 
 
 def add_source_args(p: argparse.ArgumentParser) -> None:
@@ -76,12 +93,20 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels-dir", help="TRAIL only: directory of label files")
 
 
-def load_source(args: argparse.Namespace) -> Any:
-    """Import ``args.source``; print the summary and the first errors to stderr."""
+def load_source(args: argparse.Namespace, errors_to: str | None = None) -> Any:
+    """Import ``args.source``; print the summary and the first errors to stderr (and all of them,
+    as JSON, to ``errors_to``). Raises ``ValueError`` (one line: the first error, naming file and
+    record) when nothing imported.
+    """
     from .importers import load
 
     options = {"labels_dir": args.labels_dir} if getattr(args, "labels_dir", None) else {}
     result = load(args.source, args.format, **options)
+    if errors_to:
+        Path(errors_to).write_text(json.dumps([vars(e) for e in result.errors], indent=2))
+    if result.errors and not result.trajectories:
+        more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
+        raise ValueError(f"{result.errors[0]}{more}; nothing imported")
     print(f"{args.source}: {result.summary()}", file=sys.stderr)
     for issue in result.errors[:10]:
         print(f"  error: {issue}", file=sys.stderr)
@@ -103,15 +128,10 @@ def add_import(subparsers: Any) -> None:
 def _run_import(args: argparse.Namespace) -> int:
     from .importers.native import write
 
-    result = load_source(args)
-    if args.errors:
-        Path(args.errors).write_text(json.dumps([vars(e) for e in result.errors], indent=2))
-    if result.errors and not result.trajectories:
-        print(f"nothing imported; {args.out} left as it was", file=sys.stderr)
-        return 1
+    result = load_source(args, errors_to=args.errors)
     write(result.trajectories, args.out)
     print(f"wrote {len(result.trajectories)} trajectories to {args.out}")
-    return 0 if result.trajectories or not result.errors else 1
+    return 0
 
 
 def add_build(subparsers: Any) -> None:
@@ -135,9 +155,6 @@ def _run_build(args: argparse.Namespace) -> int:
     from . import builders
 
     result = load_source(args)
-    if result.errors and not result.trajectories:
-        print(f"nothing imported; {args.out} left as it was", file=sys.stderr)
-        return 1
     trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr)
     if args.kind == "dcl":
         rows = builders.build_dcl(trajs)

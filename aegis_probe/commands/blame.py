@@ -8,12 +8,11 @@ whose correction flips the run to success is reported and written onto the trace
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from contextlib import ExitStack
 
-from ..apps import AppSpec, Endpoint
+from ..apps import AppSpec, Endpoint, load_module
 from ..config import ProbeConfig
 from ..executors import add_executor_arguments, executor_from_args
 from ..store import TraceStore
@@ -32,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="aegis-scripted", help="live model name")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="environment variable with the API key")
     fix = p.add_mutually_exclusive_group(required=True)
-    fix.add_argument("--fixer", metavar="MODULE:FUNC", help="python function fixer(trajectory, step) -> corrected text")
+    fix.add_argument("--fixer", metavar="MODULE:FUNC",
+                     help="fixer(trajectory, step) -> corrected text; MODULE may be a file.py (e.g. examples/fixers.py:recompute)")
     fix.add_argument("--analyzer-url", metavar="URL", help="OpenAI-compatible endpoint of an analyzer LLM that proposes fixes")
     p.add_argument("--analyzer-model", default="gpt-4o-mini", help="analyzer model name (with --analyzer-url)")
     p.add_argument("--show-expected", action="store_true", help="let the analyzer see the expected answer")
@@ -44,16 +44,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, metavar="N",
                    help="scan: replays at a time (default 1; with --executor ray, the cluster's CPUs)")
     add_executor_arguments(p)
-    p.set_defaults(run=run)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
 
 
 def _load_fixer(target: str):
-    module, _, func = target.partition(":")
-    if not func:
-        raise ValueError(f"--fixer {target}: expected MODULE:FUNC")
+    module, _, func = target.rpartition(":")
+    if not module or not func:
+        raise ValueError(f"--fixer {target}: expected MODULE:FUNC or path/to/file.py:FUNC")
     try:
-        fixer = getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as exc:
+        fixer = getattr(load_module(module, f"--fixer {target}"), func)
+    except AttributeError as exc:
         raise ValueError(f"--fixer {target}: {exc}") from exc
     if not callable(fixer):
         raise ValueError(f"--fixer {target}: {func} is not callable")
@@ -71,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     api_key = os.environ.get(args.api_key_env, "not-needed")
     store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
     original = Trajectory.from_spans(store.trace(args.trace))
+    if original.outcome.success is True:
+        raise ValueError(f"trace {original.trace_id} succeeded: blame needs a failed run "
+                         "(make one with: demo --inject FM-2.6)")
     expected = args.expected or original.outcome.expected
     judge = app.judge or (judge_for({"expected": expected}) if expected else None)
     if judge is None:
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         fixer = (_load_fixer(args.fixer) if args.fixer
                  else AnalyzerFixer(args.analyzer_url, args.analyzer_model, api_key, show_expected=args.show_expected))
-        bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay"))
+        bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay",
+                                               disable=args.no_progress))
         parallel = executor_from_args(args) if args.executor == "ray" or (args.concurrency or 1) > 1 else None
         report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,
                        max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,

@@ -1,21 +1,27 @@
-"""``demo``: run a built-in 3-agent team, instrumented, and print its trace.
+"""demo: run a built-in 3-agent team, instrumented, and print its trace.
 
 By default the team talks to the embedded OpenAI-compatible server on 127.0.0.1, whose answers
-come from a deterministic script (``aegis_probe.demos.<framework>.policy``): no API key, no
-network, the same trace every time. ``--base-url/--model`` run the same team against a real
-endpoint, with the key read from an environment variable.
+come from a deterministic script (aegis_probe.demos.<framework>.policy): no API key, no
+network, the same trace every time. --base-url/--model run the same team against a real
+endpoint (key from --api-key-env if set; a keyless local server needs none). --inject MODE
+plants a MAST failure mode (e.g. FM-2.6) in one agent's step, for a failed run to blame.
+The trace goes to the trace store, the HTML report next to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import logging
 import os
-import sys
-from contextlib import ExitStack
+import warnings
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
 
-from ..demos import FRAMEWORKS
+from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
 
 
@@ -27,49 +33,132 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--framework", choices=FRAMEWORKS, default="autogen", help="which framework's demo team (default: autogen)")
+    p.add_argument("--team", choices=sorted(TEAMS),
+                   help="a team type's own demo instead (magentic-one: an AutoGen MagenticOneGroupChat)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint to use instead of the embedded scripted server")
     p.add_argument("--model", default="aegis-scripted", help="model name sent to the endpoint (default: aegis-scripted)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                   help="environment variable holding the API key for --base-url (default: OPENAI_API_KEY)")
+                   help="environment variable holding the API key for --base-url (default: OPENAI_API_KEY; "
+                        "unset: no key, for a keyless local server)")
+    p.add_argument("--inject", metavar="MODE[:AGENT]",
+                   help="inject a MAST failure mode (e.g. FM-2.6) into an agent's first model call "
+                        "(default agent: the one doing the work), to get a failed run")
     p.add_argument("--trace-dir", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
-    p.add_argument("--report-dir", help="where to write the HTML report (default: the current directory)")
-    p.set_defaults(run=run)
+    p.add_argument("--report-dir", help="where to write the HTML report (default: the trace store directory)")
+    p.set_defaults(func=run)
+
+
+def load_demo(framework: str, quiet: bool = False) -> ModuleType:
+    """The demo module of ``framework`` (imported without log lines when ``quiet``: frameworks'
+    dependencies log from handlers of their own at import); ``ValueError`` names what to install
+    when it is missing."""
+    needed, how = REQUIREMENTS.get(framework, (None, f"pip install 'aegis-probe[{framework}]'"))
+    if quiet:
+        logging.disable(logging.WARNING)
+    try:
+        if needed:
+            importlib.import_module(needed)
+        return importlib.import_module(demo_module(framework))
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"the {framework} demo needs {exc.name}, which is not installed: {how}") from exc
+    finally:
+        if quiet:
+            logging.disable(logging.NOTSET)
+
+
+def _plan(spec: str, demo: ModuleType) -> Any:
+    """The one-target injection plan of ``--inject MODE[:AGENT]``."""
+    from ..injection import InjectionPlan, Target
+
+    mode, _, agent = spec.partition(":")
+    agent = agent or getattr(demo, "WORKER", demo.AGENTS[0])
+    if agent not in demo.AGENTS:
+        raise ValueError(f"--inject {spec}: no agent {agent!r} in the {demo.FRAMEWORK} demo ({', '.join(demo.AGENTS)})")
+    return InjectionPlan(targets=[Target(agent=agent, mode=mode, strategy="response_corruption")])
+
+
+class _OursOrErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or record.name.startswith("aegis_probe")
+
+
+@contextmanager
+def quiet_frameworks(enabled: bool = True) -> Iterator[None]:
+    """While the demo imports and runs its framework, keep the framework's warnings and log lines
+    (Python warnings, logging below ERROR, metagpt's loguru) out of the output."""
+    if not enabled:
+        yield
+        return
+    handlers = [*logging.getLogger().handlers, logging.lastResort]
+    only_ours = _OursOrErrors()
+    loguru = None
+    if importlib.util.find_spec("loguru") is not None:  # metagpt logs through loguru
+        from loguru import logger as loguru
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for handler in handlers:
+            if handler is not None:
+                handler.addFilter(only_ours)
+        if loguru is not None:
+            loguru.disable("metagpt")
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                if handler is not None:
+                    handler.removeFilter(only_ours)
+            if loguru is not None:
+                loguru.enable("metagpt")
 
 
 def run(args: argparse.Namespace) -> int:
     import aegis_probe
+
+    from ..config import ProbeConfig
     from ..modelserver import ModelServer
     from ..report import write_report
     from ..steptable import step_table, summary
 
-    try:
-        demo = importlib.import_module(f"aegis_probe.demos.{args.framework}")
-    except ImportError as exc:
-        print(f"error: the {args.framework} demo needs its extra: pip install 'aegis-probe[{args.framework}]' ({exc})", file=sys.stderr)
-        return 2
+    trace_dir = Path(args.trace_dir or ProbeConfig.resolve().trace_dir)
     with ExitStack() as stack:
+        stack.enter_context(quiet_frameworks(not args.verbose))
+        if args.team:
+            args.framework = TEAMS[args.team]
+        demo = load_demo(args.framework, quiet=not args.verbose)
+        plan = _plan(args.inject, demo) if args.inject else None
         if args.base_url:
-            api_key = os.environ.get(args.api_key_env)
-            if not api_key:
-                print(f"error: --base-url needs an API key in ${args.api_key_env}", file=sys.stderr)
-                return 2
+            api_key = os.environ.get(args.api_key_env) or "not-needed"
             base_url, where = args.base_url, args.base_url
         else:
             server = stack.enter_context(ModelServer(demo.policy, model=args.model))
             base_url, api_key, where = server.base_url, "not-needed", f"embedded scripted model at {server.base_url}"
-        app = demo.build_app(base_url, args.model, api_key)
-        probe = aegis_probe.instrument(app, judge=judge, store=args.trace_dir)
+        try:
+            app = demo.build_app(base_url, args.model, api_key)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"the {args.framework} demo needs {exc.name}, which is not installed: "
+                             f"{REQUIREMENTS.get(args.framework, ('', 'see README.md'))[1]}") from exc
+        probe = aegis_probe.instrument(app, judge=judge, store=str(trace_dir))
+        stack.callback(probe.uninstrument)
+        if plan is not None:
+            stack.enter_context(probe.inject(plan, agents=tuple(demo.AGENTS), task_type="math",
+                                             termination=getattr(demo, "TERMINATION", "TERMINATE")))
         print(f"running the {args.framework} demo team ({', '.join(demo.AGENTS)}) against the {where}")
-        print(f"task: {demo.TASK}\n")
+        if plan is not None:
+            target = plan.targets[0]
+            print(f"injecting {target.mode} into {target.agent}'s first model call")
+        print(f"task: {demo.TASK}\n", flush=True)
         answer = demo.run_app(app, demo.TASK)
         probe.flush()
         traj = probe.trajectory()
-        probe.uninstrument()
     print(summary(traj))
     print()
     print(step_table(traj))
-    report = write_report(traj, Path(args.report_dir or ".") / f"aegis-report-{traj.trace_id[:12]}.html")
+    report = write_report(traj, Path(args.report_dir or trace_dir) / f"aegis-report-{traj.trace_id[:12]}.html")
+    short = traj.trace_id[:12]
     print(f"\nanswer: {answer!r}")
-    print(f"trace written to {probe.store.file} (python -m aegis_probe traces show {traj.trace_id[:12]})")
+    print(f"trace written to {probe.store.file} (python -m aegis_probe traces show {short})")
     print(f"report written to {report}")
+    if traj.outcome.success is False:
+        print(f"blame it: python -m aegis_probe blame --trace {short} --app {demo_module(args.framework)} "
+              "--fixer examples/fixers.py:recompute" + (f" --dir {args.trace_dir}" if args.trace_dir else ""))
     return 0

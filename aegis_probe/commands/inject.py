@@ -1,8 +1,10 @@
-"""``inject``: a verified fault-injection campaign over a tasks file (see docs/injection.md).
+"""inject: a verified fault-injection campaign over a tasks file (see docs/injection.md).
 
 Runs a deterministic baseline per task, then K sampled injection plans per successful baseline,
 keeps the runs whose outcome flipped from success to failure (labelled by construction), and
-prints a summary per failure mode and strategy. Re-running the same command resumes.
+prints how the baselines went (failed tasks with their answers) and a summary per failure mode
+and strategy. Re-running the same command resumes. Exits 1 when no baseline succeeded or no
+injected run could be made, 2 on bad input (app, tasks file, options).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
     p.add_argument("--base-url", help="the app's OpenAI-compatible endpoint (default: embedded server with the module's policy)")
     p.add_argument("--model", default="aegis-scripted", help="the app's model name")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env var with the API key for --base-url")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="env var with the API key for --base-url (unset: no key, for a keyless local server)")
     p.add_argument("--operator", choices=("deterministic", "llm"), default="deterministic", help="manipulator kind (default deterministic)")
     p.add_argument("--manipulator-base-url", help="OpenAI-compatible endpoint of the LLM manipulator (for --operator llm)")
     p.add_argument("--manipulator-model", help="model of the LLM manipulator")
     p.add_argument("--manipulator-api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env var with its API key")
     p.add_argument("--manipulator-temperature", type=float, default=0.7, help="LLM manipulator temperature (default 0.7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(run=run)
+    p.set_defaults(func=run)
 
 
 def _csv(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -45,22 +48,17 @@ def _csv(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..apps import AppSpec, Endpoint
     from ..injection import MODES, STRATEGIES, LLMManipulator
-    from ..apps import Endpoint
-    from ..injection.campaign import format_summary, run_campaign
+    from ..injection.campaign import baselines, format_baselines, format_summary, load_tasks, read_records, run_campaign
 
     endpoint = None
-    if args.base_url:
-        key = os.environ.get(args.api_key_env)
-        if not key:
-            print(f"error: --base-url needs an API key in ${args.api_key_env}", file=sys.stderr)
-            return 2
-        endpoint = Endpoint(args.base_url, args.model, key)
+    if args.base_url:  # a keyless local server needs no key
+        endpoint = Endpoint(args.base_url, args.model, os.environ.get(args.api_key_env) or "not-needed")
     manipulators = {}
     if args.operator == "llm":
         if not (args.manipulator_base_url and args.manipulator_model):
-            print("error: --operator llm needs --manipulator-base-url and --manipulator-model", file=sys.stderr)
-            return 2
+            raise ValueError("--operator llm needs --manipulator-base-url and --manipulator-model")
         manipulators["llm"] = LLMManipulator(args.manipulator_model, args.manipulator_base_url,
                                              os.environ.get(args.manipulator_api_key_env, "not-needed"),
                                              temperature=args.manipulator_temperature)
@@ -68,9 +66,23 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in MODES] + [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
-    rows = run_campaign(args.app, args.tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
+    if args.plans_per_run < 0 or (args.concurrency is not None and args.concurrency < 1):
+        raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
+    app, tasks = AppSpec.load(args.app), load_tasks(args.tasks)
+    rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
                         executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
                         operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
+    base = baselines(args.out, tasks)
+    print(format_baselines(base))
+    print()
     print(format_summary(rows))
     print(f"\nkept runs (labelled): {args.out}/traces   records: {args.out}/runs.jsonl")
+    if not any(b["state"] == "succeeded" for b in base):
+        print("error: no baseline succeeded, so there was nothing to inject into (see the reasons above)", file=sys.stderr)
+        return 1
+    if args.plans_per_run and not sum(r["attempted"] for r in rows):
+        errors = [r["error"] for r in read_records(args.out, errors=True).values() if "error" in r]
+        why = f"every injected run raised (first: {errors[0]})" if errors else "no plan could be sampled (does the app module define AGENTS?)"
+        print(f"error: no injected run could be made: {why}", file=sys.stderr)
+        return 1
     return 0

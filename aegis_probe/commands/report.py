@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", metavar="ID", help="which trace of a FILE holding several (id or unique prefix)")
     p.add_argument("--jaeger-url", help=f"Jaeger UI base URL for a trace link (default: ${ENV_JAEGER_URL})")
     p.add_argument("--phoenix-url", help=f"Phoenix UI base URL for a trace link (default: ${ENV_PHOENIX_URL})")
-    p.set_defaults(run=run)
+    p.set_defaults(func=run)
 
 
 def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajectory:

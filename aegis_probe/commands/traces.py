@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
+from .. import semconv as sc
 from ..config import ProbeConfig
+from ..otlp_json import SpanRecord
 from ..steptable import step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -23,11 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
     ls = tsub.add_parser("ls", parents=[common], help="one line per trace: id, start, app, steps, outcome")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
-    ls.set_defaults(run=_ls)
+    ls.set_defaults(func=_ls)
     show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)")
     show.add_argument("trace_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="print the Trajectory as JSON instead")
-    show.set_defaults(run=_show)
+    show.set_defaults(func=_show)
 
 
 def _store(args: argparse.Namespace) -> TraceStore:
@@ -51,12 +53,30 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def attribution(spans: list[SpanRecord]) -> str | None:
+    """The attributor's verdict written on a trace (``train attribute``), as one line, or None."""
+    root = next((s for s in spans if s.parent_span_id is None), None)
+    attrs = root.attributes if root else {}
+    prefix = f"{sc.ATTRIBUTION}."
+    if f"{prefix}agent" not in attrs:
+        return None
+    get = lambda key: attrs.get(prefix + key)  # noqa: E731
+    modes = get("modes")
+    modes = ", ".join(map(str, modes)) if isinstance(modes, (list, tuple)) else modes
+    return (f"verdict  agent={get('agent')} (score {get('agent_score')}) step={get('step')} "
+            f"(score {get('step_score')}) modes={modes or '-'} by {get('model') or 'an attributor'}")
+
+
 def _show(args: argparse.Namespace) -> int:
-    traj = Trajectory.from_spans(_store(args).trace(args.trace_id))
+    spans = _store(args).trace(args.trace_id)
+    traj = Trajectory.from_spans(spans)
     if args.json:
         print(traj.model_dump_json(indent=2))
     else:
         print(summary(traj))
+        verdict = attribution(spans)
+        if verdict:
+            print(verdict)
         print()
         print(step_table(traj))
     return 0

@@ -1,7 +1,26 @@
-"""Built-in demo apps, one per framework, that solve one task against the embedded model server.
+"""Built-in demo apps, one per framework, that solve arithmetic tasks against the embedded model server.
 
-Each module exposes ``FRAMEWORK, TASK, EXPECTED, AGENTS, TOOL, policy, build_app, run_app``; the
-``demo`` command and the conformance tests use them.
+Each module exposes ``FRAMEWORK, TASK, EXPECTED, AGENTS, TOOL, policy, build_app, run_app`` (and
+``WORKER``, the agent ``demo --inject`` faults by default); the ``demo`` command and the
+conformance tests use them. :data:`REQUIREMENTS` says what each needs installed.
 """
 
-FRAMEWORKS = ("autogen", "camel", "metagpt")
+FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents")
+
+#: framework -> (the module its demo imports, how to install it).
+REQUIREMENTS: dict[str, tuple[str, str]] = {
+    "autogen": ("autogen_agentchat", "pip install 'aegis-probe[autogen]'"),
+    "camel": ("camel", "pip install 'aegis-probe[camel]'"),
+    "metagpt": ("metagpt", "MetaGPT has no working extra: follow README.md, 'Installing the extras' (metagpt)"),
+    "langgraph": ("langgraph", "pip install 'aegis-probe[langgraph]'"),
+    "openai-agents": ("agents", "pip install 'aegis-probe[openai-agents]' (an environment of its own: see README.md)"),
+}
+
+#: ``demo --team`` -> the demo module of that team type (its framework implied).
+TEAMS: dict[str, str] = {"magentic-one": "magentic"}
+REQUIREMENTS["magentic"] = REQUIREMENTS["autogen"]
+
+
+def demo_module(name: str) -> str:
+    """The module of the demo of framework or team ``name`` (``openai-agents`` -> ``...demos.openai_agents``)."""
+    return f"aegis_probe.demos.{name.replace('-', '_')}"

@@ -1,7 +1,7 @@
 """CAMEL demo: a ``RolePlaying`` society where a Customer instructs a Calculator that has a tool.
 
-The Customer asks for the total; the Calculator calls ``calculate`` and answers; the Customer
-then says ``CAMEL_TASK_DONE`` and the loop ends. The model is reached through CAMEL's
+The Customer asks for the arithmetic of the task; the Calculator calls ``calculate`` and
+answers; the Customer then says ``CAMEL_TASK_DONE`` and the loop ends. The model is reached through CAMEL's
 OpenAI-compatible backend (the real openai client); ``StubTokenCounter`` avoids tiktoken downloads.
 """
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..modelserver import Reply
-from .task import EXPECTED, EXPRESSION, TASK, calculate, final_number
+from .task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve
 
 FRAMEWORK = "camel"
 ASSISTANT, USER = "Calculator", "Customer"
 AGENTS: tuple[str, ...] = (ASSISTANT, USER)
 TOOL: str | None = "calculate"
+WORKER = ASSISTANT
 MAX_ROUNDS = 4
 DONE = "CAMEL_TASK_DONE"
 
-__all__ = ["FRAMEWORK", "TASK", "EXPECTED", "AGENTS", "TOOL", "policy", "build_app", "run_app"]
+__all__ = ["FRAMEWORK", "TASK", "EXPECTED", "EXPRESSION", "AGENTS", "TOOL", "WORKER", "policy", "build_app", "run_app"]
 
 
 def _speaker(body: dict[str, Any]) -> str:
@@ -29,23 +30,31 @@ def _speaker(body: dict[str, Any]) -> str:
 
 
 def policy(body: dict[str, Any]) -> Reply:
-    """Scripted model: instruct, compute with the tool, answer, then end the conversation."""
+    """Scripted model: instruct the task's arithmetic, compute it with the tool, answer, then end."""
     messages = body.get("messages", [])
     last = messages[-1] if messages else {}
+    texts = [str(m.get("content") or "") for m in messages]
     if _speaker(body) == USER:
-        answered = any(m.get("role") == "user" and final_number(str(m.get("content"))) == EXPECTED for m in messages)
-        if answered:
+        expression = next((e for e in map(solve, texts) if e), None)  # the task is in the system prompt
+        if expression is None:
+            return Reply(content=f"I cannot turn this task into arithmetic. {DONE}")
+        result = calculate(expression)
+        if any(m.get("role") == "user" and final_number(str(m.get("content"))) == result for m in messages):
             return Reply(content=DONE)
-        return Reply(content=f"Instruction: Use the calculate tool to compute {EXPRESSION}.\nInput: None")
+        return Reply(content=f"Instruction: Use the calculate tool to compute {expression}.\nInput: None")
     if last.get("role") == "tool":
-        return Reply(content=f"Solution: 3 pens and 3 notebooks cost {last.get('content')} coins. Next request.")
+        return Reply(content=f"Solution: the result is {last.get('content')}. Next request.")
     if DONE in str(last.get("content")):
-        return Reply(content=f"The task is done: the total is {EXPECTED} coins.")
-    return Reply(tool_calls=[(TOOL, {"expression": EXPRESSION})])
+        result = next((final_number(t) for t in reversed(texts[:-1]) if final_number(t)), None)
+        return Reply(content=f"The task is done: the answer is {result}.")
+    expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
+    if expression is None:
+        return Reply(content="There is no expression for me to compute. Next request.")
+    return Reply(tool_calls=[(TOOL, {"expression": expression})])
 
 
-def build_app(base_url: str, model: str, api_key: str) -> Any:
-    """A ``RolePlaying`` society on an OpenAI-compatible endpoint; the Calculator has the tool."""
+def build_app(base_url: str, model: str, api_key: str, task: str = TASK) -> Any:
+    """A ``RolePlaying`` society for ``task`` on an OpenAI-compatible endpoint; the Calculator has the tool."""
     from camel.models import ModelFactory
     from camel.models.stub_model import StubTokenCounter
     from camel.societies import RolePlaying
@@ -62,7 +71,7 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
     return RolePlaying(
         assistant_role_name=ASSISTANT,
         user_role_name=USER,
-        task_prompt=TASK,
+        task_prompt=task,
         with_task_specify=False,
         model=backend,
         assistant_agent_kwargs={"tools": [FunctionTool(calculate)]},

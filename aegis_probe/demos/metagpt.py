@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..modelserver import Reply
-from .task import EXPECTED, EXPRESSION, TASK, calculate
+from .task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, solve
 
 FRAMEWORK = "metagpt"
 AGENTS = ("Planner", "Calculator", "Reviewer")
 TOOL = "Calculate"
+WORKER = "Calculator"
 #: Rounds of ``Team.run``: one per role in the chain (the team stops early once all are idle).
 N_ROUNDS = 3
 
@@ -175,18 +176,21 @@ def _agent(body: dict[str, Any]) -> str | None:
 
 
 def policy(body: dict[str, Any]) -> Reply:
-    """Scripted model: plan the arithmetic, give the expression, then read back the calculator result."""
+    """Scripted model: plan the task's arithmetic, give the expression, then read back the calculator result."""
     prompt = "\n".join(str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") != "system")
     agent = _agent(body)
     if agent == "Planner":
-        return Reply(f"Plan: 3 pens and 3 notebooks cost 3 * (17 + 25). The Calculator should evaluate {EXPRESSION}.")
+        expression = solve(prompt)
+        if expression is None:
+            return Reply("I cannot turn this task into arithmetic; I have no plan.")
+        return Reply(f"Plan: the Calculator should evaluate {expression}.")
     if agent == "Calculator":
-        found = re.search(r"evaluate (\([\d\s+*/()-]+\)[\d\s+*/()-]*)\.", prompt)
-        return Reply(found.group(1).strip() if found else EXPRESSION)
+        plan = prompt.rpartition("\n\nReply with only")[0]  # the conversation, without the instruction
+        return Reply(expression_in(plan) or "0")
     if agent == "Reviewer":
         result = re.search(r"= (-?\d+(?:\.\d+)?)\s*$", prompt, re.MULTILINE)
         return Reply(f"The calculation is correct. FINAL ANSWER: {result.group(1)}" if result else "FINAL ANSWER: unknown")
     return Reply("I have nothing to add.")
 
 
-__all__ = ["FRAMEWORK", "TASK", "EXPECTED", "AGENTS", "TOOL", "policy", "build_app", "run_app"]
+__all__ = ["FRAMEWORK", "TASK", "EXPECTED", "EXPRESSION", "AGENTS", "TOOL", "WORKER", "policy", "build_app", "run_app"]

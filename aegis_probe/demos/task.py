@@ -1,4 +1,5 @@
-"""The demo task every framework's demo team solves, and its calculator tool."""
+"""The demo task every framework's demo team solves, its calculator tool, and the arithmetic
+knowledge of the demos' scripted models (:func:`solve`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,22 @@ TASK = (
 )
 EXPECTED = "126"
 EXPRESSION = "(17 + 25) * 3"
+
+#: Word problems the scripted models know, with their numbers blanked out ("#"), and the arithmetic
+#: that solves them over those numbers in order: the demo task and examples/injection/math_tasks.jsonl.
+WORD_PROBLEMS = {
+    "A shop sells pens at # coins and notebooks at # coins. What do # pens and # notebooks cost in total?":
+        "({0} + {1}) * {2}",
+    "A train travels # km in the first hour and # km in the second hour. How many km does it travel in total?":
+        "{0} + {1}",
+    "Each box holds # apples. A farmer fills # boxes and sells # of them. How many apples are left in the boxes?":
+        "{0} * ({1} - {2})",
+    "Four friends share a bill of # coins equally, and each adds a tip of # coins. How much does each friend pay?":
+        "{0} / 4 + {1}",
+}
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_EXPRESSION = re.compile(r"[\d(][\d\s+\-*/().]*[\d)]")
 
 _OPS = {
     ast.Add: operator.add,
@@ -47,6 +64,29 @@ def final_number(text: str | None) -> str | None:
     """The last number in ``text`` (how the demo judge reads an answer)."""
     numbers = re.findall(r"-?\d+(?:\.\d+)?", text or "")
     return numbers[-1] if numbers else None
+
+
+def expression_in(text: str | None) -> str | None:
+    """The last arithmetic expression (numbers with at least one operator) written in ``text``."""
+    found = [e.strip() for e in _EXPRESSION.findall(text or "") if re.search(r"[+\-*/]", e)]
+    return found[-1] if found else None
+
+
+def solve(text: str | None) -> str | None:
+    """The arithmetic expression a scripted model plans for a task text, or None.
+
+    A known word problem (:data:`WORD_PROBLEMS`) found in ``text`` gets its arithmetic filled with
+    the numbers ``text`` actually holds (so a manipulated task gives a different plan, as it would
+    for a real model); otherwise an arithmetic expression written in the text is taken as is.
+    """
+    flat = " ".join((text or "").split())
+    skeleton = _NUMBER.sub("#", flat)
+    for problem, template in WORD_PROBLEMS.items():
+        at = skeleton.find(problem)
+        if at >= 0:
+            numbers = _NUMBER.findall(flat)[skeleton[:at].count("#"):]
+            return template.format(*numbers)
+    return expression_in(flat)
 
 
 def judge(task: str | None, answer: str | None) -> Outcome:

@@ -48,10 +48,10 @@ logger = logging.getLogger("aegis_probe")
 RUNS_FILE = "runs.jsonl"
 
 
-def read_records(out: str | Path) -> dict[str, dict[str, Any]]:
+def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, Any]]:
     """Finished runs of the campaign in ``out`` by key: the last record of each key wins, error
-    records are not finished, and an unreadable line (a crash mid-write) is skipped with a warning,
-    so that run is redone."""
+    records are not finished (``errors=True`` keeps them), and an unreadable line (a crash
+    mid-write) is skipped with a warning, so that run is redone."""
     path = Path(out) / RUNS_FILE
     if not path.exists():
         return {}
@@ -63,7 +63,7 @@ def read_records(out: str | Path) -> dict[str, dict[str, Any]]:
                 found[rec["key"]] = rec
         except (ValueError, KeyError, TypeError):
             logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
-    return {k: r for k, r in found.items() if "error" not in r}
+    return {k: r for k, r in found.items() if errors or "error" not in r}
 
 
 class _Collector(SpanProcessor):
@@ -281,9 +281,63 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line(dict(zip(cols, cols))), *(line(r) for r in body)])
 
 
+def baselines(out: str | Path, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per task, how its baseline went: ``state`` is "succeeded", "failed" (with ``answer`` and
+    ``expected``), "error" (with ``error``: the run raised) or "not run"."""
+    found = read_records(out, errors=True)
+    rows = []
+    for task in tasks:
+        rec = found.get(f"{task['id']}/baseline")
+        row: dict[str, Any] = {"task_id": task["id"], "expected": task.get("expected")}
+        if rec is None:
+            row["state"] = "not run"
+        elif "error" in rec:
+            row.update(state="error", error=rec["error"])
+        else:
+            row.update(state="succeeded" if rec.get("success") else "failed", answer=rec.get("answer"))
+        rows.append(row)
+    return rows
+
+
+def format_baselines(rows: list[dict[str, Any]]) -> str:
+    """Baselines attempted / succeeded / failed, then one line per task whose baseline did not succeed."""
+    ok = sum(r["state"] == "succeeded" for r in rows)
+    lines = [f"baselines: {len(rows)} attempted, {ok} succeeded, {len(rows) - ok} failed"]
+    width = max((len(str(r["task_id"])) for r in rows), default=0)
+    for r in rows:
+        if r["state"] == "failed":
+            why = f"wrong answer {r['answer']!r}" + (f" (expected {r['expected']!r})" if r["expected"] is not None else "")
+        elif r["state"] == "error":
+            why = f"the run raised {r['error']}"
+        elif r["state"] == "not run":
+            why = "not run"
+        else:
+            continue
+        lines.append(f"  {str(r['task_id']):<{width}}  {' '.join(why.split())[:300]}")
+    return "\n".join(lines)
+
+
+def check_tasks(tasks: list[dict[str, Any]], where: str = "tasks") -> list[dict[str, Any]]:
+    """``tasks`` if every record can be run and judged; else ``ValueError`` naming ``where`` and the record."""
+    if not tasks:
+        raise ValueError(f"{where}: no tasks")
+    seen: dict[str, int] = {}
+    for no, task in enumerate(tasks, 1):
+        name = f"{where}: record {no} (id {task.get('id')!r})"
+        if not isinstance(task.get("task"), str) or not task["task"].strip():
+            raise ValueError(f"{name}: `task` must be a non-empty string")
+        if task.get("expected") is None and not task.get("tests"):
+            raise ValueError(f"{name}: no `expected` answer or `tests` to judge the run by")
+        key = str(task["id"])
+        if key in seen:
+            raise ValueError(f"{name}: duplicate id (also record {seen[key]})")
+        seen[key] = no
+    return tasks
+
+
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
-    """Task records of a JSON-lines file (each needs ``id`` and ``task``)."""
-    return read_jsonl(path, required=("id", "task"))
+    """Task records of a JSON-lines file (each needs ``id``, ``task`` and ``expected`` or ``tests``)."""
+    return check_tasks(read_jsonl(path, required=("id", "task")), str(path))
 
 
 def _progress(total: int, enabled: bool) -> Any:
