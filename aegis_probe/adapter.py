@@ -50,6 +50,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
     "langgraph": AdapterEntry("langgraph", "aegis_probe.adapters.langgraph:LangGraphAdapter",
                               "LangGraph compiled graphs (StateGraph.compile(), create_react_agent, any Pregel)",
                               "langgraph >= 1.2, < 2"),
+    "openai-agents": AdapterEntry("agents", "aegis_probe.adapters.openai_agents:OpenAIAgentsAdapter",
+                                  "OpenAI Agents SDK Agent (the starting agent of Runner.run)",
+                                  "openai-agents >= 0.24, < 0.25"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

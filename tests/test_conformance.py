@@ -15,14 +15,14 @@ import pytest
 import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import _MISSING, get_adapter
-from aegis_probe.demos import FRAMEWORKS
+from aegis_probe.demos import FRAMEWORKS, demo_module
 
 API_KEY = "sk-test-key-do-not-leak-1234567890"
 
 
 def _demo(framework: str):
     try:
-        return importlib.import_module(f"aegis_probe.demos.{framework}")
+        return importlib.import_module(demo_module(framework))
     except ImportError as exc:  # pragma: no cover - depends on installed extras
         pytest.skip(f"{framework} demo not importable: {exc}")
 

@@ -10,7 +10,7 @@ import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame, load_recording, replay
-from aegis_probe.demos import FRAMEWORKS
+from aegis_probe.demos import FRAMEWORKS, demo_module
 from aegis_probe.demos.task import judge
 from aegis_probe.modelserver import Reply
 from aegis_probe.store import TraceStore
@@ -18,7 +18,7 @@ from aegis_probe.store import TraceStore
 
 def _demo(framework: str):
     try:
-        return importlib.import_module(f"aegis_probe.demos.{framework}")
+        return importlib.import_module(demo_module(framework))
     except ImportError as exc:  # pragma: no cover - depends on installed extras
         pytest.skip(f"{framework} demo not importable: {exc}")
 

@@ -1,0 +1,289 @@
+"""OpenAI Agents SDK (openai-agents 0.24) adapter: the starting ``Agent`` is the app.
+
+Class- and module-level patches, installed once:
+
+- run entry: ``AgentRunner.run`` (``Runner.run`` and ``Runner.run_sync`` go through it) of a
+  registered starting agent: one run per call, ``invoke_workflow {agent.name}``, its answer the
+  result's ``final_output``. The SDK's own tracing is switched off for that run
+  (``RunConfig.tracing_disabled``), so each turn is one span here and nothing is sent to the
+  SDK's trace backend. A ``Runner.run`` inside a run (an agent used as a tool) opens no run;
+- agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
+  then the tools it called and the handoff it chose) -> ``invoke_agent {agent.name}``. A handoff
+  makes the next turn the new agent's; turns of a nested run belong to the step they run in;
+- LLM call: the openai client's ``AsyncCompletions.create`` inside a run, through
+  :func:`~aegis_probe.interception.acall_llm` (the SDK's chat-completions model,
+  ``OpenAIChatCompletionsModel``, or ``set_default_openai_api("chat_completions")``);
+- tool call: ``agents.run_internal.tool_execution._invoke_function_tool_with_metadata`` ->
+  ``execute_tool {tool}``; a tool's exception that the SDK turns into its output
+  (``agents.tool.maybe_invoke_function_tool_failure_error_function``) fails the span.
+
+Not covered: ``Runner.run_streamed`` (its turns run in a background task: not traced), model calls
+through the Responses API (``OpenAIResponsesModel``, the SDK's default model, and so no ``chat``
+span, replay or injection for them), and streamed chat completions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Callable
+
+from aegis_probe import semconv as sc
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapters.camel import CamelCodec
+from aegis_probe.interception import acall_llm
+from aegis_probe.spans import (
+    RunScope,
+    StepScope,
+    ToolScope,
+    await_in_scope,
+    current_run,
+    current_step,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+FRAMEWORK = "openai-agents"
+
+
+class ChatCompletionsCodec(CamelCodec):
+    """The openai client's ``chat.completions.create(**kwargs)`` call (OpenAI message dicts and
+    ``ChatCompletion``, as :class:`~aegis_probe.adapters.camel.CamelCodec` reads and builds them)."""
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        model = kwargs.get("model")
+        return model if isinstance(model, str) else None
+
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        url = getattr(getattr(instance, "_client", None), "base_url", None)
+        return {**sc.request_attributes(kwargs), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, "openai")}
+
+
+def _text(content: Any) -> str:
+    """Text of a Responses-format content (a string or a list of input/output text parts)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(getattr(p, "text", "")) for p in content)
+    return "" if content is None else str(content)
+
+
+def item_message(item: Any) -> dict[str, Any] | None:
+    """A neutral message of one Responses-format input item (a dict), or None for other kinds."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind == "function_call":
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}]}
+    if kind == "function_call_output":
+        output = item.get("output")
+        return {"role": "tool", "content": output if isinstance(output, str) else json.dumps(output, default=str),
+                "tool_call_id": item.get("call_id")}
+    if "role" in item:
+        role = "system" if item["role"] == "developer" else item["role"]
+        return {"role": role, "content": _text(item.get("content"))}
+    return None
+
+
+def _messages(items: Any) -> list[dict[str, Any]]:
+    out = []
+    for item in items:
+        message = item_message(item.to_input_item() if hasattr(item, "to_input_item") else item)
+        if message is not None:
+            out.append(message)
+    return out
+
+
+@dataclasses.dataclass
+class _ToolCall:
+    """The span of the tool call running in this context, and whether the tool raised."""
+
+    scope: ToolScope
+    failed: bool = False
+
+
+_TOOL_CALL: ContextVar[_ToolCall | None] = ContextVar("aegis_openai_agents_tool", default=None)
+
+
+class OpenAIAgentsAdapter(Adapter):
+    """Traces OpenAI Agents SDK runs: one step per agent turn."""
+
+    name = FRAMEWORK
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codec = ChatCompletionsCodec()
+
+    # -- contract --------------------------------------------------------------------------
+    def detect(self, app: Any) -> bool:
+        agent_type = getattr(sys.modules.get("agents"), "Agent", None)  # another top-level "agents" has none
+        return isinstance(agent_type, type) and isinstance(app, agent_type)
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        agents = self._reachable(app)
+        for agent in agents:
+            self.registry.add(agent, probe)
+        return AppInfo(name=app.name, lone_agent=False, agents=tuple(dict.fromkeys(a.name for a in agents)))
+
+    @staticmethod
+    def _reachable(agent: Any) -> list[Any]:
+        """``agent`` and every agent its handoffs lead to."""
+        from agents import Agent
+
+        seen: list[Any] = []
+        todo = [agent]
+        while todo:
+            current = todo.pop()
+            if any(current is s for s in seen):
+                continue
+            seen.append(current)
+            for handoff in getattr(current, "handoffs", ()):
+                target = handoff if isinstance(handoff, Agent) else getattr(handoff, "agent", None)
+                if isinstance(target, Agent):
+                    todo.append(target)
+        return seen
+
+    def _instrument(self, patcher: Patcher) -> None:
+        import agents.run as run_module
+        import agents.tool as tool_module
+        from agents.run import AgentRunner
+        from agents.run_internal import tool_execution
+        from openai.resources.chat.completions import AsyncCompletions
+
+        patcher.wrap(AgentRunner, "run", self._run)
+        patcher.wrap(run_module, "run_single_turn", self._turn)
+        patcher.wrap(tool_execution, "_invoke_function_tool_with_metadata", self._tool)
+        patcher.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", self._tool_failed)
+        patcher.wrap(AsyncCompletions, "create", self._llm)
+
+    # -- runs ------------------------------------------------------------------------------
+    def _start(self, args: tuple, kwargs: dict) -> RunScope | None:
+        try:
+            agent = kwargs["starting_agent"] if "starting_agent" in kwargs else args[0]
+        except (IndexError, KeyError):
+            return None
+        probe = self.run_probe(agent)
+        if probe is None or current_run() is not None:
+            return None
+        try:
+            task = kwargs["input"] if "input" in kwargs else args[1] if len(args) > 1 else None
+            text = task if isinstance(task, str) else next(
+                (m["content"] for m in _messages(task or ()) if m["role"] == "user"), None)
+            return start_run(probe, agent.name, framework=self.name, task=text)
+        except Exception:
+            log_hook_error("openai-agents run start")
+            return None
+
+    @staticmethod
+    def _untraced(kwargs: dict) -> dict:
+        """``kwargs`` with the SDK's own tracing off for this run."""
+        from agents import RunConfig
+
+        config = kwargs.get("run_config") or RunConfig()
+        return {**kwargs, "run_config": dataclasses.replace(config, tracing_disabled=True)}
+
+    async def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(args, kwargs)
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            kwargs = self._untraced(kwargs)
+        except Exception:
+            log_hook_error("openai-agents run config")
+
+        def finish(result: Any) -> None:
+            output: Any = getattr(result, "final_output", None)
+            if output is not None:
+                answer: Any = output if isinstance(output, str) else json.dumps(output, default=str)
+                run.answer = answer
+            run.finish()
+
+        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), finish, "openai-agents run")
+
+    # -- steps (agent turns) ---------------------------------------------------------------
+    def _open_turn(self, kwargs: dict) -> StepScope | None:
+        run = current_run()
+        if run is None or run.framework != self.name or current_step() is not None:
+            return None
+        try:
+            from agents.items import ItemHelpers
+
+            agent = kwargs["bindings"].public_agent
+            seen = [*ItemHelpers.input_to_new_input_list(kwargs["original_input"]), *kwargs.get("generated_items", ())]
+            return start_step(run.probe, agent.name, run=run, input_messages=_messages(seen),
+                              description=agent.handoff_description)
+        except Exception:
+            log_hook_error("openai-agents step start")
+            return None
+
+    @staticmethod
+    def _turn_finisher(step: StepScope) -> Callable[[Any], None]:
+        def finish(result: Any) -> None:
+            output = _messages(getattr(result, "new_step_items", ()))
+            next_step = getattr(result, "next_step", None)
+            new_agent = getattr(next_step, "new_agent", None)
+            if new_agent is not None:
+                step.span.set_attribute(sc.STEP_NEXT_SPEAKER, new_agent.name)
+            step.finish(output)
+
+        return finish
+
+    async def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_turn(kwargs)
+        if step is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")
+
+    # -- tools and model calls -------------------------------------------------------------
+    @staticmethod
+    def _probe() -> "Probe | None":
+        run = current_run()
+        return run.probe if run is not None and run.framework == FRAMEWORK and run.probe.active else None
+
+    async def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe()
+        if probe is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            tool = kwargs["function_tool"]
+            call = _ToolCall(start_tool(probe, tool.name, call_id=getattr(kwargs.get("context"), "tool_call_id", None),
+                                        arguments=kwargs.get("arguments"), description=tool.description,
+                                        tool_type="function"))
+        except Exception:
+            log_hook_error("openai-agents tool start")
+            return await wrapped(*args, **kwargs)
+
+        async def invoke() -> Any:
+            token = _TOOL_CALL.set(call)
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                _TOOL_CALL.reset(token)
+
+        def finish(result: Any) -> None:
+            call.scope.finish(getattr(result, "output", None), is_error=call.failed)
+
+        return await await_in_scope(call.scope, invoke, finish, "openai-agents tool")
+
+    async def _tool_failed(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The SDK turns a tool's exception into its output here: record it on the tool's span."""
+        call = _TOOL_CALL.get()
+        if call is not None:
+            try:
+                call.scope.record_error(kwargs["error"])
+                call.failed = True
+            except Exception:
+                log_hook_error("openai-agents tool error")
+        return await wrapped(*args, **kwargs)
+
+    async def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe()
+        if probe is None or kwargs.get("stream") is True:
+            return await wrapped(*args, **kwargs)
+        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

@@ -1,0 +1,195 @@
+"""OpenAI Agents SDK adapter, in the environment of its own (.venv-openai-agents: openai-agents 0.24
+needs pydantic>=2.12.2, the main environment pins 2.12.0).
+
+In the main environment only :func:`test_in_own_environment` runs: it runs this file and the
+shared conformance and replay suites (their ``openai-agents`` cases) in .venv-openai-agents and
+asserts they pass, skipping with the reason when that environment is absent. Everything runs
+against the loopback model server, with the SDK's trace export replaced by a local collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PYTHON = ROOT / ".venv-openai-agents" / "bin" / "python"
+HERE = importlib.util.find_spec("agents") is not None and importlib.util.find_spec("agents.run") is not None
+
+
+@pytest.mark.skipif(HERE, reason="running inside the openai-agents environment itself")
+def test_in_own_environment():
+    if not VENV_PYTHON.exists():
+        pytest.skip("no .venv-openai-agents: build it with scripts/install-dev.sh")
+    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    proc = subprocess.run(
+        [str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_openai_agents.py",
+         "tests/test_conformance.py", "tests/test_replay.py", "-k", "openai"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all("running inside the openai-agents environment" in line for line in skips), skips  # none missing
+    assert " passed" in proc.stdout.strip().splitlines()[-1]
+
+
+#: The tests below need the SDK: they run in .venv-openai-agents (through test_in_own_environment).
+needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
+if HERE:
+    import aegis_probe
+    from aegis_probe import semconv as sc
+    from aegis_probe.apps import AppSpec, Endpoint
+    from aegis_probe.counterfactual import blame
+    from aegis_probe.demos import openai_agents as demo
+    from aegis_probe.demos.task import judge
+    from aegis_probe.injection.campaign import run_campaign
+    from aegis_probe.modelserver import Reply
+    from aegis_probe.store import TraceStore
+    from aegis_probe.trajectory import load_trajectories
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_replay import _planted_failure, _record
+
+EXAMPLES = ROOT / "examples" / "injection"
+
+
+class _Collector:
+    """The SDK's own trace processor interface; records which spans the SDK itself started."""
+
+    def __init__(self) -> None:
+        self.spans: list[object] = []
+
+    def on_trace_start(self, trace): ...
+    def on_trace_end(self, trace): ...
+    def on_span_start(self, span):
+        self.spans.append(span)
+    def on_span_end(self, span): ...
+    def shutdown(self): ...
+    def force_flush(self): ...
+
+
+@pytest.fixture
+def sdk_traces():
+    """The SDK's trace export replaced by a local collector (nothing leaves the machine)."""
+    from agents import set_trace_processors, set_tracing_disabled
+
+    collector = _Collector()
+    set_trace_processors([collector])
+    set_tracing_disabled(False)
+    yield collector
+    set_tracing_disabled(True)
+    set_trace_processors([])
+
+
+def _instrumented(model_server, provider, tmp_path, policy=None):
+    server = model_server(policy or demo.policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    return app, aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+
+
+def _steps(exporter):
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STEP_INDEX) is not None]
+    return sorted(spans, key=lambda s: s.attributes[sc.STEP_INDEX])
+
+
+@needs_sdk
+def test_turns_are_steps_and_handoffs_switch_agent(model_server, provider, exporter, tmp_path, sdk_traces):
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    steps = _steps(exporter)
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["planner", "calculator", "calculator", "reviewer"]
+    assert [s.attributes.get(sc.STEP_NEXT_SPEAKER) for s in steps] == ["calculator", None, "reviewer", None]
+    assert sdk_traces.spans == [], "the SDK's own tracing is off for instrumented runs: one span per step"
+    traj = probe.trajectory()
+    assert [t.name for t in traj.steps[1].tool_calls] == [demo.TOOL] and traj.steps[1].tool_calls[0].result == "126"
+
+    aegis_probe.uninstrument()
+    demo.run_app(app, demo.TASK)
+    assert sdk_traces.spans, "uninstrumented, the SDK traces as the user configured it"
+
+
+@needs_sdk
+def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
+    from agents import Runner
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    result = asyncio.run(Runner.run(app, demo.TASK))
+    assert demo.EXPECTED in result.final_output
+    probe.flush()
+    ours = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"]
+    assert len({s.context.trace_id for s in ours}) == 1 and len(_steps(exporter)) == 4
+    assert probe.trajectory().task == demo.TASK
+
+
+@needs_sdk
+def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
+    def policy(body):
+        reply = demo.policy(body)
+        if reply.tool_calls and reply.tool_calls[0][0] == demo.TOOL:
+            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
+        return reply
+
+    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    demo.run_app(app, demo.TASK)  # the SDK hands the error to the model as the tool's output
+    probe.flush()
+    tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
+    assert tools and all(s.status.status_code.name == "ERROR" for s in tools)
+
+
+@needs_sdk
+def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
+    import agents.run as run_module
+    from agents.run import AgentRunner
+    from agents.run_internal import tool_execution
+    from openai.resources.chat.completions import AsyncCompletions
+
+    names = [(AgentRunner, "run"), (run_module, "run_single_turn"),
+             (tool_execution, "_invoke_function_tool_with_metadata"), (AsyncCompletions, "create")]
+    before = {(owner, name): vars(owner)[name] for owner, name in names}
+    _, probe = _instrumented(model_server, provider, tmp_path)
+    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
+    aegis_probe.uninstrument()
+    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+@needs_sdk
+def test_blame_finds_planted_step(model_server, tmp_path):
+    store = TraceStore(tmp_path / "store")
+    policy = _planted_failure(demo)  # the calculator evaluates the wrong expression at step 1
+    trace_id = _record(demo, policy, model_server, store)
+    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
+
+    def fixer(traj, t):
+        return "(17 + 25) * 3 = 126" if traj.steps[t].agent == "calculator" else traj.steps[t].output
+
+    live = model_server(policy)
+    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode="scan", store=store)
+    assert report.found and report.step == 1 and report.agent == "calculator"
+    assert report.evidence.success and "126" in report.evidence.answer
+    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
+    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+
+
+@needs_sdk
+def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join((EXAMPLES / "math_tasks.jsonl").read_text().splitlines()[:2]) + "\n")
+    out = tmp_path / "campaign"
+    rows = run_campaign(f"{EXAMPLES / 'openai_agents_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3,
+                        modes=("FM-1.1", "FM-2.6", "FM-3.3"), progress=False)
+    kept = {t.trace_id: t for t in load_trajectories(out / "traces")} if (out / "traces").exists() else {}
+    assert sum(r["kept"] for r in rows) == len(kept) > 0
+    for traj in kept.values():
+        assert traj.framework == "openai-agents" and traj.outcome.success is False
+        fault = traj.labels.faults[0]
+        assert fault.agent in demo.AGENTS and traj.steps[fault.step].agent == fault.agent
