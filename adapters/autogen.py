@@ -38,6 +38,7 @@ aegis spans themselves. Apps that are not being traced run untouched.
 from __future__ import annotations
 
 import sys
+import weakref
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
@@ -212,6 +213,26 @@ def provider_of(cls: type) -> str:
     return next((name for key, name in _PROVIDERS if key in module), custom)
 
 
+#: Server and provider attributes per client (reading an openai client's ``base_url`` costs ~10 us).
+_ENDPOINTS: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _endpoint_attributes(client: Any) -> dict[str, Any]:
+    """``server.address``/``server.port`` and ``gen_ai.provider.name`` of a client, from its class and endpoint."""
+    try:
+        cached = _ENDPOINTS.get(client)
+    except TypeError:  # not weak-referenceable
+        cached = None
+    if cached is None:
+        base_url = getattr(getattr(client, "_client", None), "base_url", None)
+        cached = {**sc.server_attributes(base_url), sc.PROVIDER: sc.provider_name(base_url, provider_of(type(client)))}
+        try:
+            _ENDPOINTS[client] = cached
+        except TypeError:
+            pass
+    return cached
+
+
 class AutogenCodec:
     """``ChatCompletionClient.create`` requests and ``CreateResult`` responses, in neutral form."""
 
@@ -224,11 +245,9 @@ class AutogenCodec:
         """Model parameters (the client's create args and the call's ``extra_create_args``), the
         endpoint, and the provider of the client that talks to the model."""
         inner = getattr(instance, "client", None)  # ChatCompletionCache wraps .client
-        client = inner if isinstance(inner, ChatCompletionClient) else instance
+        client = inner if inner is not None and isinstance(inner, ChatCompletionClient) else instance
         params = {**(getattr(client, "_create_args", None) or {}), **(kwargs.get("extra_create_args") or {})}
-        base_url = getattr(getattr(client, "_client", None), "base_url", None)
-        return {**sc.request_attributes(params), **sc.server_attributes(base_url),
-                sc.PROVIDER: sc.provider_name(base_url, provider_of(type(client)))}
+        return {**sc.request_attributes(params), **_endpoint_attributes(client)}
 
     def model(self, instance: Any, args: tuple, kwargs: dict) -> str | None:
         for client in (instance, getattr(instance, "client", None)):  # ChatCompletionCache wraps .client
