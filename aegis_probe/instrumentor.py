@@ -65,27 +65,34 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return None
 
     def _instrument(self, **kwargs: Any) -> None:
-        from .probe import ProbeSetup
-
-        setup = ProbeSetup.resolve(**{k: v for k, v in kwargs.items() if k in _SETUP_ARGS})
         frameworks = supported_frameworks()
         if not frameworks:
             logger.warning("aegis-probe: none of %s is installed; nothing is traced",
                            ", ".join(entry.requires for entry in ADAPTERS.values()))
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
+            self._setup_args = {k: v for k, v in kwargs.items() if k in _SETUP_ARGS}
+            self._setup: ProbeSetup | None = None
             generation = self._generation
         for name in frameworks:
-            wrapt.register_post_import_hook(_Enable(self, name, setup, generation), ADAPTERS[name].marker)
+            wrapt.register_post_import_hook(_Enable(self, name, generation), ADAPTERS[name].marker)
 
-    def _enable(self, name: str, setup: "ProbeSetup", generation: int) -> None:
-        """Install framework ``name``'s adapter in trace-every-app mode (its module was just imported)."""
+    def _enable(self, name: str, generation: int) -> None:
+        """Install framework ``name``'s adapter in trace-every-app mode (its module was just imported).
+
+        The provider is chosen at the first such import, so a global provider set after
+        ``instrument()`` but before the app imports its framework is the one used.
+        """
+        from .probe import ProbeSetup
+
         with self._lock:
             if generation != getattr(self, "_generation", None) or name in AUTO_PROBES:
                 return  # uninstrumented (or re-instrumented) before the app imported the framework
             try:
+                if self._setup is None:
+                    self._setup = ProbeSetup.resolve(**self._setup_args)
                 adapter = get_adapter(name)
-                AUTO_PROBES[name] = setup.probe(adapter)
+                AUTO_PROBES[name] = self._setup.probe(adapter)
                 adapter.install()
             except Exception:
                 AUTO_PROBES.pop(name, None)
@@ -112,11 +119,11 @@ _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content",
 class _Enable:
     """The post-import hook of one framework; never raises into the app's ``import``."""
 
-    def __init__(self, instrumentor: AegisInstrumentor, name: str, setup: "ProbeSetup", generation: int) -> None:
-        self.instrumentor, self.name, self.setup, self.generation = instrumentor, name, setup, generation
+    def __init__(self, instrumentor: AegisInstrumentor, name: str, generation: int) -> None:
+        self.instrumentor, self.name, self.generation = instrumentor, name, generation
 
     def __call__(self, module: Any) -> None:
         try:
-            self.instrumentor._enable(self.name, self.setup, self.generation)
+            self.instrumentor._enable(self.name, self.generation)
         except Exception:
             logger.warning("aegis-probe: could not instrument %s", self.name, exc_info=True)
