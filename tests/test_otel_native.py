@@ -334,6 +334,11 @@ def test_instrumentor_traces_unregistered_apps_like_instrument(instrumentor, mod
     steps = sorted((s["attributes"][sc.STEP_INDEX], s["attributes"][sc.AGENT_NAME]) for s in auto if sc.STEP_INDEX in s["attributes"])
     assert steps == [(0, "planner"), (1, "calculator"), (2, "reviewer")]
 
+    _run_instrumented(zerocode, server.base_url, provider).uninstrument()  # a registered probe leaves...
+    exporter.clear()
+    asyncio.run(zerocode.run(server.base_url))  # ...and trace-every-app mode keeps its patches
+    assert len(_aegis_trace(_sdk_spans(exporter.get_finished_spans()))) == len(auto)
+
     instrumentor.uninstrument()
     assert AUTO_PROBES == {} and {key: vars(key[0]).get(key[1]) for key in patched} == originals
     exporter.clear()
