@@ -58,7 +58,11 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
         provider.add_span_processor(StoreSpanProcessor(store))
     remote = exporter
     if remote is None and config.otlp_endpoint:
-        remote = otlp_exporter(config)
+        try:
+            remote = otlp_exporter(config)
+        except Exception as exc:  # a value the exporter refuses (e.g. OTEL_EXPORTER_OTLP_COMPRESSION=bogus)
+            logger.warning("aegis-probe: OTLP export is off, the exporter refused its configuration: %s: %s",
+                           type(exc).__name__, exc)
     if remote is not None:
         provider.add_span_processor(BatchSpanProcessor(remote))
     _providers[key] = provider

@@ -161,8 +161,23 @@ def test_bad_otlp_protocol_warns_and_falls_back(env, caplog, tmp_path):
     processors = setup.provider._active_span_processor._span_processors
     exporters = [p._batch_processor._exporter for p in processors if isinstance(p, BatchSpanProcessor)]
     assert [type(e).__module__.split(".")[4] for e in exporters] == ["http"]
-    run = run_script(toy_probe(setup), "t", sample_steps())  # the app runs; the store has the run
-    assert setup.store.trace(run.trace_id)
+    try:
+        run = run_script(toy_probe(setup), "t", sample_steps())  # the app runs; the store has the run
+        assert setup.store.trace(run.trace_id)
+    finally:
+        setup.provider.shutdown()  # nothing listens on port 9: no retries left for the end of the session
+
+
+@pytest.mark.parametrize("name,value", [("OTEL_EXPORTER_OTLP_COMPRESSION", "bogus"), ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc")])
+def test_a_value_the_exporter_refuses_turns_otlp_off_with_a_warning(env, caplog, tmp_path, name, value):
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")  # the grpc exporter raises on both values
+    env.setenv(name, value)
+    with caplog.at_level(logging.WARNING, logger="aegis_probe"):
+        setup = ProbeSetup.resolve(store=tmp_path / f"store-{value}")
+    assert "OTLP export is off" in caplog.text and value in caplog.text
+    run = run_script(toy_probe(setup), "t", sample_steps())
+    assert len(setup.store.trace(run.trace_id)) == 11
 
 
 # -- provider precedence --------------------------------------------------------------------------------

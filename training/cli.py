@@ -63,8 +63,8 @@ def _unavailable(name: str, exc: Exception) -> int:
 
 def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train") -> argparse.ArgumentParser:
     """The CLI parser with the given commands registered (default: all, listed from :data:`SUMMARIES`)."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description="Import datasets, build training rows, train and evaluate "
+                                                       "failure-attribution models.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
     subparsers = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in names if names is not None else COMMANDS:
