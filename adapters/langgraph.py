@@ -10,7 +10,9 @@ Class- and module-level patches, installed once:
   the run's outermost graph -> ``invoke_agent {node}`` (retries of a node are one step). Nodes
   inside a step (a ``create_react_agent`` subgraph's ``agent``/``tools`` nodes) belong to that
   step; ``__start__``-style internal nodes are not steps. The step's input is the state's
-  ``messages`` (else the state itself), its output the messages the node wrote (else its writes);
+  ``messages`` the node has not seen (all on its first step, then those added since its last;
+  a state without ``messages``: the state itself), its output the messages the node wrote
+  (else its writes);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
   model, streaming or not) through :func:`~aegis_probe.interception.call_llm` with
   :class:`LangChainCodec`;
@@ -23,11 +25,13 @@ when the stream does.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.messages import SharedMessage
 from aegis_probe.spans import (
     ChatMessage,
     RunScope,
@@ -58,23 +62,47 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+# A graph's state hands the same message objects to every node and model call, so the neutral
+# form of a message without tool calls is kept per object (checked by identity of its content
+# and name) and shared.
+_SHARED: dict[int, tuple[Any, Any, Any, SharedMessage]] = {}
+_SHARED_MAX = 4096
+
+
 def to_neutral(msg: Any) -> dict[str, Any]:
-    """A neutral message from a LangChain ``BaseMessage`` (or a ``(role, text)`` tuple / string)."""
+    """A neutral message from a LangChain ``BaseMessage`` (or a ``(role, text)`` tuple, string or dict)."""
+    fields = getattr(msg, "__dict__", None)  # fields read from __dict__: pydantic's __getattr__ is slow
+    if fields is None or "type" not in fields:
+        return _plain(msg)
+    content, name = fields.get("content"), fields.get("name")
+    entry = _SHARED.get(id(msg))
+    if entry is not None and entry[0] is msg and entry[1] is content and entry[2] is name:
+        return entry[3]
+    kind = fields["type"]
+    out: dict[str, Any] = {"role": _ROLES.get(kind, "user"), "content": _text(content)}
+    if name:
+        out["name"] = name
+    calls = fields.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}
+                             for c in calls]
+        return out
+    if fields.get("tool_call_id"):
+        out["tool_call_id"] = fields["tool_call_id"]
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    shared = SharedMessage(out)
+    _SHARED[id(msg)] = (msg, content, name, shared)
+    return shared
+
+
+def _plain(msg: Any) -> dict[str, Any]:
+    """A neutral message of the shorthand forms LangGraph accepts as input."""
     if isinstance(msg, tuple) and len(msg) == 2:
         return {"role": {"human": "user", "ai": "assistant"}.get(msg[0], msg[0]), "content": _text(msg[1])}
-    if isinstance(msg, str):
-        return {"role": "user", "content": msg}
     if isinstance(msg, dict):
         return {"role": msg.get("role", "user"), "content": _text(msg.get("content"))}
-    out: dict[str, Any] = {"role": _ROLES.get(getattr(msg, "type", ""), "user"), "content": _text(getattr(msg, "content", ""))}
-    if getattr(msg, "name", None):
-        out["name"] = msg.name
-    if getattr(msg, "tool_calls", None):
-        out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}
-                             for c in msg.tool_calls]
-    if getattr(msg, "tool_call_id", None):
-        out["tool_call_id"] = msg.tool_call_id
-    return out
+    return {"role": "user", "content": _text(msg)}
 
 
 def _args(arguments: Any) -> dict[str, Any]:
@@ -215,6 +243,16 @@ def _step_output(task: Any, seen: set[str]) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": json.dumps(other, default=str, ensure_ascii=False)}]
 
 
+@dataclass
+class _NodeStep:
+    """An open node step: its span, the task, the ids of the state's messages and their number."""
+
+    step: StepScope
+    task: Any
+    ids: set[str]
+    count: int
+
+
 class LangGraphAdapter(Adapter):
     """Traces compiled LangGraph graphs: one step per node execution."""
 
@@ -223,6 +261,8 @@ class LangGraphAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self.codec = LangChainCodec()
+        #: run id -> node -> how many of the state's messages the node has seen (its step input is the rest)
+        self._seen: dict[str, dict[str, int]] = {}
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -263,6 +303,13 @@ class LangGraphAdapter(Adapter):
             log_hook_error("langgraph run start")
             return None
 
+    def _ender(self, run: RunScope) -> Callable[[BaseException | None], None]:
+        def done(exc: BaseException | None) -> None:
+            self._seen.pop(run.run_id, None)
+            run.finish(exc)
+
+        return done
+
     def _stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._start(instance, args, kwargs)
         if run is None:
@@ -270,9 +317,9 @@ class LangGraphAdapter(Adapter):
         try:
             items = wrapped(*args, **kwargs)
         except BaseException as exc:
-            run.finish(exc)
+            self._ender(run)(exc)
             raise
-        return iterate_sync_in_scope(iter(items), run, on_done=run.finish)
+        return iterate_sync_in_scope(iter(items), run, on_done=self._ender(run))
 
     def _astream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._start(instance, args, kwargs)
@@ -281,43 +328,47 @@ class LangGraphAdapter(Adapter):
         try:
             agen = wrapped(*args, **kwargs)
         except BaseException as exc:
-            run.finish(exc)
+            self._ender(run)(exc)
             raise
-        return iterate_in_scope(agen.__aiter__(), run, on_done=run.finish)
+        return iterate_in_scope(agen.__aiter__(), run, on_done=self._ender(run))
 
     # -- steps (node executions) -----------------------------------------------------------
-    @staticmethod
-    def _open_step(args: tuple, kwargs: dict) -> tuple[StepScope, Any, set[str]] | None:
+    def _open_step(self, args: tuple, kwargs: dict) -> _NodeStep | None:
         run = current_run()
-        if run is None or run.framework != LangGraphAdapter.name or current_step() is not None:
+        if run is None or run.framework != self.name or current_step() is not None:
             return None
         task = kwargs["task"] if "task" in kwargs else args[0]
         if task.name.startswith("__"):
             return None
         try:
             messages = _messages_of(task.input)
-            seen = {m.id for m in messages or () if getattr(m, "id", None)}
-            shown = [to_neutral(m) for m in messages] if messages is not None else [
-                {"role": "user", "content": json.dumps(task.input, default=str, ensure_ascii=False)}]
-            return start_step(run.probe, task.name, run=run, input_messages=shown), task, seen
+            if messages is None:
+                shown = [{"role": "user", "content": json.dumps(task.input, default=str, ensure_ascii=False)}]
+                return _NodeStep(start_step(run.probe, task.name, run=run, input_messages=shown), task, set(), 0)
+            seen = self._seen.setdefault(run.run_id, {})
+            new = [to_neutral(m) for m in messages[seen.get(task.name, 0):]]  # what the node has not seen yet
+            ids = {i for i in (getattr(m, "id", None) for m in messages) if i}
+            step = start_step(run.probe, task.name, run=run, input_messages=new)
+            return _NodeStep(step, task, ids, len(messages))
         except Exception:
             log_hook_error("langgraph step start")
             return None
 
-    @staticmethod
-    def _close_step(opened: tuple[StepScope, Any, set[str]], exc: BaseException | None) -> None:
+    def _close_step(self, opened: _NodeStep, exc: BaseException | None) -> None:
         """End a node's step: failed by the app's error; an interrupt (``GraphBubbleUp``) ends it normally."""
         from langgraph.errors import GraphBubbleUp
 
-        step, task, seen = opened
+        step = opened.step
         try:
             if exc is not None and not isinstance(exc, GraphBubbleUp):
                 step.fail(exc)
                 return
-            output = _step_output(task, seen)
+            output = _step_output(opened.task, opened.ids)
             said = [m["content"] for m in output if m["role"] == "assistant" and m["content"]]
-            if said and step.run is not None:
-                step.run.answer = said[-1]
+            if step.run is not None:
+                if said:
+                    step.run.answer = said[-1]
+                self._seen.setdefault(step.run.run_id, {})[opened.task.name] = opened.count + len(output)
             step.finish(output)
         except Exception:
             log_hook_error("langgraph step end")
@@ -327,14 +378,14 @@ class LangGraphAdapter(Adapter):
         opened = self._open_step(args, kwargs)
         if opened is None:
             return wrapped(*args, **kwargs)
-        token = opened[0].attach()
+        token = opened.step.attach()
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, exc)
             raise
         finally:
-            opened[0].detach(token)
+            opened.step.detach(token)
         self._close_step(opened, None)
         return result
 
@@ -342,14 +393,14 @@ class LangGraphAdapter(Adapter):
         opened = self._open_step(args, kwargs)
         if opened is None:
             return await wrapped(*args, **kwargs)
-        token = opened[0].attach()
+        token = opened.step.attach()
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, exc)
             raise
         finally:
-            opened[0].detach(token)
+            opened.step.detach(token)
         self._close_step(opened, None)
         return result
 

@@ -10,7 +10,8 @@ An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and pla
   subclass; aegis runs wrap the rounds in ``probe.run(task)``;
 - MetaGPT: a ``Team`` of two roles that answer each other (both act every round), on a
   ``BaseLLM`` subclass; each prompt holds the conversation so far, as metagpt's own actions do.
-  metagpt's log sinks are replaced by one WARNING console sink.
+  metagpt's log sinks are replaced by one WARNING console sink;
+- LangGraph: a ``StateGraph`` of two model nodes taking turns on a ``BaseChatModel`` subclass.
 
 Every prompt of every app repeats the conversation so far, as these frameworks do by default.
 """
@@ -215,4 +216,58 @@ def metagpt_app() -> App:
     return App("metagpt", "Team of 2 roles, both act every round", build, play)
 
 
-APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app}
+# -- LangGraph -----------------------------------------------------------------------------------
+def langgraph_app() -> App:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    class InstantChatModel(BaseChatModel):
+        """Answers at once with a numbered reply and usage (no I/O)."""
+
+        calls: int = 0
+
+        @property
+        def _llm_type(self) -> str:
+            return "instant"
+
+        def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            self.calls += 1
+            usage = {"input_tokens": 10 * len(messages), "output_tokens": 5, "total_tokens": 10 * len(messages) + 5}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(_reply(self.calls), usage_metadata=usage))])
+
+    models: dict[int, InstantChatModel] = {}  # id(graph) -> its model, to count the calls
+
+    def build(steps: int) -> Any:
+        llm = InstantChatModel()
+
+        def speaker(name: str) -> Any:
+            def node(state: Any) -> dict[str, Any]:
+                return {"messages": [llm.invoke(state["messages"])]}
+
+            return node
+
+        def next_node(after: str) -> Any:
+            return lambda state: END if len(state["messages"]) > steps else after
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("alice", speaker("alice"))
+        graph.add_node("bob", speaker("bob"))
+        graph.add_edge(START, "alice")
+        graph.add_conditional_edges("alice", next_node("bob"), ["bob", END])
+        graph.add_conditional_edges("bob", next_node("alice"), ["alice", END])
+        compiled = graph.compile()
+        models[id(compiled)] = llm
+        return compiled
+
+    def play(graph: Any, probe: Any, steps: int) -> None:
+        graph.invoke({"messages": [("user", TASK)]}, {"recursion_limit": steps + 5})
+        llm = models.pop(id(graph))
+        assert llm.calls == steps, llm.calls
+
+    return App("langgraph", "StateGraph of 2 model nodes taking turns", build, play)
+
+
+APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app,
+                                      "langgraph": langgraph_app}
