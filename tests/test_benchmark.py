@@ -116,8 +116,9 @@ def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     train = write_trajs(tmp_path / "train.jsonl", system_runs(["alpha", "beta", "gamma"], 24, "a", 0))
     test = write_trajs(tmp_path / "test.jsonl", system_runs(["Planner", "Coder", "Checker", "Writer"], 16, "b", 1, turns=12))
     out = tmp_path / "bench"
+    cache = tmp_path / "emb.safetensors"
     assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(out), "--epochs", "12",
-                 "--bootstrap", "100"]) == 0
+                 "--bootstrap", "100", "--embedding-cache", str(cache)]) == 0
     printed = capsys.readouterr().out
     assert "| DCL (trained on the training sets) |" in printed and "oracle: most frequent agent present" in printed
     part = json.loads((out / "benchmark.json").read_text())["tests"][str(test)]
@@ -128,8 +129,10 @@ def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     assert part["above_every_floor"] == {"agent": True, "step": True}
     from aegis_probe.train.dcl.attributor import DCLAttributor
 
-    pred = DCLAttributor.load(out / "model").predict({"id": "x", "turns": [{"agent": "P", "text": CLEAN[0]},
-                                                                           {"agent": "Q", "text": BROKEN}]})
+    model = DCLAttributor.load(out / "model")
+    assert model.load_cache(cache) == 24  # the distinct windows of both sets (5 texts x 4 agents + 4 names)
+    model.encoder.encode = None  # everything below is read from the cache: the encoder is not called
+    pred = model.predict({"id": "x", "turns": [{"agent": "a", "text": CLEAN[0]}, {"agent": "b", "text": BROKEN}]})
     assert pred["step_agent"] == pred["agent"] and pred["modes"] == [] and pred["top_pair"]["mode"] is None
     assert main(["benchmark", "--train", str(train), "--test", str(train), "--model", str(out / "model"),
                  "--out", str(tmp_path / "again")]) == 2  # a test set must be unseen

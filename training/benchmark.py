@@ -122,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.model:
         model = DCLAttributor.load(args.model)
+        if args.embedding_cache:
+            model.load_cache(args.embedding_cache)
     else:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
-                        train_encoder=args.train_encoder)
+                        train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
         model = fit(build_dcl(train), out / "model", cfg)
     report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
                               "model": str(args.model or out / "model"), "seed": args.seed, "tests": {}}
@@ -133,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         if not test:
             raise ValueError(f"{path}: no labelled failures to score")
         preds, turns_read = dcl_predictions(model, test)
+        if args.embedding_cache:
+            model.save_cache(args.embedding_cache)
         part = score_set(train, test, preds, turns_read, n_resamples=args.bootstrap, seed=args.seed)
         report["tests"][path] = part
         lo, mid, hi = part["steps_min_median_max"]
@@ -164,5 +168,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")
     p.add_argument("--train-encoder", action="store_true", help="fine-tune the encoder too (slow on CPU)")
+    p.add_argument("--embedding-cache", metavar="FILE", help="safetensors file of turn embeddings shared between "
+                                                            "runs (same encoder; created if missing)")
     p.set_defaults(func=run)
     return p

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ class DCLAttributor(nn.Module):
         self.encoder.requires_grad_(train_encoder)
         self.head = DCLHead(self.encoder.dim, hidden_size, len(self.modes), temperature)
         self.cache: dict[str, torch.Tensor] = {}
+        self._stored: dict[str, torch.Tensor] = {}  # embeddings read by load_cache, by key
 
     @property
     def train_encoder(self) -> bool:
@@ -70,7 +72,14 @@ class DCLAttributor(nn.Module):
         progress bar on stderr when ``progress``."""
         if self.train_encoder:
             return
-        missing = list(dict.fromkeys(c for t in texts for c in self.chunks(t) if c not in self.cache))
+        stored = self._stored
+        missing = []
+        for c in dict.fromkeys(c for t in texts for c in self.chunks(t) if c not in self.cache):
+            key = self._cache_key(c) if stored else None
+            if key in stored:
+                self.cache[c] = stored[key]
+            else:
+                missing.append(c)
         starts = range(0, len(missing), batch_size)
         if progress:
             starts = tqdm(starts, desc="encoding turns", unit="batch", file=sys.stderr)
@@ -78,6 +87,25 @@ class DCLAttributor(nn.Module):
             batch = missing[i:i + batch_size]
             for text, emb in zip(batch, self.encoder.encode(batch, batch_size)):
                 self.cache[text] = emb
+
+    def _cache_key(self, text: str) -> str:
+        return hashlib.sha1(f"{self.encoder.path}|{self.spec['max_length']}|{text}".encode()).hexdigest()
+
+    def load_cache(self, path: str | Path) -> int:
+        """Add the embeddings saved by :meth:`save_cache` at ``path`` (if it exists) to the cache;
+        returns how many windows it holds. Keys bind the encoder and ``max_length``."""
+        if self.train_encoder or not Path(path).is_file():
+            return 0
+        self._stored.update(load_file(str(path)))
+        return len(self._stored)
+
+    def save_cache(self, path: str | Path) -> None:
+        """Write the cached window embeddings (and those loaded before) to ``path`` (safetensors)."""
+        if self.train_encoder:
+            return
+        tensors = {**self._stored, **{self._cache_key(t): v.contiguous() for t, v in self.cache.items()}}
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(path))
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """One vector per text: the mean of its windows' embeddings."""

@@ -54,6 +54,8 @@ class DCLConfig:
     seed: int = field(default=0, metadata={"help": "seed of initialisation and batch order"})
     logging_steps: int = field(default=10, metadata={"help": "optimizer steps between loss records in log.jsonl"})
     save_total_limit: int = field(default=2, metadata={"help": "epoch checkpoints kept"})
+    embedding_cache: str = field(default="", metadata={"help": "safetensors file of turn-window embeddings reused "
+                                                                  "across runs (frozen encoder; created if missing)"})
 
 
 def _optimizer(model: DCLAttributor, cfg: DCLConfig) -> torch.optim.Optimizer:
@@ -123,8 +125,12 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
+    if cfg.embedding_cache:
+        model.load_cache(cfg.embedding_cache)
     model.precompute([t for ex in examples for t in ex.turn_texts] + [a for ex in examples for a in ex.agent_texts],
                      progress=progress)
+    if cfg.embedding_cache:
+        model.save_cache(cfg.embedding_cache)
     log.write({"event": "start", "rows": len(examples), "groups": len(group_list), "config": asdict(cfg)})
     weights = (cfg.classification_weight, cfg.contrastive_weight, cfg.hierarchy_weight)
     model.train()
