@@ -38,8 +38,9 @@ def summary(traj: Trajectory) -> str:
         f"outcome  {verdict}" + (f": answer {out.answer!r}" if out.answer else "") + (f", expected {out.expected!r}" if out.expected else ""),
         f"steps    {len(traj.steps)} by {', '.join(traj.agents) or '-'}",
     ]
-    for f in traj.labels.faults:
-        lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy}")
+    for label in traj.labels.sets:  # every label source, side by side
+        for f in label.faults:
+            lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy} source={label.source}")
     return "\n".join(lines)
 
 

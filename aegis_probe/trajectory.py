@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from . import semconv as sc
 from .otlp_json import SpanRecord
+from .redact import redact_secrets
 
 
 class Message(BaseModel):
@@ -144,13 +145,13 @@ def label_attributes(spans: Iterable[SpanRecord], source: str, faults: list[Faul
     """Root-span attributes that add ``faults`` as ``source``'s label of a stored trace, append-only.
 
     Each source has its own attribute, ``aegis.labels.<source>``; faults it recorded before are
-    kept (new ones appended), and no other source's label is touched.
+    kept (new ones appended), and no other source's label is touched. Reasons are redacted.
     """
     root = _root(list(spans))
     key = sc.LABELS_PREFIX + source
     known = [Fault(**f) for f in json.loads(root.attributes[key])] if key in root.attributes else []
     merged = known + [f for f in faults if f not in known]
-    return {key: json.dumps([f.model_dump() for f in merged], ensure_ascii=False)}
+    return {key: redact_secrets(json.dumps([f.model_dump() for f in merged], ensure_ascii=False))}
 
 
 class Trajectory(BaseModel):
