@@ -27,8 +27,9 @@ Errors: a lone role's exception propagates unchanged and marks its spans ERROR. 
 itself logs, serializes and swallows role errors (metagpt's ``serialize_decorator``) and returns
 None; that behaviour is kept, and the run still reads as failed: the first role error (the
 original exception, which ``role_raise_decorator`` re-raises as a bare ``Exception`` of its
-traceback text) marks the root span ERROR with its type, and the run's outcome is failed
-(``aegis.outcome.success = false``) unless a judge's verdict says otherwise.
+traceback text) or the budget check's ``NoMoneyException`` (``Team._check_balance``) marks the
+root span ERROR with its type, and the run's outcome is failed (``aegis.outcome.success =
+false``) unless a judge's verdict says otherwise.
 
 Roles run as ``asyncio`` tasks that copy the context, so steps and model calls of roles inside a
 traced run nest under it; roles hired after ``instrument()`` are traced too. Only the app object
@@ -166,13 +167,13 @@ class MetaGPTCodec:
         return response.content or ""
 
 
-#: The role errors of the ``Team.run`` running in this task, which metagpt swallows.
-_ROLE_ERRORS: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("aegis_metagpt_role_errors", default=None)
+#: The errors the ``Team.run`` running in this task swallows: its roles' and its budget check's.
+_SWALLOWED: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("aegis_metagpt_swallowed", default=None)
 
 
-def _note_role_error(exc: BaseException) -> None:
-    """Keep a role's error for the team run around it (the original one, not metagpt's re-raise)."""
-    errors = _ROLE_ERRORS.get()
+def _note_swallowed(exc: BaseException) -> None:
+    """Keep an error for the team run around it (a role's original one, not metagpt's re-raise)."""
+    errors = _SWALLOWED.get()
     if errors is not None:
         cause = exc.__context__
         errors.append(cause if type(exc) is Exception and cause is not None else exc)
@@ -238,6 +239,7 @@ class MetaGPTAdapter(Adapter):
 
     def _instrument(self, patcher: Patcher) -> None:
         patcher.wrap(Team, "run", self._team_run)
+        patcher.wrap(Team, "_check_balance", self._check_balance)
         patcher.wrap(Role, "run", self._role_run)
         patcher.wrap(Role, "react", self._react)
         patcher.wrap(Role, "_act", self._act)
@@ -263,11 +265,20 @@ class MetaGPTAdapter(Adapter):
         if run is None:
             return await wrapped(*args, **kwargs)
         errors: list[BaseException] = []
-        token = _ROLE_ERRORS.set(errors)
+        token = _SWALLOWED.set(errors)
         try:
             return await _in_run(run, lambda: wrapped(*args, **kwargs), errors)
         finally:
-            _ROLE_ERRORS.reset(token)
+            _SWALLOWED.reset(token)
+
+    @staticmethod
+    def _check_balance(wrapped: Callable[..., Any], instance: Team, args: tuple, kwargs: dict) -> Any:
+        """``Team._check_balance``: its ``NoMoneyException`` ends the run, and ``Team.run`` swallows it."""
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as exc:
+            _note_swallowed(exc)
+            raise
 
     async def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
         try:
@@ -281,7 +292,7 @@ class MetaGPTAdapter(Adapter):
             try:
                 return await wrapped(*args, **kwargs)
             except Exception as exc:
-                _note_role_error(exc)
+                _note_swallowed(exc)
                 raise
         return await _in_run(run, lambda: wrapped(*args, **kwargs))
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.metagpt
 
 MODEL = "aegis-scripted"
 API_KEY = "sk-test-key-do-not-leak-1234567890"
-PATCHED = [(Team, "run"), (Role, "run"), (Role, "react"), (Role, "_act"), (BaseLLM, "aask"), (BaseLLM, "_update_costs")]
+PATCHED = [(Team, "run"), (Team, "_check_balance"), (Role, "run"), (Role, "react"), (Role, "_act"), (BaseLLM, "aask"), (BaseLLM, "_update_costs")]
 
 
 @pytest.fixture(autouse=True)
@@ -364,3 +364,14 @@ def test_a_run_without_role_errors_is_not_marked_failed(server, provider, export
     demo.run_app(app, demo.TASK)
     traj = probe.trajectory()
     assert traj.error is None and traj.outcome.success is None
+
+
+def test_swallowed_budget_error_fails_the_run(server, provider, exporter, tmp_path):
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app.invest(0.0)  # Team.run's first balance check raises NoMoneyException, which it swallows
+    probe = _instrument(app, provider, tmp_path)
+    assert demo.run_app(app, demo.TASK) is None
+    (root,) = [s for s in _ours(exporter) if s.parent is None]
+    assert root.status.status_code == StatusCode.ERROR and root.attributes[sc.ERROR_TYPE] == "NoMoneyException"
+    traj = probe.trajectory()
+    assert traj.outcome.success is False and traj.steps == []
