@@ -128,11 +128,6 @@ class Patcher:
                 except Exception:
                     logger.warning("aegis-probe: could not restore %r.%s", patch.owner, patch.name, exc_info=True)
 
-    def originals(self) -> dict[tuple[Any, str], Any]:
-        """``(owner, name) -> saved __dict__ entry`` of the attributes patched now (``_MISSING``: inherited)."""
-        with self._lock:
-            return {(p.owner, p.name): p.saved for p in self._patches.values()}
-
     def __len__(self) -> int:
         return len(self._patches)
 
