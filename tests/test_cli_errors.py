@@ -1,0 +1,250 @@
+"""Bad input to every command, as a table: broken stores, task files, apps, fixers, datasets and
+outputs. Each case gives the exit status it must end with and what its one ``error:`` line (or,
+for a store with bad lines, its warning) must name; no case may raise, and no input or store file
+may change."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from aegis_probe import semconv as sc
+from aegis_probe.cli import main
+
+TRACE = "0123456789abcdef0123456789abcdef"
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _span_line(success: bool | None = False) -> str:
+    """One valid store line: a root span (outcome ``success``) and one agent step under it."""
+    attrs = [{"key": sc.OUTCOME_SUCCESS, "value": {"boolValue": success}}] if success is not None else []
+    spans = [
+        {"traceId": TRACE, "spanId": "00000000000000a1", "name": "invoke_workflow team", "kind": 1,
+         "startTimeUnixNano": "1", "endTimeUnixNano": "9", "attributes": attrs},
+        {"traceId": TRACE, "spanId": "00000000000000a2", "parentSpanId": "00000000000000a1", "name": "invoke_agent solver",
+         "kind": 1, "startTimeUnixNano": "2", "endTimeUnixNano": "8",
+         "attributes": [{"key": sc.STEP_INDEX, "value": {"intValue": "0"}},
+                        {"key": "gen_ai.agent.name", "value": {"stringValue": "solver"}}]},
+    ]
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]})
+
+
+def _huge_kind_line() -> str:
+    return _span_line().replace('"kind": 1', '"kind": 1.5e400', 1)
+
+
+@dataclass
+class Env:
+    """A case's working directory: a store ``S`` with one failed trace, a tasks file, helpers to write files."""
+
+    root: Path
+
+    @property
+    def store(self) -> Path:
+        return self.root / "S"
+
+    def file(self, name: str, text: str) -> str:
+        path = self.root / name
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+
+    def store_with(self, *extra: str, success: bool | None = False) -> str:
+        self.store.mkdir(exist_ok=True)
+        (self.store / "spans.jsonl").write_text("\n".join([_span_line(success), *extra]) + "\n")
+        return str(self.store)
+
+    def tasks(self, *rows: dict | str) -> str:
+        return self.file("tasks.jsonl", "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+    def app(self, name: str, *parts: str) -> str:
+        return self.file(f"{name}.py", "".join(textwrap.dedent(part) for part in parts)) + ":build_app"
+
+
+TRAJECTORY = json.dumps({"trace_id": "t1", "task": "x", "outcome": {"success": False},
+                         "steps": [{"index": 0, "agent": "a", "output": "x"}, {"index": 1, "agent": "b", "output": "y"}],
+                         "labels": {"faults": [{"agent": "a", "step": 0}]}}) + "\n"
+GOOD_TASK = {"id": "pens", "type": "math", "expected": "126",
+             "task": "A shop sells pens at 17 coins and notebooks at 25 coins. What do 3 pens and 3 notebooks cost in total?"}
+DEMO_APP = """\
+    from aegis_probe.demos.autogen import AGENTS, policy, run_app
+    from aegis_probe.demos.autogen import build_app as demo_build_app
+    """
+
+
+def _inject(env: Env, app: str, tasks: str | None = None) -> list[str]:
+    return ["inject", "--app", app, "--tasks", tasks or env.tasks(GOOD_TASK), "--out", str(env.root / "out"),
+            "--plans-per-run", "1", "--no-progress"]
+
+
+@dataclass
+class Case:
+    id: str
+    argv: Callable[[Env], list[str]]
+    status: int
+    names: tuple[str, ...]  # what the error line (status 2/1) or the warnings (status 0) must contain
+    needs: str | None = None  # a module the case needs installed
+
+
+CASES = [
+    # -- stores with bad lines stay readable; bad lines are named -------------------------------
+    Case("traces-ls-deep-line", lambda e: ["traces", "ls", "--dir", e.store_with(DEEP)], 0, ("spans.jsonl:2", "nested too deeply")),
+    Case("traces-show-huge-number", lambda e: ["traces", "show", TRACE[:8], "--dir", e.store_with(_huge_kind_line())], 0,
+         ("spans.jsonl:2", "kind is not an integer")),
+    Case("traces-ls-not-json", lambda e: ["traces", "ls", "--dir", e.store_with("not json", '{"hello": 1}')], 0,
+         ("spans.jsonl:2", "spans.jsonl:3")),
+    Case("report-store-with-bad-lines", lambda e: ["report", TRACE[:8], "--dir", e.store_with(DEEP), "--out", str(e.root / "r.html")],
+         0, ("spans.jsonl:2",)),
+    Case("traces-show-unknown-id", lambda e: ["traces", "show", "ffff", "--dir", e.store_with()], 2, ("no trace matching 'ffff'",)),
+    Case("report-file-with-no-trace", lambda e: ["report", e.file("bad.jsonl", '{"hello": 1}\n' + DEEP + "\n")], 2,
+         ("bad.jsonl:1", "not an OTLP/JSON trace record")),
+    Case("report-file-only-deep", lambda e: ["report", e.file("deep.jsonl", DEEP + "\n")], 2, ("deep.jsonl:1", "nested too deeply")),
+    # -- outputs never overwrite inputs or store files -------------------------------------------
+    Case("report-out-store-file", lambda e: ["report", TRACE[:8], "--dir", e.store_with(), "--out", str(e.store / "spans.jsonl")], 2,
+         ("--out", "spans.jsonl", "trace store")),
+    Case("report-out-new-file-in-store", lambda e: ["report", TRACE[:8], "--dir", e.store_with(), "--out", str(e.store / "r.jsonl")],
+         2, ("--out", "r.jsonl", "trace store")),
+    Case("report-out-is-its-input", lambda e: ["report", e.file("x.jsonl", _span_line() + "\n"), "--out", str(e.root / "x.jsonl")], 2,
+         ("--out", "x.jsonl", "is an input")),
+    Case("report-out-is-a-directory", lambda e: ["report", TRACE[:8], "--dir", e.store_with(), "--out", str(e.root)], 2,
+         ("Is a directory",)),
+    Case("inject-out-is-a-store", lambda e: [*_inject(e, "aegis_probe.demos.autogen:build_app")[:-5], "--out", e.store_with()], 2,
+         ("--out", "trace store")),
+    Case("train-import-out-is-input", lambda e: ["train", "import", e.store_with(), "-o", str(e.store / "spans.jsonl")], 2,
+         ("--out", "spans.jsonl")),
+    Case("train-build-out-in-store", lambda e: ["train", "build", "dcl", e.store_with(), "-o", str(e.store / "rows.jsonl")], 2,
+         ("--out", "rows.jsonl", "trace store")),
+    # -- apps that do not load -------------------------------------------------------------------
+    Case("inject-app-missing-file", lambda e: _inject(e, str(e.root / "nope.py") + ":build_app"), 2, ("--app", "no file", "nope.py")),
+    Case("inject-app-import-error", lambda e: _inject(e, e.app("app_imports_missing", "import no_such_module_for_aegis\n")), 2,
+         ("--app", "app_imports_missing", "no_such_module_for_aegis")),
+    Case("inject-app-syntax-error", lambda e: _inject(e, e.app("app_bad_syntax", "def build_app(:\n")), 2,
+         ("--app", "app_bad_syntax.py:1", "SyntaxError")),
+    Case("inject-app-exits-at-import", lambda e: _inject(e, e.app("app_exits", "import sys\nsys.exit(5)\n")), 2,
+         ("--app", "app_exits", "sys.exit(5)")),
+    Case("inject-app-raises-at-import", lambda e: _inject(e, e.app("app_raises", "raise RuntimeError('boom at import')\n")), 2,
+         ("--app", "app_raises", "boom at import")),
+    Case("inject-app-without-run-app", lambda e: _inject(e, e.app("app_no_run", "def build_app(b, m, k): return None\n")), 2,
+         ("--app", "run_app")),
+    Case("inject-module-not-found", lambda e: _inject(e, "no_such_pkg_for_aegis.app:build_app"), 2, ("--app", "no_such_pkg_for_aegis")),
+    # -- apps that load but cannot run: exit 1, the reason per task ------------------------------
+    Case("inject-factory-raises", lambda e: _inject(e, e.app("app_factory_raises", DEMO_APP, """\
+         def build_app(base_url, model, api_key):
+             raise RuntimeError("factory exploded")
+         """)), 1, ("no baseline succeeded", "pens  the run raised RuntimeError: factory exploded"), needs="autogen_agentchat"),
+    Case("inject-run-app-raises", lambda e: _inject(e, e.app("app_run_raises", DEMO_APP, """\
+         build_app = demo_build_app
+         def run_app(app, task):
+             raise RuntimeError("run_app exploded")
+         """)), 1, ("no baseline succeeded", "pens  the run raised RuntimeError: run_app exploded"), needs="autogen_agentchat"),
+    Case("inject-factory-returns-non-app", lambda e: _inject(e, e.app("app_not_an_app", DEMO_APP, """\
+         def build_app(base_url, model, api_key):
+             return object()
+         """)), 1, ("no baseline succeeded", "pens  the run raised TypeError"), needs="autogen_agentchat"),
+    Case("inject-no-agents-no-plans", lambda e: _inject(e, e.app("app_no_agents", """\
+         from aegis_probe.demos.autogen import policy, run_app
+         from aegis_probe.demos.autogen import build_app
+         """)), 1, ("no injected run could be made", "AGENTS"), needs="autogen_agentchat"),
+    # -- task files ------------------------------------------------------------------------------
+    Case("inject-tasks-missing", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", str(e.root / "none.jsonl")), 2,
+         ("No such file", "none.jsonl")),
+    Case("inject-tasks-empty", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks()), 2, ("tasks.jsonl", "no tasks")),
+    Case("inject-tasks-no-expected", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app",
+                                                     e.tasks({"id": "a", "task": "What is 1 + 1?"})), 2,
+         ("tasks.jsonl", "record 1", "expected")),
+    Case("inject-tasks-duplicate-ids", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks(GOOD_TASK, GOOD_TASK)), 2,
+         ("tasks.jsonl", "record 2", "duplicate id")),
+    Case("inject-tasks-not-json", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks(GOOD_TASK, "not json")), 2,
+         ("tasks.jsonl:2", "invalid JSON")),
+    Case("inject-tasks-deep", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks(DEEP)), 2,
+         ("tasks.jsonl", "nested too deeply")),
+    Case("inject-tasks-no-id", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks({"task": "x", "expected": "1"})), 2,
+         ("tasks.jsonl:1", "missing field(s) id")),
+    Case("inject-unknown-mode", lambda e: [*_inject(e, "aegis_probe.demos.autogen:build_app"), "--modes", "FM-9.9"], 2,
+         ("unknown mode/strategy: FM-9.9",)),
+    # -- blame -----------------------------------------------------------------------------------
+    Case("blame-fixer-missing-file", lambda e: ["blame", "--trace", TRACE[:8], "--dir", e.store_with(), "--app", "aegis_probe.demos.autogen",
+                                                "--expected", "1", "--fixer", str(e.root / "nope.py") + ":fix"], 2,
+         ("--fixer", "no file", "nope.py"), needs="autogen_agentchat"),
+    Case("blame-fixer-syntax-error", lambda e: ["blame", "--trace", TRACE[:8], "--dir", e.store_with(), "--app", "aegis_probe.demos.autogen",
+                                                "--expected", "1", "--fixer", e.file("bad_fixer.py", "def fix(:\n") + ":fix"], 2,
+         ("--fixer", "bad_fixer.py:1", "SyntaxError"), needs="autogen_agentchat"),
+    Case("blame-trace-succeeded", lambda e: ["blame", "--trace", TRACE[:8], "--dir", e.store_with(success=True),
+                                             "--app", "aegis_probe.demos.autogen", "--fixer", "aegis_probe.demos.task:solve"], 2,
+         (TRACE, "succeeded", "failed run"), needs="autogen_agentchat"),
+    Case("blame-unknown-trace", lambda e: ["blame", "--trace", "ffff", "--dir", e.store_with(), "--app", "aegis_probe.demos.autogen",
+                                           "--fixer", "aegis_probe.demos.task:solve"], 2, ("no trace matching 'ffff'",),
+         needs="autogen_agentchat"),
+    # -- demo ------------------------------------------------------------------------------------
+    Case("demo-unknown-failure-mode", lambda e: ["demo", "--inject", "FM-9.9", "--trace-dir", str(e.root / "t")], 2,
+         ("Target", "mode", "FM-9.9"), needs="autogen_agentchat"),
+    Case("demo-inject-unknown-agent", lambda e: ["demo", "--inject", "FM-2.6:nobody", "--trace-dir", str(e.root / "t")], 2,
+         ("--inject FM-2.6:nobody", "no agent 'nobody'"), needs="autogen_agentchat"),
+    # -- training data -----------------------------------------------------------------------------
+    Case("train-import-deep-line", lambda e: ["train", "import", e.file("deep.jsonl", DEEP + "\n"), "-o", str(e.root / "o.jsonl")], 2,
+         ("deep.jsonl", "nested too deeply")),
+    Case("train-import-huge-number", lambda e: ["train", "import", e.file("h.jsonl", _huge_kind_line() + "\n"), "-o", str(e.root / "o.jsonl")],
+         2, ("h.jsonl", "line 1", "kind is not an integer")),
+    Case("train-import-format-mismatch", lambda e: ["train", "import", e.store_with(), "--format", "whowhen", "-o", str(e.root / "o.jsonl")],
+         2, ("spans.jsonl",)),
+    Case("train-build-missing-source", lambda e: ["train", "build", "sft", str(e.root / "none.jsonl"), "-o", str(e.root / "o.jsonl")], 2,
+         ("none.jsonl",)),
+    Case("train-eval-bad-predictions", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY), "--predictions",
+                                                  e.file("p.jsonl", "{}\nnot json\n"), "--out-dir", str(e.root / "ev")], 2,
+         ("p.jsonl:1", "missing field(s) id")),
+    Case("train-dcl-bad-rows", lambda e: ["train", "dcl", "--data", e.file("rows.jsonl", '{"a": 1}\n'), "--out", str(e.root / "dcl")], 2,
+         ("rows.jsonl:1", "missing field"), needs="torch"),
+    Case("train-attribute-no-model", lambda e: ["train", "attribute", "--model", str(e.root / "nomodel"), "--data",
+                                                e.file("rows.jsonl", '{"a": 1}\n')], 2, ("nomodel",), needs="torch"),
+]
+
+
+def _snapshot(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, tmp_path, capsys, caplog, monkeypatch):
+    if case.needs:
+        pytest.importorskip(case.needs)
+    monkeypatch.chdir(tmp_path)
+    env = Env(tmp_path)
+    argv = case.argv(env)
+    before = _snapshot(tmp_path)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == case.status, (argv, out[-1500:], err[-1500:])
+    assert "Traceback" not in err
+    if status:
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, err[-2000:]
+        shown = errors[0] + "\n" + out  # inject's reasons per task are on stdout
+    else:
+        shown = err + caplog.text
+    for name in case.names:
+        assert name in shown, (name, shown[-2000:])
+    after = _snapshot(tmp_path)
+    changed = [p for p, data in before.items() if after.get(p) != data]
+    assert not changed, f"inputs changed: {changed}"
+
+
+def test_failed_baselines_are_explained_per_task(tmp_path, capsys, monkeypatch):
+    """inject says for each task why its baseline did not succeed, before the mode table."""
+    pytest.importorskip("autogen_agentchat")
+    monkeypatch.chdir(tmp_path)
+    env = Env(tmp_path)
+    app = env.app("app_run_raises_too", DEMO_APP, """\
+        build_app = demo_build_app
+        def run_app(app, task):
+            raise RuntimeError("run_app exploded")
+        """)
+    assert main(_inject(env, app, env.tasks(GOOD_TASK, {**GOOD_TASK, "id": "again"}))) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "baselines: 2 attempted, 0 succeeded, 2 failed"
+    for task_id in ("pens", "again"):
+        assert any(line.split()[0] == task_id and "RuntimeError: run_app exploded" in line for line in out.splitlines()[1:3])
+    assert out.index("baselines:") < out.index("mode ")
