@@ -165,6 +165,7 @@ class RayExecutor(Executor):
         if self._started:
             ray.shutdown()
             self._started = False
+            self._task = None
 
     def ship(self, app: AppSpec) -> None:
         import ray
@@ -176,8 +177,10 @@ class RayExecutor(Executor):
         if ray.is_initialized():
             missing = [k for k in env if k not in ray.get_runtime_context().runtime_env]
             if missing:
+                fix = ("ship the app before entering the executor" if self._started else
+                       f"start Ray with ray.init(runtime_env=app_runtime_env({app.ref!r}))")
                 raise ValueError(f"Ray was initialised without {' and '.join(missing)} in its runtime_env, so workers "
-                                 f"cannot import {app.ref}: start it with ray.init(runtime_env=app_runtime_env({app.ref!r}))")
+                                 f"cannot import {app.ref}: {fix}")
             return
         if "py_modules" in env:
             env["py_modules"] = list(dict.fromkeys([*self.runtime_env.get("py_modules", ()), *env["py_modules"]]))

@@ -19,7 +19,7 @@ from aegis_probe import semconv as sc  # noqa: E402
 from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
 from aegis_probe.counterfactual import blame  # noqa: E402
 from aegis_probe.demos.task import judge  # noqa: E402
-from aegis_probe.executors import RayExecutor, app_runtime_env  # noqa: E402
+from aegis_probe.executors import RayExecutor, ThreadExecutor, app_runtime_env  # noqa: E402
 from aegis_probe.injection.campaign import run_campaign  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.store import TraceStore  # noqa: E402
@@ -155,6 +155,25 @@ def test_ray_needs_an_app_reference(tmp_path):
                      tmp_path, executor=RayExecutor(concurrency=1), progress=False)
 
 
+def test_a_campaign_travels_as_its_recipe(tmp_path):
+    """What a Ray task gets: the app by reference, the seed, the operator and the manipulators
+    (an LLM manipulator rebuilds its client there); not the driver's stores or tasks."""
+    import pickle
+
+    from aegis_probe.injection import LLMManipulator
+    from aegis_probe.injection.campaign import Campaign
+
+    llm = LLMManipulator("m", "http://127.0.0.1:9/v1", "sk-test", temperature=0.3)
+    campaign = Campaign(AppSpec.load(MATH_APP), [{"id": "t", "task": "x"}], tmp_path, seed=7, operator="llm",
+                        manipulators={"llm": llm})
+    copy = pickle.loads(pickle.dumps(campaign))
+    assert (copy.seed, copy.operator, copy.tasks, copy.app.agents) == (7, "llm", [], campaign.app.agents)
+    assert copy.app.ref == "autogen_math:build_app" and copy.out != campaign.out
+    rebuilt = copy.manipulators["llm"]
+    assert (rebuilt.model, rebuilt.temperature, str(rebuilt.client.base_url)) == ("m", 0.3, "http://127.0.0.1:9/v1/")
+    assert rebuilt.client is not llm.client
+
+
 # -- blame ------------------------------------------------------------------------------------
 def _failed_run(model_server, store: TraceStore):
     """A failed autogen demo run: the calculator evaluates the wrong expression (step 1)."""
@@ -183,6 +202,11 @@ def _rewrite_all(traj, t):
     return f"rewritten step {t}"
 
 
+def _rewrite_first(traj, t):
+    """Only step 0 has a correction: its one replay uses up max_replays=1 without exhausting it."""
+    return "rewritten step 0" if t == 0 else traj.steps[t].output
+
+
 def _store_view(store: TraceStore) -> list[tuple]:
     """Per stored trace: is it a replay, its outcome, its labelled steps."""
     rows = []
@@ -198,29 +222,30 @@ def _view(report):
             [(a.step, a.agent, a.correction, a.success, a.answer, a.error) for a in report.attempts])
 
 
-@pytest.mark.parametrize(("fixer", "budget"), [
-    (_fix_late_steps, {}),
-    (_rewrite_all, {"max_replays": 2}),
-    (_rewrite_all, {"max_tokens": 1}),
+@pytest.mark.parametrize(("fixer", "budget", "exhausted", "attempts"), [
+    (_fix_late_steps, {}, None, 2),
+    (_rewrite_all, {"max_replays": 2}, "max_replays=2", 2),
+    (_rewrite_all, {"max_tokens": 1}, "max_tokens=1", 1),
+    (_rewrite_first, {"max_replays": 1}, None, 1),
 ])
-def test_blame_scan_on_ray_equals_local_scan(fixer, budget, model_server, tmp_path):
+def test_blame_scan_on_ray_equals_local_scan(fixer, budget, exhausted, attempts, model_server, tmp_path):
     app = AppSpec.load("aegis_probe.demos.autogen")
     reports, stores = [], []
-    for name, executor in (("local", None), ("ray", RayExecutor(concurrency=2))):
+    for name, executor in (("local", None), ("ray", RayExecutor(concurrency=2)), ("threads", ThreadExecutor(2))):
         store = TraceStore(tmp_path / name)
         trace_id, endpoint = _failed_run(model_server, store)
         reports.append(blame(trace_id, app, fixer=fixer, judge=judge, endpoint=endpoint, store=store,
                              executor=executor, **budget))
         stores.append(store)
-    local, remote = reports
-    assert _view(remote) == _view(local)
-    if fixer is _fix_late_steps:
+    local, remote, threads = reports
+    assert _view(remote) == _view(local) == _view(threads)
+    assert remote.exhausted == exhausted and len(remote.attempts) == attempts
+    assert remote.found == (fixer is _fix_late_steps)
+    if remote.found:
         assert remote.step == 1 and remote.agent == "calculator" and remote.evidence.success
-    else:
-        assert not remote.found and remote.exhausted == next(f"{k}={v}" for k, v in budget.items())
     # the store holds the same: the original (labelled if found) and one replayed trace per attempt
     views = [_store_view(s) for s in stores]
-    assert views[0] == views[1] and len(views[1]) == 1 + len(remote.attempts)
+    assert views[0] == views[1] == views[2] and len(views[1]) == 1 + len(remote.attempts)
 
 
 # -- command line -----------------------------------------------------------------------------

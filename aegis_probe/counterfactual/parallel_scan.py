@@ -64,32 +64,33 @@ def _scan(search: "_Search", executor: Executor) -> None:
     n = len(search.original.steps)
     corrections: dict[int, str | None] = {}
     futures: dict[int, Future] = {}
-    considered = 0  # steps 0..considered-1 have their correction and, if any, a replay started
+    started = 0  # steps before this one have their correction and, if any, a replay started
 
     def room() -> bool:
         spent = sum(f.result().tokens for f in futures.values() if f.done() and f.exception() is None)
         return len(futures) < search.max_replays and (search.max_tokens is None or spent < search.max_tokens)
 
     def fill_window() -> None:
-        nonlocal considered
-        while considered < n and sum(not f.done() for f in futures.values()) < executor.concurrency and room():
-            t = considered
-            corrections[t] = correction = search.correction(t)
+        nonlocal started
+        while started < n and sum(not f.done() for f in futures.values()) < executor.concurrency:
+            t = started
+            if t not in corrections:
+                corrections[t] = search.correction(t)
+            correction = corrections[t]
             if correction is not None:
+                if not room():
+                    return
                 futures[t] = executor.submit(partial(replay_step, search.app, search.spans, t, correction,
                                                      search.endpoint, search.judge))
-            considered += 1
+            started += 1
 
     try:
         for t in range(n):
-            fill_window()
-            if t >= considered:  # no room left to start step t: the sequential scan stops here too
-                search.budget_left()
-                return
+            fill_window()  # if step t is not started yet, nothing runs (steps before it are taken): it is now
             correction = corrections[t]
             if correction is None:
                 continue
-            if not search.budget_left():
+            if not search.budget_left() or t not in futures:  # out of budget at t, as the sequential scan would be
                 return
             while not futures[t].done():  # keep the window full while step t is running
                 wait([futures[t], *(f for f in futures.values() if not f.done())], return_when=FIRST_COMPLETED)

@@ -7,6 +7,7 @@ trajectory shows the manipulated action, not how it was made.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..interception import LLMResponse
@@ -58,12 +59,21 @@ class LLMManipulator:
         instructions: dict[str, str] | None = None,
         client: Any = None,
     ) -> None:
+        # how to build it again in a worker process (see __reduce__); not with a client of yours
+        self._rebuild = None if client is not None else (model, base_url, api_key, temperature, instructions)
         if client is None:
             from openai import OpenAI
 
             client = OpenAI(base_url=base_url, api_key=api_key)
         self.client, self.model, self.temperature = client, model, temperature
         self.instructions = {**INSTRUCTIONS, **(instructions or {})}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (for a campaign's worker processes) as its arguments; its client is built there."""
+        if self._rebuild is None:
+            raise TypeError("an LLMManipulator given its own client cannot be sent to worker processes")
+        model, base_url, api_key, temperature, instructions = self._rebuild
+        return (partial(LLMManipulator, temperature=temperature, instructions=instructions), (model, base_url, api_key))
 
     def rewrite(self, mode: str, text: str, ctx: Context, what: str) -> str:
         """The manipulator model's rewrite of ``text`` (``what``: "agent output" or "agent input")."""
