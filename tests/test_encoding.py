@@ -99,3 +99,24 @@ def test_store_line_with_a_lone_surrogate_stays_valid_json():
     data = utf8(line)
     assert json.loads(data.decode("utf-8")) == {"name": ESCAPED, "nested": [f"a{ESCAPED}"]}
     assert utf8("plain ascii é") == "plain ascii é".encode("utf-8")
+
+
+def test_lone_surrogates_in_task_and_system_prompt(tmp_path):
+    """Positions the openai client cannot send: through autogen's offline replay client instead."""
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    agent = AssistantAgent("lister", model_client=ReplayChatCompletionClient([f"seen {NAME}"]),
+                           system_message=f"Files like {NAME} are yours.")
+    store = TraceStore(tmp_path / "store")
+    probe = aegis_probe.instrument(agent, store=store)
+    try:
+        asyncio.run(agent.run(task=f"Open {NAME}"))
+        probe.flush()
+    finally:
+        probe.uninstrument()
+    traj = aegis_probe.Trajectory.from_spans(store.trace(probe.last_trace_id))
+    assert traj.task == f"Open {ESCAPED}"
+    chat = next(s for s in store.trace(probe.last_trace_id) if s.name.startswith("chat"))
+    prompt = json.loads(chat.attributes["gen_ai.input.messages"])
+    assert prompt[0]["parts"][0]["content"] == f"Files like {ESCAPED} are yours."
+    assert traj.steps[0].llm_calls[0].output == f"seen {ESCAPED}"
