@@ -10,9 +10,9 @@ Class- and module-level patches, installed once:
 - agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
   then the tools it called and the handoff it chose) -> ``invoke_agent {agent.name}``. A handoff
   makes the next turn the new agent's; turns of a nested run belong to the step they run in;
-- LLM call: the openai client's ``AsyncCompletions.create`` inside a run, through
-  :func:`~aegis_probe.interception.acall_llm` (the SDK's chat-completions model,
-  ``OpenAIChatCompletionsModel``, or ``set_default_openai_api("chat_completions")``);
+- LLM call: the openai client's ``AsyncCompletions.create`` inside a run
+  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`): the SDK's chat-completions
+  model, ``OpenAIChatCompletionsModel`` or ``set_default_openai_api("chat_completions")``;
 - tool call: ``agents.run_internal.tool_execution._invoke_function_tool_with_metadata`` ->
   ``execute_tool {tool}``; a tool's exception that the SDK turns into its output
   (``agents.tool.maybe_invoke_function_tool_failure_error_function``) fails the span.
@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.adapters.camel import CamelCodec
-from aegis_probe.interception import acall_llm
+from aegis_probe.adapters.openai_client import OpenAIClientSeam
 from aegis_probe.spans import (
     RunScope,
     StepScope,
@@ -51,19 +50,6 @@ if TYPE_CHECKING:
     from aegis_probe.probe import Probe
 
 FRAMEWORK = "openai-agents"
-
-
-class ChatCompletionsCodec(CamelCodec):
-    """The openai client's ``chat.completions.create(**kwargs)`` call (OpenAI message dicts and
-    ``ChatCompletion``, as :class:`~aegis_probe.adapters.camel.CamelCodec` reads and builds them)."""
-
-    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        model = kwargs.get("model")
-        return model if isinstance(model, str) else None
-
-    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        url = getattr(getattr(instance, "_client", None), "base_url", None)
-        return {**sc.request_attributes(kwargs), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, "openai")}
 
 
 def _text(content: Any) -> str:
@@ -118,7 +104,7 @@ class OpenAIAgentsAdapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.codec = ChatCompletionsCodec()
+        self.seam = OpenAIClientSeam(FRAMEWORK)
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -154,13 +140,12 @@ class OpenAIAgentsAdapter(Adapter):
         import agents.tool as tool_module
         from agents.run import AgentRunner
         from agents.run_internal import tool_execution
-        from openai.resources.chat.completions import AsyncCompletions
 
         patcher.wrap(AgentRunner, "run", self._run)
         patcher.wrap(run_module, "run_single_turn", self._turn)
         patcher.wrap(tool_execution, "_invoke_function_tool_with_metadata", self._tool)
         patcher.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", self._tool_failed)
-        patcher.wrap(AsyncCompletions, "create", self._llm)
+        self.seam.install(patcher, sync=False)
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, args: tuple, kwargs: dict) -> RunScope | None:
@@ -281,9 +266,3 @@ class OpenAIAgentsAdapter(Adapter):
             except Exception:
                 log_hook_error("openai-agents tool error")
         return await wrapped(*args, **kwargs)
-
-    async def _llm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        probe = self._probe()
-        if probe is None or kwargs.get("stream") is True:
-            return await wrapped(*args, **kwargs)
-        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

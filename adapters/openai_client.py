@@ -1,0 +1,70 @@
+"""The openai client's chat-completions call as a model-call seam, for adapters whose framework
+calls the openai SDK itself (OpenAI Agents SDK, AG2): ``Completions.create`` /
+``AsyncCompletions.create`` inside a run of that framework go through
+:func:`~aegis_probe.interception.call_llm` / ``acall_llm``.
+
+Not a framework adapter: no entry in ``ADAPTERS``. Streamed calls (``stream=True``) pass through
+untraced. Two frameworks that both use this seam should not be instrumented in one process.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aegis_probe import semconv as sc
+from aegis_probe.adapter import Patcher
+from aegis_probe.adapters.camel import CamelCodec
+from aegis_probe.interception import acall_llm, call_llm
+from aegis_probe.spans import current_run, in_llm_call
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+
+class ChatCompletionsCodec(CamelCodec):
+    """The openai client's ``chat.completions.create(**kwargs)`` call (OpenAI message dicts and
+    ``ChatCompletion``, as :class:`~aegis_probe.adapters.camel.CamelCodec` reads and builds them)."""
+
+    def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        model = kwargs.get("model")
+        return model if isinstance(model, str) else None
+
+    def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        url = getattr(getattr(instance, "_client", None), "base_url", None)
+        return {**sc.request_attributes(kwargs), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, "openai")}
+
+
+class OpenAIClientSeam:
+    """Wrappers for the openai client's chat-completions calls made inside runs of ``framework``."""
+
+    def __init__(self, framework: str) -> None:
+        self.framework = framework
+        self.codec = ChatCompletionsCodec()
+
+    def install(self, patcher: Patcher, *, sync: bool = True, asynchronous: bool = True) -> None:
+        from openai.resources.chat.completions import AsyncCompletions, Completions
+
+        if sync:
+            patcher.wrap(Completions, "create", self._create)
+        if asynchronous:
+            patcher.wrap(AsyncCompletions, "create", self._acreate)
+
+    def _probe(self, kwargs: dict) -> "Probe | None":
+        run = current_run()
+        if run is None or run.framework != self.framework or not run.probe.active:
+            return None
+        if kwargs.get("stream") is True or in_llm_call():
+            return None
+        return run.probe
+
+    def _create(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe(kwargs)
+        if probe is None:
+            return wrapped(*args, **kwargs)
+        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+
+    async def _acreate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        probe = self._probe(kwargs)
+        if probe is None:
+            return await wrapped(*args, **kwargs)
+        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
