@@ -72,7 +72,8 @@ def emitted(spans: Iterable[Any]) -> tuple[set[str], set[str], set[str]]:
 
 
 def _demo_spans(framework: str, model_server, provider, exporter) -> list[Any]:
-    pytest.importorskip({"autogen": "autogen_agentchat", "camel": "camel", "metagpt": "metagpt"}[framework])
+    pytest.importorskip({"autogen": "autogen_agentchat", "camel": "camel", "metagpt": "metagpt", "langgraph": "langgraph",
+                         "openai_agents": "agents"}[framework])
     demo = importlib.import_module(f"aegis_probe.demos.{framework}")
     server = model_server(demo.policy)
     app = demo.build_app(server.base_url, "aegis-scripted", "sk-test-not-a-secret-000000000")
@@ -103,7 +104,7 @@ def test_toy_run_emits_only_known_names(provider, exporter):
     assert uncovered(metrics) == []
 
 
-@pytest.mark.parametrize("framework", ["autogen", "camel", "metagpt"])
+@pytest.mark.parametrize("framework", ["autogen", "camel", "metagpt", "langgraph", "openai_agents"])
 def test_framework_runs_emit_only_known_names(framework, model_server, provider, exporter, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # metagpt writes its workspace into the working directory
     spans = _demo_spans(framework, model_server, provider, exporter)
