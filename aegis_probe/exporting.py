@@ -23,6 +23,7 @@ EXPORT_TIMEOUT_S = 5
 _TIMEOUT_VARS = (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
 
 _providers: dict[tuple[Any, ...], TracerProvider] = {}
+_providers_lock = threading.Lock()
 
 
 def otlp_exporter(config: ProbeConfig) -> SpanExporter:
@@ -51,8 +52,14 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
     """
     key = (config.service_name, config.otlp_endpoint, config.otlp_protocol,
            str(store.path) if store else None, exporter)
-    if key in _providers:
-        return _providers[key]
+    with _providers_lock:  # apps instrumented in parallel threads share one provider, not one each
+        provider = _providers.get(key)
+        if provider is None:
+            provider = _providers[key] = _new_provider(config, store, exporter)
+        return provider
+
+
+def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> TracerProvider:
     provider = TracerProvider(resource=Resource.create({"service.name": encodable(config.service_name)}))
     if store is not None:
         provider.add_span_processor(StoreSpanProcessor(store))
@@ -65,7 +72,6 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
                            type(exc).__name__, exc)
     if remote is not None:
         provider.add_span_processor(BatchSpanProcessor(remote))
-    _providers[key] = provider
     return provider
 
 
