@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Collection
 
 import wrapt
 from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]  (a "type: ignore" module)
 
 from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
 

@@ -36,7 +36,6 @@ from aegis_probe.exporting import otlp_exporter
 from aegis_probe.instrumentor import ENTRY_POINT, AegisInstrumentor
 from aegis_probe.probe import ProbeSetup
 from aegis_probe.spans import current_run, start_run
-from aegis_probe.store import TraceStore
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
 
 ROOT = Path(__file__).resolve().parent.parent
