@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Collection
 
 import wrapt
 from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]  (a "type: ignore" module)
+# (the module is marked "type: ignore" as a whole, so mypy sees none of its names)
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
 
