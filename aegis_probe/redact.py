@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 REDACTED = "[REDACTED]"
 
@@ -34,17 +34,17 @@ class _Detector:
 
     def spans(self, text: str, low: str | None) -> list[tuple[int, int]]:
         """``(start, end)`` of each secret in ``text``; ``low`` is ``text.lower()`` (None: not offset-true)."""
+        haystack: str = text
+        pattern = self.pattern
         if self.lower and low is None:
-            haystack, pattern = text, _insensitive(self.pattern)
+            pattern = _insensitive(pattern)
         else:
-            haystack, pattern = (low if self.lower else text), self.pattern
-            for trigger in self.triggers:
-                if trigger in haystack:  # type: ignore[operator]
-                    break
-            else:
+            if self.lower and low is not None:
+                haystack = low
+            if not any(trigger in haystack for trigger in self.triggers):
                 return []
         check = self.check
-        return [m.span("secret") for m in pattern.finditer(haystack)  # type: ignore[arg-type]
+        return [m.span("secret") for m in pattern.finditer(haystack)
                 if check is None or check(text[m.start("secret"):m.end("secret")])]
 
 
@@ -116,9 +116,8 @@ _GATED_MAX_LEN = 512
 
 
 def _redact(text: str) -> str:
-    low = text.lower()
-    if len(low) != len(text):
-        low = None  # type: ignore[assignment]
+    lowered = text.lower()
+    low = lowered if len(lowered) == len(text) else None  # offsets must match the text's
     spans: list[tuple[int, int]] = []
     for detector in _DETECTORS:
         spans += detector.spans(text, low)
