@@ -34,6 +34,7 @@ from aegis_probe.adapter import ADAPTERS, AUTO_PROBES
 from aegis_probe.config import ProbeConfig
 from aegis_probe.exporting import otlp_exporter
 from aegis_probe.instrumentor import ENTRY_POINT, AegisInstrumentor
+from aegis_probe.metrics import MetricsSpanProcessor
 from aegis_probe.probe import ProbeSetup
 from aegis_probe.spans import current_run, start_run
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
@@ -493,3 +494,18 @@ def test_instrumentor_traces_every_framework_like_instrument(framework, instrume
     assert len(auto_roots) == 1, sorted(s["name"] for s in auto if s["parent_id"] is None)
     in_trace = [s for s in auto if s["trace_id"] == auto_roots[0]["trace_id"]]
     assert _tree(in_trace) == _tree([s for s in registered if s["trace_id"] == root["trace_id"]])
+
+
+def test_global_meter_provider_gets_the_metrics(provider, monkeypatch):
+    from opentelemetry import metrics
+    from opentelemetry.metrics import _internal as metrics_internal
+
+    reader = InMemoryMetricReader()
+    monkeypatch.setattr(metrics_internal, "_METER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(metrics_internal, "_METER_PROVIDER", None)
+    ProbeSetup.resolve(tracer_provider=provider)  # no meter provider given nor global: no metrics recorded
+    assert not any(isinstance(p, MetricsSpanProcessor) for p in provider._active_span_processor._span_processors)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    run_script(toy_probe(ProbeSetup.resolve(tracer_provider=provider)), "t", sample_steps())
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics for s in rm.scope_metrics for m in s.metrics}
+    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= names
