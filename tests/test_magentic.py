@@ -173,7 +173,10 @@ def test_blame_finds_the_orchestrator_step(model_server, tmp_path):
     assert EXPECTED in (report.evidence.answer or "")
     labelled = aegis_probe.load_trajectories(store)
     original = next(t for t in labelled if t.trace_id == failed)
-    assert original.labels.source == "blame:scan" and original.labels.faults[0].agent == ORCH
+    # Labels are append-only: the injection stays the primary label; blame's finding is added next to it.
+    assert original.labels.source == "injection" and original.labels.faults[0].agent == ORCH
+    assert original.labels.sources == ["injection", "blame:scan"]
+    assert [(f.agent, f.step) for f in original.labels.of("blame")] == [(ORCH, 1)]
 
 
 # -- SelectorGroupChat: speaker selection names the manager ---------------------------------------
