@@ -240,11 +240,17 @@ class ToolScope(_Scope):
 
     __slots__ = ()
 
+    #: A failed call's status description when its result is not captured (content off) or empty.
+    FAILED = "tool call failed"
+
     def finish(self, result: Any = None, *, is_error: bool = False) -> None:
-        if result is not None and self.probe.config.capture_content:
-            self.span.set_attribute(sc.TOOL_CALL_RESULT, self.probe.redact(str(result)))
+        """End the span with the tool's ``result``; ``is_error``: status ERROR, described by the result
+        text when content is captured, else by :attr:`FAILED` (the result is content)."""
+        text = self.probe.redact(str(result)) if result is not None and self.probe.config.capture_content else None
+        if text is not None:
+            self.span.set_attribute(sc.TOOL_CALL_RESULT, text)
         if is_error:
-            self.span.set_status(Status(StatusCode.ERROR, self.probe.redact(str(result))[:200]))
+            self.span.set_status(Status(StatusCode.ERROR, text[:200] if text else self.FAILED))
         self.end()
 
 

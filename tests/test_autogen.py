@@ -342,18 +342,23 @@ def test_app_exception_propagates_and_marks_spans(model_server, provider, export
         assert span.attributes[sc.ERROR_TYPE] == "InternalServerError"
 
 
-def test_tool_error_marks_tool_span(model_server, provider, exporter):
+@pytest.mark.parametrize("capture_content", [True, False])
+def test_tool_error_marks_tool_span(model_server, provider, exporter, capture_content):
     server = model_server(calculator_policy)
     agent = lone_calculator(server.base_url)
 
     def calculate(expression: str) -> str:  # noqa: ARG001 - same schema as the real tool
-        raise ZeroDivisionError("no")
+        raise ZeroDivisionError("division by nothing")
 
     agent._workbench[0]._tools[0] = FunctionTool(calculate, name=demo.TOOL, description="broken")
-    aegis_probe.instrument(agent, tracer_provider=provider)
+    aegis_probe.instrument(agent, tracer_provider=provider, capture_content=capture_content)
     asyncio.run(agent.run(task=demo.TASK))  # autogen turns tool errors into an error result
     (tool,) = spans_by_op(exporter.get_finished_spans(), sc.OP_TOOL)
     assert tool.status.status_code is StatusCode.ERROR and tool.attributes[sc.ERROR_TYPE] == "ZeroDivisionError"
+    if capture_content:  # the error result's text describes the failure
+        assert "division by nothing" in tool.status.description == tool.attributes[sc.TOOL_CALL_RESULT]
+    else:  # the result is content: neither stored nor used as the description
+        assert sc.TOOL_CALL_RESULT not in tool.attributes and tool.status.description == "tool call failed"
 
 
 def test_breaking_out_of_run_stream_logs_no_detach_error(team, provider, exporter, caplog):
