@@ -56,13 +56,44 @@ _FRAGMENTS_MAX = 4096  # messages
 _FRAGMENT_MAX_CHARS = 8192  # longer contents are encoded every time, not kept
 
 
+#: Last JSON per conversation of :class:`SharedMessage`s: (first message id, redactor) ->
+#: (messages, JSON). A prompt that extends it is that JSON plus the new messages'.
+_PROMPTS: dict[tuple[int, Any], tuple[list[Any], str]] = {}
+_PROMPTS_MAX = 64
+_PROMPT_MIN = 8  # shorter prompts are joined afresh
+
+
 def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
     """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
 
     Each LLM call's prompt repeats the conversation so far, so the JSON of a message without tool
     calls is cached and reused: on a :class:`SharedMessage` itself, else in a bounded table keyed
-    by content. Capture stays linear in the new messages.
+    by content; and a prompt of shared messages that extends the last one of its conversation
+    reuses that prompt's JSON whole (a list comparison that stops at identical objects), so a
+    step costs its new messages, not the conversation so far.
     """
+    msgs = messages if type(messages) is list else list(messages)
+    if len(msgs) < _PROMPT_MIN or type(msgs[0]) is not SharedMessage:
+        return _join(msgs, redact)
+    key = (id(msgs[0]), redact)
+    hit = _PROMPTS.get(key)
+    done = len(hit[0]) if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] else 0
+    tail = msgs[done:]
+    if not done:
+        text = _join(msgs, redact)
+    elif not tail:
+        text = hit[1]  # type: ignore[index]
+    else:
+        text = hit[1][:-1] + ", " + _join(tail, redact)[1:]  # type: ignore[index]
+    if all(type(m) is SharedMessage for m in tail):  # only messages that never change are remembered
+        if len(_PROMPTS) >= _PROMPTS_MAX and key not in _PROMPTS:
+            _PROMPTS.clear()
+        _PROMPTS[key] = (msgs[:], text)
+    return text
+
+
+def _join(messages: list[ChatMessage], redact: Callable[[str], str]) -> str:
+    """The JSON list of ``messages``, from each message's cached fragment."""
     out = []
     for m in messages:
         if type(m) is SharedMessage:

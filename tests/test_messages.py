@@ -1,0 +1,53 @@
+"""Message content encoding: a prompt that extends the last one reuses its JSON, and is still exact."""
+
+from __future__ import annotations
+
+import json
+
+from aegis_probe.messages import SharedMessage, _encode_message, encode_messages
+from aegis_probe.redact import redact_secrets
+
+
+def reference(messages) -> str:
+    """The documented encoding, message by message, with no caching at all."""
+    return "[" + ", ".join(json.dumps(_encode_message(m, redact_secrets), ensure_ascii=False) for m in messages) + "]"
+
+
+def test_growing_conversation_is_encoded_exactly_at_every_step():
+    history = [SharedMessage(role="system", content="You are alice.")]
+    for i in range(40):
+        history.append(SharedMessage(role="user" if i % 2 else "assistant", content=f"turn {i} \u00e9 \"q\"", name="bob"))
+        prompt = list(history)
+        assert encode_messages(prompt, redact_secrets) == reference(prompt)
+        assert encode_messages(prompt, redact_secrets) == reference(prompt), "the same prompt again"
+
+
+def test_prompts_that_diverge_or_shrink_or_mix_in_plain_dicts_are_exact():
+    base = [SharedMessage(role="user", content=f"m{i}") for i in range(12)]
+    assert encode_messages(base, redact_secrets) == reference(base)
+    edited = base[:5] + [SharedMessage(role="user", content="changed")] + base[6:]
+    assert encode_messages(edited, redact_secrets) == reference(edited)
+    shorter = base[:9]
+    assert encode_messages(shorter, redact_secrets) == reference(shorter)
+    plain_tail = base + [{"role": "tool", "content": "42", "tool_call_id": "c1"},
+                         {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "name": "f", "arguments": "{}"}]}]
+    assert encode_messages(plain_tail, redact_secrets) == reference(plain_tail)
+    longer = base + [SharedMessage(role="user", content="sk-abcdefghijklmnopqrstuvwx")]
+    assert encode_messages(longer, redact_secrets) == reference(longer) and "sk-abc" not in reference(longer)
+
+
+def test_the_callers_list_changing_afterwards_changes_nothing():
+    prompt = [SharedMessage(role="user", content=f"m{i}") for i in range(10)]
+    first = encode_messages(prompt, redact_secrets)
+    prompt[3] = SharedMessage(role="user", content="replaced in place")
+    assert encode_messages(prompt, redact_secrets) == reference(prompt) != first
+
+
+def test_another_redactor_never_sees_the_first_ones_json():
+    prompt = [SharedMessage(role="user", content=f"Alice {i}") for i in range(10)]
+    encode_messages(prompt, redact_secrets)
+
+    def other(text: str) -> str:
+        return text.replace("Alice", "<name>")
+
+    assert "<name> 3" in encode_messages(prompt + [SharedMessage(role="user", content="x")], other)
