@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
 import re
 import sys
 import traceback
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 #: command name -> "module:function" that adds the command's sub-parser.
 COMMANDS: dict[str, str] = {
@@ -70,7 +73,7 @@ class _PlainRawHelp(_PlainHelp, argparse.RawDescriptionHelpFormatter):
 
 def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Give ``parser`` and every sub-parser below it help without reST markup; returns ``parser``."""
-    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    raw = isinstance(parser.formatter_class, type) and issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
     parser.formatter_class = _PlainRawHelp if raw else _PlainHelp
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -192,6 +195,70 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}{hint}", file=sys.stderr)
         return 1
+
+
+class _OursOrErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or record.name.startswith("aegis_probe")
+
+
+@contextmanager
+def quiet_frameworks(enabled: bool = True) -> Iterator[None]:
+    """While a command runs a framework's app, keep the framework's warnings and log lines
+    (Python warnings, logging below ERROR, metagpt's loguru) out of the output; aegis-probe's own
+    warnings still show."""
+    if not enabled:
+        yield
+        return
+    handlers = [h for h in (*logging.getLogger().handlers, logging.lastResort) if h is not None]
+    only_ours = _OursOrErrors()
+    with warnings.catch_warnings(), _loguru_off():
+        warnings.simplefilter("ignore")
+        for handler in handlers:
+            handler.addFilter(only_ours)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(only_ours)
+
+
+@contextmanager
+def quiet_imports(enabled: bool = True) -> Iterator[None]:
+    """While a framework is imported, no log lines or warnings at all: its dependencies log at
+    import from handlers of their own. (Nothing of aegis-probe's runs meanwhile.)"""
+    if not enabled:
+        yield
+        return
+    with warnings.catch_warnings(), _loguru_off():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+_loguru_depth = 0
+
+
+@contextmanager
+def _loguru_off() -> Iterator[None]:
+    """metagpt's loguru messages off (nested uses: on again when the outermost ends)."""
+    global _loguru_depth
+    if importlib.util.find_spec("loguru") is None:
+        yield
+        return
+    from loguru import logger
+
+    _loguru_depth += 1
+    logger.disable("metagpt")
+    try:
+        yield
+    finally:
+        _loguru_depth -= 1
+        if not _loguru_depth:
+            logger.enable("metagpt")
 
 
 def configure_logging(verbose: bool) -> None:

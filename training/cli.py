@@ -167,7 +167,8 @@ def _run_build(args: argparse.Namespace) -> int:
         options: dict[str, Any] = {"max_tokens": args.max_tokens, "tokenizer": tokenizer}
         if args.kind == "sft":
             options["reasoning"] = args.reasoning
-        rows = builders.BUILDERS[args.kind](trajs, args.target, **options)
+        builder: Any = builders.BUILDERS[args.kind]  # sft or grpo (dcl takes no target)
+        rows = builder(trajs, args.target, **options)
     builders.write_jsonl(rows, args.out)
     if args.hf_dir:
         builders.to_hf_dataset(rows).save_to_disk(args.hf_dir)

@@ -13,6 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, load_module
+from ..cli import quiet_frameworks, quiet_imports
 from ..config import ProbeConfig
 from ..executors import add_executor_arguments, executor_from_args
 from ..store import TraceStore
@@ -68,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from ..injection.judges import judge_for
     from ..modelserver import ModelServer
 
-    app = AppSpec.load(args.app)
-    api_key = os.environ.get(args.api_key_env, "not-needed")
+    with quiet_imports(not getattr(args, "verbose", False)):
+        app = AppSpec.load(args.app)
+    api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none
     store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
     original = Trajectory.from_spans(store.trace(args.trace))
     if original.outcome.success is True:
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     n_steps = len(original.steps)
     with ExitStack() as stack:
+        stack.enter_context(quiet_frameworks(not getattr(args, "verbose", False)))
         if args.base_url:
             endpoint = Endpoint(args.base_url, args.model, api_key)
         elif app.policy is not None:

@@ -13,16 +13,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import logging
 import os
-import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
+from ..cli import quiet_frameworks, quiet_imports
 from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
+from ..store import SPANS_FILE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,21 +49,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def load_demo(framework: str, quiet: bool = False) -> ModuleType:
-    """The demo module of ``framework`` (imported without log lines when ``quiet``: frameworks'
-    dependencies log from handlers of their own at import); ``ValueError`` names what to install
-    when it is missing."""
+    """The demo module of ``framework`` (imported without the framework's log lines when
+    ``quiet``); ``ValueError`` names what to install when it is missing."""
     needed, how = REQUIREMENTS.get(framework, (None, f"pip install 'aegis-probe[{framework}]'"))
-    if quiet:
-        logging.disable(logging.WARNING)
     try:
-        if needed:
-            importlib.import_module(needed)
-        return importlib.import_module(demo_module(framework))
+        with quiet_imports(quiet):
+            if needed:
+                importlib.import_module(needed)
+            return importlib.import_module(demo_module(framework))
     except ModuleNotFoundError as exc:
         raise ValueError(f"the {framework} demo needs {exc.name}, which is not installed: {how}") from exc
-    finally:
-        if quiet:
-            logging.disable(logging.NOTSET)
 
 
 def _plan(spec: str, demo: ModuleType) -> Any:
@@ -75,40 +70,6 @@ def _plan(spec: str, demo: ModuleType) -> Any:
     if agent not in demo.AGENTS:
         raise ValueError(f"--inject {spec}: no agent {agent!r} in the {demo.FRAMEWORK} demo ({', '.join(demo.AGENTS)})")
     return InjectionPlan(targets=[Target(agent=agent, mode=mode, strategy="response_corruption")])
-
-
-class _OursOrErrors(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or record.name.startswith("aegis_probe")
-
-
-@contextmanager
-def quiet_frameworks(enabled: bool = True) -> Iterator[None]:
-    """While the demo imports and runs its framework, keep the framework's warnings and log lines
-    (Python warnings, logging below ERROR, metagpt's loguru) out of the output."""
-    if not enabled:
-        yield
-        return
-    handlers = [*logging.getLogger().handlers, logging.lastResort]
-    only_ours = _OursOrErrors()
-    loguru = None
-    if importlib.util.find_spec("loguru") is not None:  # metagpt logs through loguru
-        from loguru import logger as loguru
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for handler in handlers:
-            if handler is not None:
-                handler.addFilter(only_ours)
-        if loguru is not None:
-            loguru.disable("metagpt")
-        try:
-            yield
-        finally:
-            for handler in handlers:
-                if handler is not None:
-                    handler.removeFilter(only_ours)
-            if loguru is not None:
-                loguru.enable("metagpt")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,11 +114,13 @@ def run(args: argparse.Namespace) -> int:
     print(summary(traj))
     print()
     print(step_table(traj))
-    report = write_report(traj, Path(args.report_dir or trace_dir) / f"aegis-report-{traj.trace_id[:12]}.html")
-    short = traj.trace_id[:12]
+    short = (traj.trace_id or "trace")[:12]
+    report = write_report(traj, Path(args.report_dir or trace_dir) / f"aegis-report-{short}.html")
     print(f"\nanswer: {answer!r}")
-    print(f"trace written to {probe.store.file} (python -m aegis_probe traces show {short})")
+    print(f"trace written to {trace_dir / SPANS_FILE} (python -m aegis_probe traces show {short})")
     print(f"report written to {report}")
+    if plan is not None and traj.outcome.success:
+        print(f"the team recovered from {plan.targets[0].mode}: the run still succeeded (try another mode or agent)")
     if traj.outcome.success is False:
         print(f"blame it: python -m aegis_probe blame --trace {short} --app {demo_module(args.framework)} "
               "--fixer examples/fixers.py:recompute" + (f" --dir {args.trace_dir}" if args.trace_dir else ""))

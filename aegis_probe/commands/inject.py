@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from ..cli import quiet_frameworks, quiet_imports
 from ..executors import add_executor_arguments, executor_from_args
 
 
@@ -68,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
     if args.plans_per_run < 0 or (args.concurrency is not None and args.concurrency < 1):
         raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
-    app, tasks = AppSpec.load(args.app), load_tasks(args.tasks)
-    rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
-                        executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
-                        operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
+    with quiet_imports(not getattr(args, "verbose", False)):
+        app = AppSpec.load(args.app)
+    tasks = load_tasks(args.tasks)
+    with quiet_frameworks(not getattr(args, "verbose", False)):
+        rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
+                            executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
+                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
     base = baselines(args.out, tasks)
     print(format_baselines(base))
     print()

@@ -15,7 +15,7 @@ from .task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_nu
 FRAMEWORK = "camel"
 ASSISTANT, USER = "Calculator", "Customer"
 AGENTS: tuple[str, ...] = (ASSISTANT, USER)
-TOOL: str | None = "calculate"
+TOOL = "calculate"
 WORKER = ASSISTANT
 MAX_ROUNDS = 4
 DONE = "CAMEL_TASK_DONE"
@@ -45,8 +45,8 @@ def policy(body: dict[str, Any]) -> Reply:
     if last.get("role") == "tool":
         return Reply(content=f"Solution: the result is {last.get('content')}. Next request.")
     if DONE in str(last.get("content")):
-        result = next((final_number(t) for t in reversed(texts[:-1]) if final_number(t)), None)
-        return Reply(content=f"The task is done: the answer is {result}.")
+        answer = next((final_number(t) for t in reversed(texts[:-1]) if final_number(t)), None)
+        return Reply(content=f"The task is done: the answer is {answer}.")
     expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
     if expression is None:
         return Reply(content="There is no expression for me to compute. Next request.")

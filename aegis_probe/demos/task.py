@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
+from typing import Callable
 
 from ..trajectory import Outcome
 
@@ -32,7 +33,7 @@ WORD_PROBLEMS = {
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _EXPRESSION = re.compile(r"[\d(][\d\s+\-*/().]*[\d)]")
 
-_OPS = {
+_OPS: dict[type, Callable[..., float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
