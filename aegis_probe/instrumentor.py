@@ -10,6 +10,7 @@ installed when the app imports the framework (an import hook), so nothing is imp
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Collection
 
@@ -19,6 +20,7 @@ from opentelemetry.instrumentation.dependencies import DependencyConflict, get_d
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
+from .config import ENV_TRACE_DIR
 
 if TYPE_CHECKING:
     from .probe import Probe, ProbeSetup
@@ -73,6 +75,9 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
             self._setup_args = {k: v for k, v in kwargs.items() if k in _SETUP_ARGS}
+            if "store" not in kwargs and os.environ.get(ENV_TRACE_DIR, "").strip():
+                # Zero-code has no arguments: a store directory set in the environment asks for the store.
+                self._setup_args["store"] = os.environ[ENV_TRACE_DIR]
             self._setup: ProbeSetup | None = None
             generation = self._generation
         for name in frameworks:

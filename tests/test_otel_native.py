@@ -37,6 +37,7 @@ from aegis_probe.instrumentor import ENTRY_POINT, AegisInstrumentor
 from aegis_probe.metrics import MetricsSpanProcessor
 from aegis_probe.probe import ProbeSetup
 from aegis_probe.spans import current_run, start_run
+from aegis_probe.store import TraceStore
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -395,16 +396,22 @@ def test_zero_code_run_has_the_span_tree_of_instrument(model_server, provider, e
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AEGIS_"))}
     env.update(OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none",
-               OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="autogen_agentchat", OTEL_SERVICE_NAME="zero-code",
-               AEGIS_TRACE_DIR=str(tmp_path / "store"))
+               OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="autogen_agentchat", OTEL_SERVICE_NAME="zero-code")
     tool = str(Path(sys.executable).parent / "opentelemetry-instrument")
-    out = subprocess.run([tool, sys.executable, str(APP), server.base_url], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "126" in out.stdout.split("ANSWER:", 1)[1]
-    zero_code = _aegis_trace(_console_spans(out.stdout))
+
+    def zero_code_run(**extra: str) -> list[dict[str, Any]]:
+        out = subprocess.run([tool, sys.executable, str(APP), server.base_url], env={**env, **extra}, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "126" in out.stdout.split("ANSWER:", 1)[1]
+        return _aegis_trace(_console_spans(out.stdout))
+
+    zero_code = zero_code_run()
     assert _tree(zero_code) == _tree(registered)
-    assert not (tmp_path / "store").exists(), "on the distro's global provider the store is added only on request"
+    assert list(tmp_path.iterdir()) == [], "on the distro's global provider the store is added only on request"
+    stored = zero_code_run(AEGIS_TRACE_DIR=str(tmp_path / "store"))  # the request, without arguments
+    trace_id = format(stored[0]["trace_id"], "032x")
+    assert len(TraceStore(tmp_path / "store").trace(trace_id)) == len(stored)
 
 
 # -- GenAI attributes and metrics ------------------------------------------------------------------------
