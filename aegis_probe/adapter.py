@@ -53,6 +53,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
     "openai-agents": AdapterEntry("agents", "aegis_probe.adapters.openai_agents:OpenAIAgentsAdapter",
                                   "OpenAI Agents SDK Agent (the starting agent of Runner.run)",
                                   "openai-agents >= 0.24, < 0.25"),
+    "ag2": AdapterEntry("autogen", "aegis_probe.adapters.ag2:AG2Adapter",
+                        "AG2 (classic autogen) ConversableAgent and GroupChatManager",
+                        "ag2 >= 0.14, < 1"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

@@ -44,5 +44,9 @@ PYTHON=$PY bash scripts/start-phoenix.sh --install-only
 # 6. The OpenAI Agents SDK in its own venv (.venv-openai-agents, ~160 MB): openai-agents 0.24 needs
 #    pydantic>=2.12.2, which the constraints above pin to 2.12.0. tests/test_openai_agents.py runs
 #    its tests there (and skips, saying so, when this venv is absent).
-[[ -x .venv-openai-agents/bin/python ]] || "$PY" -m venv .venv-openai-agents
-PY=.venv-openai-agents/bin/python pip_install -e ".[openai-agents]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
+# 7. AG2 0.14 (the classic autogen API) in its own venv (.venv-ag2, ~140 MB): it needs openai<3.
+#    tests/test_ag2.py runs its tests there.
+for fw in openai-agents ag2; do
+  [[ -x .venv-$fw/bin/python ]] || "$PY" -m venv ".venv-$fw"
+  PY=.venv-$fw/bin/python pip_install -e ".[$fw]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
+done

@@ -5,7 +5,6 @@ tool errors, planted-failure blame and an injection campaign; against the loopba
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -14,17 +13,9 @@ pytest.importorskip("langchain_openai")
 
 import aegis_probe  # noqa: E402
 from aegis_probe import semconv as sc  # noqa: E402
-from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
-from aegis_probe.counterfactual import blame  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
-from aegis_probe.demos.task import judge  # noqa: E402
-from aegis_probe.injection.campaign import run_campaign  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
-from aegis_probe.trajectory import load_trajectories  # noqa: E402
-from test_replay import _planted_failure, _record  # noqa: E402
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
+from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures  # noqa: E402
 
 
 def _instrumented(model_server, provider, tmp_path, policy=demo.policy):
@@ -95,34 +86,9 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
 
 
 def test_blame_finds_planted_step(model_server, tmp_path):
-    store = TraceStore(tmp_path / "store")
-    policy = _planted_failure(demo)  # the calculator evaluates the wrong expression at step 1
-    trace_id = _record(demo, policy, model_server, store)
-    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
-
-    def fixer(traj, t):
-        return "(17 + 25) * 3 = 126" if traj.steps[t].agent == "calculator" else traj.steps[t].output
-
-    live = model_server(policy)
-    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
-                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode="scan", store=store)
-    assert report.found and report.step == 1 and report.agent == "calculator"
-    assert report.evidence.success and "126" in report.evidence.answer
-    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+    blame_finds_planted_step(demo, model_server, tmp_path)
 
 
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join((EXAMPLES / "math_tasks.jsonl").read_text().splitlines()[:2]) + "\n")
-    out = tmp_path / "campaign"
-    rows = run_campaign(f"{EXAMPLES / 'langgraph_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3,
-                        modes=("FM-1.1", "FM-2.6", "FM-3.3"), progress=False)
-    kept = {t.trace_id: t for t in load_trajectories(out / "traces")} if (out / "traces").exists() else {}
-    assert sum(r["kept"] for r in rows) == len(kept) > 0
-    for traj in kept.values():
-        assert traj.framework == "langgraph" and traj.outcome.success is False
-        fault = traj.labels.faults[0]
-        assert fault.agent in demo.AGENTS and traj.steps[fault.step].agent == fault.agent
+    campaign_keeps_labelled_failures("langgraph_math.py", demo, tmp_path)

@@ -10,33 +10,17 @@ against the loopback model server, with the SDK's trace export replaced by a loc
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from own_env import INSIDE, importable, run_in_own_env
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV_PYTHON = ROOT / ".venv-openai-agents" / "bin" / "python"
-HERE = importlib.util.find_spec("agents") is not None and importlib.util.find_spec("agents.run") is not None
+HERE = importable("agents.run")
 
 
-@pytest.mark.skipif(HERE, reason="running inside the openai-agents environment itself")
+@pytest.mark.skipif(HERE, reason=INSIDE)
 def test_in_own_environment():
-    if not VENV_PYTHON.exists():
-        pytest.skip("no .venv-openai-agents: build it with scripts/install-dev.sh")
-    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    proc = subprocess.run(
-        [str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_openai_agents.py",
-         "tests/test_conformance.py", "tests/test_replay.py", "-k", "openai"],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert all("running inside the openai-agents environment" in line for line in skips), skips  # none missing
-    assert " passed" in proc.stdout.strip().splitlines()[-1]
+    run_in_own_env(".venv-openai-agents", "tests/test_openai_agents.py", "openai",
+                   env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
 
 
 #: The tests below need the SDK: they run in .venv-openai-agents (through test_in_own_environment).
@@ -44,20 +28,9 @@ needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed 
 if HERE:
     import aegis_probe
     from aegis_probe import semconv as sc
-    from aegis_probe.apps import AppSpec, Endpoint
-    from aegis_probe.counterfactual import blame
     from aegis_probe.demos import openai_agents as demo
-    from aegis_probe.demos.task import judge
-    from aegis_probe.injection.campaign import run_campaign
     from aegis_probe.modelserver import Reply
-    from aegis_probe.store import TraceStore
-    from aegis_probe.trajectory import load_trajectories
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_replay import _planted_failure, _record
-
-EXAMPLES = ROOT / "examples" / "injection"
-
+    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
 
 class _Collector:
     """The SDK's own trace processor interface; records which spans the SDK itself started."""
@@ -161,35 +134,10 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
 
 @needs_sdk
 def test_blame_finds_planted_step(model_server, tmp_path):
-    store = TraceStore(tmp_path / "store")
-    policy = _planted_failure(demo)  # the calculator evaluates the wrong expression at step 1
-    trace_id = _record(demo, policy, model_server, store)
-    failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
-
-    def fixer(traj, t):
-        return "(17 + 25) * 3 = 126" if traj.steps[t].agent == "calculator" else traj.steps[t].output
-
-    live = model_server(policy)
-    report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
-                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode="scan", store=store)
-    assert report.found and report.step == 1 and report.agent == "calculator"
-    assert report.evidence.success and "126" in report.evidence.answer
-    labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
-    assert [(f.agent, f.step) for f in labelled.labels.faults] == [("calculator", 1)]
+    blame_finds_planted_step(demo, model_server, tmp_path)
 
 
 @needs_sdk
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join((EXAMPLES / "math_tasks.jsonl").read_text().splitlines()[:2]) + "\n")
-    out = tmp_path / "campaign"
-    rows = run_campaign(f"{EXAMPLES / 'openai_agents_math.py'}:build_app", tasks, out, plans_per_run=4, seed=3,
-                        modes=("FM-1.1", "FM-2.6", "FM-3.3"), progress=False)
-    kept = {t.trace_id: t for t in load_trajectories(out / "traces")} if (out / "traces").exists() else {}
-    assert sum(r["kept"] for r in rows) == len(kept) > 0
-    for traj in kept.values():
-        assert traj.framework == "openai-agents" and traj.outcome.success is False
-        fault = traj.labels.faults[0]
-        assert fault.agent in demo.AGENTS and traj.steps[fault.step].agent == fault.agent
+    campaign_keeps_labelled_failures("openai_agents_math.py", demo, tmp_path)

@@ -1,0 +1,269 @@
+"""AG2 adapter (ag2 0.14, the classic ``autogen`` API: ``ConversableAgent``, ``GroupChat``).
+
+Class-level patches, installed once:
+
+- run entry: ``ConversableAgent.initiate_chat/a_initiate_chat`` where the initiator or the
+  recipient is registered: one run per chat, ``invoke_workflow {recipient.name}`` (a
+  ``GroupChatManager``'s name for a group chat), its answer the last message a step produced.
+  Chats started inside a run (nested chats, ``initiate_chats``, CaptainAgent-style experts)
+  open no run: their messages are steps of the outer run;
+- agent step: ``ConversableAgent.generate_reply/a_generate_reply``, one message of a group chat
+  or a two-agent chat -> ``invoke_agent {agent.name}``; its input the messages received since
+  the agent's last own message, its output the reply. A ``GroupChatManager``'s own reply (the
+  whole group chat) is not a step, and neither are the replies of the helper agents of automatic
+  speaker selection (``GroupChat.select_speaker/a_select_speaker``): their model calls are
+  ``chat`` spans named after the manager with ``aegis.llm.purpose = speaker_selection``.
+  Messages of a nested chat are steps inside the step that started it;
+- LLM call: the openai client's ``Completions.create``/``AsyncCompletions.create``
+  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`), under ag2's own
+  ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged;
+- tool call: ``ConversableAgent.execute_function/a_execute_function`` -> ``execute_tool {tool}``
+  (an unsuccessful execution fails the span).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+from opentelemetry import context as otel_context
+
+from aegis_probe import semconv as sc
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.messages import content_text
+from aegis_probe.spans import (
+    Actor,
+    RunScope,
+    StepScope,
+    acting_context,
+    await_in_scope,
+    call_in_scope,
+    current_actor,
+    current_run,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+FRAMEWORK = "ag2"
+
+
+def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
+    """A neutral message of an ag2 message (an OpenAI-style dict, or a string)."""
+    if not isinstance(message, dict):
+        return {"role": role, "content": content_text(message)}
+    out: dict[str, Any] = {"role": message.get("role") or role, "content": content_text(message.get("content"))}
+    if out["role"] == "function":
+        out["role"] = "tool"
+    if message.get("name"):
+        out["name"] = message["name"]
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [{"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
+                              "arguments": (c.get("function") or {}).get("arguments")} for c in calls]
+    if message.get("tool_call_id"):
+        out["tool_call_id"] = message["tool_call_id"]
+    responses = message.get("tool_responses")
+    if responses and not out["content"]:
+        out["content"] = "\n".join(content_text(r.get("content")) for r in responses if isinstance(r, dict))
+    return out
+
+
+def _unseen(messages: list[Any]) -> list[Any]:
+    """The messages after the agent's own last one (``role == "assistant"`` in its own history)."""
+    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+    return messages[last + 1:]
+
+
+class AG2Adapter(Adapter):
+    """Traces AG2 (classic autogen) chats: one step per message an agent generates."""
+
+    name = FRAMEWORK
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seam = OpenAIClientSeam(FRAMEWORK)
+
+    # -- contract --------------------------------------------------------------------------
+    def detect(self, app: Any) -> bool:
+        agent_type = getattr(sys.modules.get("autogen"), "ConversableAgent", None)
+        return isinstance(agent_type, type) and isinstance(app, agent_type)
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        from autogen import GroupChatManager
+
+        agents = [app]
+        if isinstance(app, GroupChatManager):
+            agents += list(app.groupchat.agents)
+        for agent in agents:
+            self.registry.add(agent, probe)
+        names = tuple(dict.fromkeys(a.name for a in agents if not isinstance(a, GroupChatManager)))
+        return AppInfo(name=app.name, lone_agent=False, agents=names)
+
+    def _instrument(self, patcher: Patcher) -> None:
+        from autogen import ConversableAgent, GroupChat
+
+        patcher.wrap(ConversableAgent, "initiate_chat", self._chat)
+        patcher.wrap(ConversableAgent, "a_initiate_chat", self._achat)
+        patcher.wrap(ConversableAgent, "generate_reply", self._reply)
+        patcher.wrap(ConversableAgent, "a_generate_reply", self._areply)
+        patcher.wrap(ConversableAgent, "execute_function", self._tool)
+        patcher.wrap(ConversableAgent, "a_execute_function", self._atool)
+        patcher.wrap(GroupChat, "select_speaker", self._select)
+        patcher.wrap(GroupChat, "a_select_speaker", self._aselect)
+        self.seam.install(patcher)
+
+    # -- runs ------------------------------------------------------------------------------
+    def _start(self, initiator: Any, args: tuple, kwargs: dict) -> RunScope | None:
+        if current_run() is not None:
+            return None
+        recipient = kwargs["recipient"] if "recipient" in kwargs else args[0] if args else None
+        probe = self.run_probe(initiator) or (self.run_probe(recipient) if recipient is not None else None)
+        if probe is None:
+            return None
+        try:
+            message = kwargs.get("message")
+            task = None if message is None or callable(message) else to_neutral(message)["content"]
+            return start_run(probe, getattr(recipient, "name", initiator.name), framework=self.name, task=task)
+        except Exception:
+            log_hook_error("ag2 run start")
+            return None
+
+    @staticmethod
+    def _chat_finisher(run: RunScope) -> Callable[[Any], None]:
+        def finish(result: Any) -> None:
+            summary = getattr(result, "summary", None)
+            text: Any = summary if isinstance(summary, str) else None
+            if run.answer is None and text:
+                run.answer = text
+            run.finish()
+
+        return finish
+
+    def _chat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(run, lambda: wrapped(*args, **kwargs), self._chat_finisher(run), "ag2 run")
+
+    async def _achat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), self._chat_finisher(run), "ag2 run")
+
+    # -- steps (messages) ------------------------------------------------------------------
+    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> StepScope | None:
+        from autogen import GroupChatManager
+
+        run = current_run()
+        if run is None or run.framework != self.name or current_actor() is not None:
+            return None
+        if isinstance(agent, GroupChatManager):
+            return None
+        try:
+            messages = kwargs["messages"] if "messages" in kwargs else args[0] if args else None
+            sender = kwargs["sender"] if "sender" in kwargs else args[1] if len(args) > 1 else None
+            if messages is None and sender is not None:
+                messages = agent.chat_messages.get(sender, [])
+            shown = [to_neutral(m) for m in _unseen(list(messages or ()))]
+            return start_step(run.probe, agent.name, run=run, input_messages=shown,
+                              description=getattr(agent, "description", None))
+        except Exception:
+            log_hook_error("ag2 step start")
+            return None
+
+    @staticmethod
+    def _reply_finisher(step: StepScope) -> Callable[[Any], None]:
+        def finish(reply: Any) -> None:
+            output = [] if reply is None else [to_neutral(reply, role="assistant")]
+            if output and output[0]["content"] and step.run is not None:
+                step.run.answer = output[0]["content"]
+            step.finish(output)
+
+        return finish
+
+    def _reply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_step(instance, args, kwargs)
+        if step is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(step, lambda: wrapped(*args, **kwargs), self._reply_finisher(step), "ag2 step")
+
+    async def _areply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_step(instance, args, kwargs)
+        if step is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._reply_finisher(step), "ag2 step")
+
+    # -- speaker selection -----------------------------------------------------------------
+    @staticmethod
+    def _selecting(args: tuple, kwargs: dict) -> Any:
+        """The context automatic speaker selection runs in: no step, the manager as the actor."""
+        run = current_run()
+        if run is None or run.framework != FRAMEWORK:
+            return None
+        try:
+            selector = kwargs["selector"] if "selector" in kwargs else args[1]
+            return acting_context(Actor(selector.name, sc.PURPOSE_SPEAKER_SELECTION))
+        except Exception:
+            log_hook_error("ag2 speaker selection")
+            return None
+
+    def _select(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        ctx = self._selecting(args, kwargs)
+        if ctx is None:
+            return wrapped(*args, **kwargs)
+        token = otel_context.attach(ctx)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    async def _aselect(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        ctx = self._selecting(args, kwargs)
+        if ctx is None:
+            return await wrapped(*args, **kwargs)
+        token = otel_context.attach(ctx)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    # -- tools -----------------------------------------------------------------------------
+    def _open_tool(self, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None or run.framework != self.name or not run.probe.active:
+            return None
+        try:
+            call = kwargs["func_call"] if "func_call" in kwargs else args[0]
+            call_id = kwargs["call_id"] if "call_id" in kwargs else args[1] if len(args) > 1 else None
+            return start_tool(run.probe, str(call.get("name", "")), call_id=call_id, arguments=call.get("arguments"),
+                              tool_type="function")
+        except Exception:
+            log_hook_error("ag2 tool start")
+            return None
+
+    @staticmethod
+    def _tool_finisher(scope: Any) -> Callable[[Any], None]:
+        def finish(outcome: Any) -> None:
+            ok, result = outcome
+            scope.finish(content_text(result.get("content")) if isinstance(result, dict) else result, is_error=not ok)
+
+        return finish
+
+    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "ag2 tool")
+
+    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "ag2 tool")

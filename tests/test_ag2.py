@@ -1,0 +1,125 @@
+"""AG2 adapter (ag2 0.14, the classic ``autogen`` API), in the environment of its own (.venv-ag2:
+ag2 needs openai<3, the main environment has openai 3).
+
+In the main environment only :func:`test_in_own_environment` runs: it runs this file and the
+shared conformance and replay suites (their ``ag2`` cases) in .venv-ag2 and asserts they pass,
+skipping with the reason when that environment is absent. Against the loopback model server.
+"""
+
+from __future__ import annotations
+
+import pytest
+from own_env import INSIDE, importable, run_in_own_env
+
+HERE = importable("autogen.agentchat")
+
+
+@pytest.mark.skipif(HERE, reason=INSIDE)
+def test_in_own_environment():
+    run_in_own_env(".venv-ag2", "tests/test_ag2.py", "ag2")
+
+
+#: The tests below need ag2: they run in .venv-ag2 (through test_in_own_environment).
+needs_ag2 = pytest.mark.skipif(not HERE, reason="ag2 is not installed here (it runs in .venv-ag2)")
+if HERE:
+    import aegis_probe
+    from aegis_probe import semconv as sc
+    from aegis_probe.demos import ag2 as demo
+    from aegis_probe.modelserver import Reply
+    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
+
+
+def _instrumented(model_server, provider, tmp_path, policy=None, app=None):
+    server = model_server(policy or demo.policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    return app, aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+
+
+def _steps(exporter):
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STEP_INDEX) is not None]
+    return sorted(spans, key=lambda s: s.attributes[sc.STEP_INDEX])
+
+
+@needs_ag2
+def test_each_message_is_a_step(model_server, provider, exporter, tmp_path):
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    # The calculator's tool call and its own execution of it are two messages: two steps.
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == ["planner", "calculator", "calculator", "reviewer"]
+    traj = probe.trajectory()
+    assert traj.task == demo.TASK and [t.result for t in traj.steps[2].tool_calls] == ["126"]
+    assert not traj.steps[2].llm_calls, "executing a tool call makes no model call"
+
+
+@needs_ag2
+def test_auto_speaker_selection_is_the_managers_not_a_step(model_server, provider, exporter, tmp_path):
+    names = iter(["calculator", "reviewer", "reviewer"])
+
+    def policy(body):
+        system = str(body["messages"][0].get("content") or "")
+        if not any(system.startswith(prompt) for prompt in demo.SYSTEM.values()):
+            return Reply(content=next(names, "reviewer"))  # the speaker selector's question
+        return demo.policy(body)
+
+    from autogen import GroupChatManager
+
+    server = model_server(policy)
+    chat = demo.build_app(server.base_url, "aegis-scripted", "sk-test").groupchat
+    chat.speaker_selection_method = "auto"
+    app = GroupChatManager(chat, name="arithmetic", llm_config=chat.agents[1].llm_config, silent=True,
+                           is_termination_msg=lambda m: demo.TERMINATION in str(m.get("content")))
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    agents = [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)]
+    assert set(agents) <= set(demo.AGENTS) and "calculator" in agents
+    selections = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.LLM_PURPOSE) == sc.PURPOSE_SPEAKER_SELECTION]
+    assert selections and all(s.attributes[sc.AGENT_NAME] == app.name for s in selections)
+
+
+@needs_ag2
+def test_nested_chat_messages_are_steps_inside_the_outer_step(model_server, provider, exporter, tmp_path):
+    from autogen import AssistantAgent
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    reviewer = next(a for a in app.groupchat.agents if a.name == "reviewer")
+    checker = AssistantAgent("checker", system_message=demo.SYSTEM["calculator"], llm_config=reviewer.llm_config)
+    reviewer.register_nested_chats([{"recipient": checker, "max_turns": 1, "summary_method": "last_msg"}],
+                                   trigger=lambda sender: sender is not None and sender.name == app.name)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    steps = _steps(exporter)
+    by_id = {s.context.span_id: s for s in steps}
+    checker_steps = [s for s in steps if s.attributes[sc.AGENT_NAME] == "checker"]
+    assert checker_steps, "the nested chat's messages are steps of the outer run"
+    parent = by_id.get(checker_steps[0].parent.span_id)
+    assert parent is not None and parent.attributes[sc.AGENT_NAME] == "reviewer"
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
+
+
+@needs_ag2
+def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
+    from autogen import ConversableAgent, GroupChat
+    from openai.resources.chat.completions import AsyncCompletions, Completions
+
+    names = [(ConversableAgent, n) for n in ("initiate_chat", "a_initiate_chat", "generate_reply", "a_generate_reply",
+                                             "execute_function", "a_execute_function")]
+    names += [(GroupChat, "select_speaker"), (GroupChat, "a_select_speaker"), (Completions, "create"),
+              (AsyncCompletions, "create")]
+    before = {(owner, name): vars(owner)[name] for owner, name in names}
+    _, probe = _instrumented(model_server, provider, tmp_path)
+    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
+    aegis_probe.uninstrument()
+    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+@needs_ag2
+def test_blame_finds_planted_step(model_server, tmp_path):
+    blame_finds_planted_step(demo, model_server, tmp_path)
+
+
+@needs_ag2
+def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    campaign_keeps_labelled_failures("ag2_math.py", demo, tmp_path)
