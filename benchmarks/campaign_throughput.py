@@ -1,7 +1,7 @@
 """Injection-campaign throughput (runs/s) per executor, against a model endpoint with latency.
 
-The app is the AutoGen example team (examples/injection/autogen_math.py: 3 agents, a tool, about
-4 model calls per run); its scripted model is served by the embedded OpenAI-compatible server,
+The app is the AutoGen example team (examples/injection/autogen_math.py: 3 agents, a tool, 3
+model calls per run); its scripted model is served by the embedded OpenAI-compatible server,
 which waits ``--latency`` seconds (default 0.2) before each answer, as a remote model would. Each
 configuration runs the same campaign (``--tasks`` copies of the example tasks, ``--plans-per-run``
 plans each) once timed, after a warm-up (its baselines only: imports, Ray workers), into scratch
@@ -40,18 +40,20 @@ def tasks(copies: int) -> list[dict]:
     return [{**rows[i % len(rows)], "id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(copies)]
 
 
-def timed_campaign(app: AppSpec, executor: Executor, endpoint: Endpoint, rows: list[dict], plans: int) -> tuple[int, float]:
-    """Warm up, then time one campaign; return (finished runs, seconds)."""
+def timed_campaign(app: AppSpec, executor: Executor, server: ModelServer, rows: list[dict], plans: int) -> tuple[int, int, float]:
+    """Warm up, then time one campaign; return (finished runs, model calls, seconds)."""
+    endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
     executor.ship(app)  # before Ray starts: it takes the app's folder with it
     with executor:
         with tempfile.TemporaryDirectory() as warm:  # baselines only: imports done, workers started
             run_campaign(app, rows, warm, plans_per_run=0, endpoint=endpoint, executor=executor, progress=False)
         with tempfile.TemporaryDirectory() as out:
+            calls = len(server.requests)
             start = time.perf_counter()
             run_campaign(app, rows, out, plans_per_run=plans, endpoint=endpoint, executor=executor, progress=False)
             seconds = time.perf_counter() - start
-            runs = len(read_records(out))
-    return runs, seconds
+            runs, calls = len(read_records(out)), len(server.requests) - calls
+    return runs, calls, seconds
 
 
 def main() -> None:
@@ -70,15 +72,14 @@ def main() -> None:
     configs += [("ray", int(n), RayExecutor(concurrency=int(n), init={"num_cpus": int(n), "log_to_driver": False}))
                 for n in args.ray_workers.split(",") if n]
     print(f"campaign: {len(rows)} tasks x (1 baseline + {args.plans_per_run} plans), model latency {args.latency * 1000:.0f} ms/call")
-    print(f"{'executor':<9} {'workers':>7} {'runs':>5} {'seconds':>8} {'runs/s':>7} {'x c=1':>6}")
+    print(f"{'executor':<9} {'workers':>7} {'runs':>5} {'calls/run':>9} {'seconds':>8} {'runs/s':>7} {'x row 1':>7}")
     base = None
     with ModelServer(app.policy, latency=args.latency) as server:  # type: ignore[arg-type]
-        endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
         for kind, n, executor in configs:
-            runs, seconds = timed_campaign(app, executor, endpoint, rows, args.plans_per_run)
+            runs, calls, seconds = timed_campaign(app, executor, server, rows, args.plans_per_run)
             rate = runs / seconds
             base = base or rate
-            print(f"{kind:<9} {n:>7} {runs:>5} {seconds:>8.1f} {rate:>7.2f} {rate / base:>6.1f}", flush=True)
+            print(f"{kind:<9} {n:>7} {runs:>5} {calls / runs:>9.1f} {seconds:>8.1f} {rate:>7.2f} {rate / base:>7.1f}", flush=True)
 
 
 if __name__ == "__main__":

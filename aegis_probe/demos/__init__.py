@@ -17,8 +17,8 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
 }
 
 #: ``demo --team`` -> the demo module of that team type (its framework implied).
-TEAMS: dict[str, str] = {"magentic-one": "magentic"}
-REQUIREMENTS["magentic"] = REQUIREMENTS["autogen"]
+TEAMS: dict[str, str] = {"magentic-one": "magentic", "selector": "selector", "nested": "nested"}
+REQUIREMENTS.update({team: REQUIREMENTS["autogen"] for team in TEAMS.values()})
 
 
 def demo_module(name: str) -> str:

@@ -67,17 +67,9 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
-    from autogen_core.models import ModelFamily, ModelInfo
     from autogen_core.tools import FunctionTool
-    from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    client = OpenAIChatCompletionClient(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        model_info=ModelInfo(vision=False, function_calling=True, json_output=False,
-                             family=ModelFamily.UNKNOWN, structured_output=False),
-    )
+    client = model_client(base_url, model, api_key)
     tool = FunctionTool(calculate, name=TOOL, description="Evaluate an arithmetic expression.")
     agents = [
         AssistantAgent(name, model_client=client, system_message=SYSTEM[name],
@@ -107,3 +99,27 @@ def run_app(app: Any, task: str) -> str | None:
 
     result = asyncio.run(run())
     return result.messages[-1].to_text() if result.messages else None
+
+
+def model_client(base_url: str, model: str, api_key: str) -> Any:
+    """An ``OpenAIChatCompletionClient`` for the OpenAI-compatible endpoint at ``base_url`` (tool calling on)."""
+    from autogen_core.models import ModelFamily, ModelInfo
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    return OpenAIChatCompletionClient(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        model_info=ModelInfo(vision=False, function_calling=True, json_output=False,
+                             family=ModelFamily.UNKNOWN, structured_output=False),
+    )
+
+
+def assistants(client: Any, names: tuple[str, ...] = AGENTS) -> list[Any]:
+    """This demo's agents ``names`` (the calculator with its tool), answered by :func:`policy`."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_core.tools import FunctionTool
+
+    tool = FunctionTool(calculate, name=TOOL, description="Evaluate an arithmetic expression.")
+    return [AssistantAgent(name, model_client=client, system_message=SYSTEM[name], description=SYSTEM[name],
+                           tools=[tool] if name == "calculator" else None) for name in names]
