@@ -11,16 +11,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aegis_probe.demos.autogen import closes_after_run, run_app
+from aegis_probe.demos.autogen import closes_after_run, model_client, run_app
 from aegis_probe.demos.task import EXPECTED, TASK, calculate, expression_in, final_number, solve
 from aegis_probe.modelserver import Reply
 
-__all__ = ["AGENTS", "EXPECTED", "FRAMEWORK", "ORCHESTRATOR", "TASK", "TOOL", "build_app", "ledger", "policy", "run_app"]
+__all__ = ["AGENTS", "EXPECTED", "FRAMEWORK", "ORCHESTRATOR", "PARTICIPANTS", "TASK", "TOOL", "WORKER", "build_app", "ledger",
+           "policy", "run_app"]
 
 FRAMEWORK = "autogen"
 ORCHESTRATOR = "MagenticOneOrchestrator"
-AGENTS = ("calculator", "reviewer")
+PARTICIPANTS = ("calculator", "reviewer")
+#: Every agent that takes turns, the orchestrator included (``demo --inject`` and campaigns can target it).
+AGENTS = (ORCHESTRATOR, *PARTICIPANTS)
 TOOL = "calculate"
+#: The agent that does the work (``demo --inject`` faults it by default).
+WORKER = "calculator"
 
 SYSTEM = {
     "calculator": "You are the calculator. Evaluate the expression you are given with the calculate tool.",
@@ -99,21 +104,13 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
     """The Magentic-One team, orchestrator and agents on the OpenAI-compatible endpoint at ``base_url``."""
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.teams import MagenticOneGroupChat
-    from autogen_core.models import ModelFamily, ModelInfo
     from autogen_core.tools import FunctionTool
-    from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    client = OpenAIChatCompletionClient(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        model_info=ModelInfo(vision=False, function_calling=True, json_output=False,
-                             family=ModelFamily.UNKNOWN, structured_output=False),
-    )
+    client = model_client(base_url, model, api_key)
     tool = FunctionTool(calculate, name=TOOL, description="Evaluate an arithmetic expression.")
-    agents = [
+    agents: list[Any] = [
         AssistantAgent(name, model_client=client, system_message=SYSTEM[name], description=DESCRIPTION[name],
                        tools=[tool] if name == "calculator" else None)
-        for name in AGENTS
+        for name in PARTICIPANTS
     ]
     return closes_after_run(MagenticOneGroupChat(agents, model_client=client, max_turns=10), client)
