@@ -131,6 +131,11 @@ class Patcher:
                 except Exception:
                     logger.warning("aegis-probe: could not restore %r.%s", patch.owner, patch.name, exc_info=True)
 
+    def patched(self) -> list[tuple[Any, str, Any]]:
+        """``(owner, name, saved __dict__ entry)`` of each attribute wrapped now (``_MISSING``: was inherited)."""
+        with self._lock:
+            return [(p.owner, p.name, p.saved) for p in self._patches.values()]
+
     def __len__(self) -> int:
         return len(self._patches)
 

@@ -319,7 +319,7 @@ def test_workforce(entry, model_server, provider, exporter, tmp_path):
 def test_uninstrument_restores_every_patch(model_server, provider, exporter, tmp_path):
     adapter = get_adapter("camel")
     adapter.install()
-    patched = list(adapter._patcher._saved)
+    patched = adapter._patcher.patched()
     assert len(patched) == 13
     aegis_probe.uninstrument()
     for owner, name, saved in patched:
