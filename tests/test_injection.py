@@ -171,7 +171,7 @@ def test_response_corruption_labels_equal_the_applied_plan(model_server, tmp_pat
     assert len(events) == 1 and events[0][0] == "calculator"
     assert events[0][1]["attributes"]["aegis.injection.mode"] == "FM-2.6"
     assert calc.tool_calls[0].arguments == '{"expression": "(17 + 25) * 4"}'  # the manipulated action is what was traced
-    assert probe.interceptors == []
+    assert probe.interceptors == ()
 
 
 def test_prompt_injection_changes_the_action_but_not_the_captured_input(model_server, tmp_path):
