@@ -37,6 +37,7 @@ aegis spans themselves. Apps that are not being traced run untouched.
 
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 from contextlib import nullcontext
@@ -146,9 +147,31 @@ _SHARED_MAX = 4096
 _NO_FIELDS: dict[str, Any] = {}
 
 
+# The last prompt of each conversation (keyed by its first message): a prompt that extends it,
+# same objects with the same contents (compared in C), converts only its new messages.
+_PROMPTS: dict[int, tuple[list[LLMMessage], list[Any], list[dict[str, Any]]]] = {}
+_PROMPTS_MAX = 64
+_content = operator.attrgetter("content")
+
+
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
-    out: list[dict[str, Any]] = []
+    msgs = list(messages)
+    contents = list(map(_content, msgs))
+    hit = _PROMPTS.get(id(msgs[0])) if msgs else None
+    done = 0
+    if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] and contents[: len(hit[0])] == hit[1]:
+        done = len(hit[0])
+    out = _neutral(msgs[done:], hit[2][:] if done else [])  # type: ignore[index]
+    if msgs and all(type(m) is SharedMessage for m in out[len(hit[2]) if done else 0:]):  # type: ignore[index]
+        if len(_PROMPTS) >= _PROMPTS_MAX and id(msgs[0]) not in _PROMPTS:
+            _PROMPTS.clear()
+        _PROMPTS[id(msgs[0])] = (msgs, contents, out[:])
+    return out
+
+
+def _neutral(messages: Sequence[LLMMessage], out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` converted and appended to ``out`` (text messages shared, see ``_SHARED``)."""
     for m in messages:
         # (a field read from __dict__: a missing one would go through pydantic's slow __getattr__)
         content, source = m.content, getattr(m, "__dict__", _NO_FIELDS).get("source")

@@ -73,6 +73,26 @@ def test_divergence_is_reported_with_first_step(model_server, tmp_path):
     assert "step 0" in result.divergence
 
 
+
+def test_divergence_the_app_swallows_is_still_reported(model_server, tmp_path, monkeypatch):
+    """MetaGPT's ``Team.run`` swallows a role's exception: the replayer's own record of its first
+    divergence says where the replay left the recording, not the step comparison afterwards."""
+    monkeypatch.chdir(tmp_path)  # metagpt writes logs/ and workspace/ into the cwd
+    demo = _demo("metagpt")
+    store = TraceStore(tmp_path / "store")
+    trace_id = _record(demo, demo.policy, model_server, store)
+
+    async def reworded(self, history):  # the Calculator's action asks in other words: its request cannot match
+        return await self._aask(f"Evaluate what this asks for:\n{demo._history(history)}")
+
+    monkeypatch.setattr(demo.Calculate, "run", reworded)
+    result = replay(trace_id, AppSpec(demo.build_app, demo.run_app), store=store)
+    assert result.error is None, "Team.run swallowed the divergence: the app raised nothing"
+    assert result.divergence == "replay diverged at step 1 (Calculator): request of call #0 differs from the recording"
+    assert result.replayed_calls == 1 and result.live_calls == 0  # the Planner's call came from the recording
+    assert result.trajectory is not None and not result.exact
+
+
 WRONG = "(17 + 25) * 2"
 
 #: What the calculating agent's first model call should have answered, per framework: autogen's

@@ -3,7 +3,9 @@
 ``replay(trace, app)`` rebuilds the app, instruments it, and answers every model call from the
 recording. Without a substitution the replayed run must equal the original step for step; the
 first difference (a request that does not match the recording, a call the recording lacks, or a
-step whose agent/output differs afterwards) is reported, never silently continued. With
+step whose agent/output differs afterwards) is reported, never silently continued: the replayer
+keeps the first :class:`ReplayDivergence` it raised, so the result reports it even when the app
+swallows the exception (CAMEL's streaming, MetaGPT's ``Team.run`` do). With
 ``until_step=t`` and a ``substitute``, calls before step t come from the recording, the action at
 step t is replaced, and everything after it runs live against the app's endpoint.
 """
@@ -38,7 +40,8 @@ class ReplayDivergence(InterceptAbort):
 
 
 class Replayer:
-    """Interceptor answering model calls from a recording until the run goes live."""
+    """Interceptor answering model calls from a recording until the run goes live; ``divergence``:
+    the first :class:`ReplayDivergence` it raised, whatever the app did with it."""
 
     def __init__(self, recording: dict[Key, RecordedCall], redact: Callable[[str], str], *,
                  until_step: int | None, substitute: str | LLMResponse | None) -> None:
@@ -47,6 +50,13 @@ class Replayer:
         self.live = False
         self.replayed = 0
         self.live_calls = 0
+        self.divergence: ReplayDivergence | None = None
+
+    def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
+        exc = ReplayDivergence(call.step_index, agent, detail)
+        if self.divergence is None:
+            self.divergence = exc
+        return exc
 
     def _goes_live(self, call: ModelCall) -> bool:
         if self.live:
@@ -65,10 +75,10 @@ class Replayer:
         key = (call.agent or "", call.call_index or 0)
         recorded = self.recording.get(key)
         if recorded is None:
-            raise ReplayDivergence(call.step_index, key[0], f"call #{key[1]} of this agent is not in the recording")
+            raise self._diverged(call, key[0], f"call #{key[1]} of this agent is not in the recording")
         request = encode_messages(call.messages, self.redact)
         if request != recorded.request:
-            raise ReplayDivergence(call.step_index, key[0], f"request of call #{key[1]} differs from the recording")
+            raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording")
         self.replayed += 1
         return recorded.response
 
@@ -141,8 +151,8 @@ def replay(
     try:
         with probe.intercept(replayer):
             answer = app.run_app(target, original.task)
-    except ReplayDivergence as exc:
-        error = str(exc)
+    except ReplayDivergence:
+        pass  # the replayer keeps it
     except Exception as exc:  # the app failed in the live part: a result, not a crash
         error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -153,10 +163,10 @@ def replay(
         store.amend(replayed.trace_id, attributes={sc.REPLAY_OF: original.trace_id or "",
                                                    sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
         replayed = probe.trajectory()
-    divergence = error if isinstance(error, str) and error.startswith("replay diverged") else None
+    divergence = str(replayer.divergence) if replayer.divergence is not None else None
     if divergence is None and replayed is not None:
         divergence = first_difference(original, replayed, upto=until_step)
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
                  for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
     return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,
-                        error=None if divergence == error else error, tokens=tokens)
+                        error=error, tokens=tokens)
