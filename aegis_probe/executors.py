@@ -51,6 +51,12 @@ class Failure:
                    remote or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
+def outcome(future: "Future[T]") -> "T | Failure":
+    """A finished call's result, or its :class:`Failure`."""
+    exc = future.exception()
+    return Failure.of(exc) if exc is not None else future.result()
+
+
 class Executor(ABC):
     """Runs calls, at most ``concurrency`` at a time; use as a context manager."""
 
@@ -85,9 +91,7 @@ class Executor(ABC):
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
-                i = pending.pop(fut)
-                exc = fut.exception()
-                yield i, (Failure.of(exc) if exc is not None else fut.result())
+                yield pending.pop(fut), outcome(fut)
                 nxt = next(queue, None)
                 if nxt is not None:
                     pending[self.submit(nxt[1])] = nxt[0]

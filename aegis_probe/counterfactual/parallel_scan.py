@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..apps import AppSpec, Endpoint
-from ..executors import Executor, Failure
+from ..executors import Executor, Failure, outcome
 from ..otlp_json import SpanRecord
 from ..probe import Judge
 from ..store import TraceStore
@@ -95,13 +95,12 @@ def _scan(search: "_Search", executor: Executor) -> None:
             while not futures[t].done():  # keep the window full while step t is running
                 wait([futures[t], *(f for f in futures.values() if not f.done())], return_when=FIRST_COMPLETED)
                 fill_window()
-            exc = futures[t].exception()
-            outcome = Failure.of(exc) if exc is not None else futures[t].result()
-            if isinstance(outcome, Failure):
-                attempt = search.record(t, correction, None, None, outcome.error, 0)
+            result = outcome(futures[t])
+            if isinstance(result, Failure):
+                attempt = search.record(t, correction, None, None, result.error, 0)
             else:
-                search.store.append(outcome.records)
-                attempt = search.record(t, correction, outcome.success, outcome.answer, outcome.error, outcome.tokens)
+                search.store.append(result.records)
+                attempt = search.record(t, correction, result.success, result.answer, result.error, result.tokens)
             if search.verdict(attempt):
                 return
     finally:
