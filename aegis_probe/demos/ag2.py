@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import autogen  # noqa: F401  (ImportError here, not in build_app, when the framework is missing)
+
 from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve
 from aegis_probe.modelserver import Reply
 
