@@ -89,8 +89,6 @@ LABEL_FAULTS = "aegis.label.faults"
 LABEL_SOURCE = "aegis.label.source"
 #: ``aegis.labels.<source>``: the faults a later source (blame, ...) labelled, next to the run's own label.
 LABELS_PREFIX = "aegis.labels."
-#: ``aegis.labels.<source>``: the faults a later source (blame, ...) labelled, next to the run's own label.
-LABELS_PREFIX = "aegis.labels."
 
 # Events.
 EVENT_INJECTION = "aegis.injection"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from .trajectory import Trajectory
+from .trajectory import ATTRIBUTION_SOURCE, Trajectory
 
 
 def _clip(text: str, width: int) -> str:
@@ -39,8 +39,13 @@ def summary(traj: Trajectory) -> str:
         f"steps    {len(traj.steps)} by {', '.join(traj.agents) or '-'}",
     ]
     for label in traj.labels.sets:  # every label source, side by side
+        source = label.source or "-"
         for f in label.faults:
-            lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy} source={label.source}")
+            if source.startswith(ATTRIBUTION_SOURCE + ":"):  # a trained attributor's verdict
+                by = source.partition(":")[2]
+                lines.append(f"verdict  agent={f.agent} step={f.step} mode={f.mode} by {by}" + (f" ({f.reason})" if f.reason else ""))
+            else:
+                lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy} source={source}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
 from aegis_probe.demos import FRAMEWORKS, REQUIREMENTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,14 +207,14 @@ def test_traces_show_prints_an_attribution_verdict(tmp_path, capsys):
     pytest.importorskip("autogen_agentchat")
     from aegis_probe.cli import main
     from aegis_probe.store import TraceStore
+    from aegis_probe.trajectory import Fault, label_attributes
 
     store = TraceStore(tmp_path / "store")
     trace_id = _store_with_one_trace(store.path)
     assert main(["traces", "show", trace_id, "--dir", str(store.path)]) == 0
     assert "verdict" not in capsys.readouterr().out
-    p = sc.ATTRIBUTION
-    store.amend(trace_id, attributes={f"{p}.agent": "planner", f"{p}.agent_score": 0.91, f"{p}.step": 0,
-                                      f"{p}.step_score": 0.73, f"{p}.modes": ["FM-2.6"], f"{p}.model": "dcl-test"})
+    fault = Fault(agent="planner", step=0, mode="FM-2.6", reason="agent score 0.9100, step score 0.7300")
+    store.amend(trace_id, attributes=label_attributes(store.trace(trace_id), "attribution:dcl-test", [fault]))
     assert main(["traces", "show", trace_id[:8], "--dir", str(store.path)]) == 0
     out = capsys.readouterr().out
-    assert "verdict  agent=planner (score 0.91) step=0 (score 0.73) modes=FM-2.6 by dcl-test" in out
+    assert "verdict  agent=planner step=0 mode=FM-2.6 by dcl-test (agent score 0.9100, step score 0.7300)" in out

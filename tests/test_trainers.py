@@ -289,6 +289,8 @@ def store_trace(store: TraceStore, turns: list[dict]) -> str:
 
 
 def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path, capsys):
+    from aegis_probe.trajectory import Fault, label_attributes
+
     rows, data, ckpt = dcl_rows(), dcl_data, dcl_ckpt
 
     store = TraceStore(tmp_path / "traces")
@@ -298,14 +300,19 @@ def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path
     (pred,) = attribute("--model", ckpt, "--trace", trace_id[:12], "--store", store.path, out=tmp_path / "p.jsonl")
     assert (pred["agent"], pred["step"]) == ("Coder", 2)
     spans = store.trace(trace_id)
-    root = next(s for s in spans if s.parent_span_id is None)
-    assert root.attributes["aegis.attribution.agent"] == "Coder"
-    assert root.attributes["aegis.attribution.step"] == 2
-    assert root.attributes["aegis.attribution.modes"][0] == "FM-2.6"
+    (verdict,) = Trajectory.from_spans(spans).labels.of("attribution")
+    assert (verdict.agent, verdict.step, verdict.mode) == ("Coder", 2, "FM-2.6")
     blamed = next(s for s in spans if s.attributes.get(sc.STEP_INDEX) == 2)
     (event,) = [e for e in blamed.events if e["name"] == sc.EVENT_ATTRIBUTION]
     assert event["attributes"]["agent"] == "Coder"
     assert Trajectory.from_spans(spans).steps[2].events  # the event reaches the trajectory reader too
+
+    # A second model's verdict, and the same model's again, sit beside the first: nothing overwritten.
+    store.amend(trace_id, attributes=label_attributes(store.trace(trace_id), "attribution:other",
+                                                      [Fault(agent="Tester", step=0)]))
+    attribute("--model", ckpt, "--trace", trace_id[:12], "--store", store.path, out=tmp_path / "p2.jsonl")
+    sets = {s.source: [(f.agent, f.step) for f in s.faults] for s in Trajectory.from_spans(store.trace(trace_id)).labels.sets}
+    assert sets == {f"attribution:{Path(ckpt).name}": [("Coder", 2)], "attribution:other": [("Tester", 0)]}
 
     capsys.readouterr()
     preds = attribute("--model", ckpt, "--data", data, out=tmp_path / "q.jsonl")

@@ -1,5 +1,5 @@
 """Use a trained DCL attributor: predict (agent, step, modes) with scores for rows or for stored
-traces, and write a trace's verdict back onto it (``aegis.attribution.*`` on the root span, an
+traces, and add a trace's verdict to it (the label set ``attribution:<model>``, and an
 ``aegis.attribution`` event on the blamed step's span) so that trace viewers show it."""
 
 from __future__ import annotations
@@ -14,40 +14,43 @@ from typing import Any
 from aegis_probe import semconv as sc
 from aegis_probe.config import ProbeConfig
 from aegis_probe.store import TraceStore
-from aegis_probe.trajectory import Trajectory
+from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory, label_attributes
 
 from .builders import build_dcl
 from .dcl.attributor import DCLAttributor
 from aegis_probe.jsonl import read_jsonl
 
 
-def root_attributes(pred: dict[str, Any], model: str) -> dict[str, Any]:
-    """The ``aegis.attribution.*`` attributes of one prediction."""
-    p = sc.ATTRIBUTION
-    return {
-        f"{p}.agent": pred["agent"],
-        f"{p}.agent_score": round(pred["agent_score"], 4),
-        f"{p}.step": pred["step"],
-        f"{p}.step_score": round(pred["step_score"], 4),
-        f"{p}.modes": [m["mode"] for m in pred["modes"]],
-        f"{p}.detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")}),
-        f"{p}.model": model,
-    }
+def verdict(pred: dict[str, Any]) -> Fault:
+    """One prediction as a fault: the blamed agent and step, the top mode, the scores as reason."""
+    modes = [m["mode"] for m in pred["modes"]]
+    return Fault(agent=pred["agent"], step=pred["step"], mode=modes[0] if modes else None,
+                 reason=f"agent score {pred['agent_score']:.4f}, step score {pred['step_score']:.4f}; "
+                        f"modes {', '.join(modes) or '-'}")
 
 
 def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, model_name: str) -> dict[str, Any]:
-    """Predict for one stored trace and amend the trace with the verdict; returns the prediction."""
-    traj = Trajectory.from_spans(store.trace(trace_id))
+    """Predict for one stored trace and add the verdict to it; returns the prediction.
+
+    The verdict is the label set ``attribution:<model_name>`` (append-only: another model's, a
+    blame finding or an injection label is never overwritten) plus an ``aegis.attribution`` event
+    on the blamed step's span.
+    """
+    spans = store.trace(trace_id)
+    traj = Trajectory.from_spans(spans)
     if not traj.steps:
         raise ValueError(f"trace {trace_id} has no agent steps to attribute")
     pred = model.predict(build_dcl([traj])[0])
     pred["id"], pred["trace_id"] = traj.trace_id, traj.trace_id
     step = traj.steps[pred["step"]]
     pred["step_span_id"] = step.span_id
-    store.amend(traj.trace_id, attributes=root_attributes(pred, model_name))
+    source = f"{ATTRIBUTION_SOURCE}:{model_name}"
+    store.amend(traj.trace_id, attributes=label_attributes(spans, source, [verdict(pred)]))
     event = {"name": sc.EVENT_ATTRIBUTION, "time_ns": time.time_ns(), "attributes": {
-        "agent": pred["agent"], "step": pred["step"], "agent_score": round(pred["agent_score"], 4),
-        "step_score": round(pred["step_score"], 4), "modes": [m["mode"] for m in pred["modes"]]}}
+        "model": model_name, "agent": pred["agent"], "step": pred["step"],
+        "agent_score": round(pred["agent_score"], 4), "step_score": round(pred["step_score"], 4),
+        "modes": [m["mode"] for m in pred["modes"]],
+        "detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")})}}
     store.amend(traj.trace_id, step.span_id, events=[event])
     return pred
 
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         from tqdm import tqdm
 
         traces = tqdm(args.trace, desc="attributing", unit="trace", file=sys.stderr, disable=len(args.trace) < 2)
-        preds = [attribute_trace(model, store, t, str(args.model)) for t in traces]
+        preds = [attribute_trace(model, store, t, Path(args.model).name) for t in traces]
     else:
         preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
-from .. import semconv as sc
 from ..config import ProbeConfig
-from ..otlp_json import SpanRecord
 from ..steptable import step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -53,30 +51,12 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def attribution(spans: list[SpanRecord]) -> str | None:
-    """The attributor's verdict written on a trace (``train attribute``), as one line, or None."""
-    root = next((s for s in spans if s.parent_span_id is None), None)
-    attrs = root.attributes if root else {}
-    prefix = f"{sc.ATTRIBUTION}."
-    if f"{prefix}agent" not in attrs:
-        return None
-    get = lambda key: attrs.get(prefix + key)  # noqa: E731
-    modes = get("modes")
-    modes = ", ".join(map(str, modes)) if isinstance(modes, (list, tuple)) else modes
-    return (f"verdict  agent={get('agent')} (score {get('agent_score')}) step={get('step')} "
-            f"(score {get('step_score')}) modes={modes or '-'} by {get('model') or 'an attributor'}")
-
-
 def _show(args: argparse.Namespace) -> int:
-    spans = _store(args).trace(args.trace_id)
-    traj = Trajectory.from_spans(spans)
+    traj = Trajectory.from_spans(_store(args).trace(args.trace_id))
     if args.json:
         print(traj.model_dump_json(indent=2))
     else:
         print(summary(traj))
-        verdict = attribution(spans)
-        if verdict:
-            print(verdict)
         print()
         print(step_table(traj))
     return 0
