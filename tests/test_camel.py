@@ -315,6 +315,54 @@ def test_workforce(entry, model_server, provider, exporter, tmp_path):
     assert any(t.name == "calculate" for s in traj.steps for t in s.tool_calls)
 
 
+def failing_worker_policy(strategy: str):
+    """:func:`workforce_policy`, but the worker gives up on its first attempt; the planner's failure
+    analysis answers with ``strategy`` (``replan``: a reworded task; ``reassign``: the coordinator assigns again)."""
+    attempts: list[str] = []
+
+    def policy(body: dict[str, Any]) -> Reply:
+        text = str(body["messages"][-1].get("content"))
+        if "N/A (task failed)" in text:  # the task planner's failure analysis
+            return Reply(content=json.dumps({
+                "reasoning": "The calculator did not use its tool.", "recovery_strategy": strategy,
+                "modified_task_content": f"Evaluate {EXPRESSION} with the calculate tool." if strategy == "replan" else None,
+                "issues": ["no tool used"]}))
+        if body.get("tools") and body["messages"][-1]["role"] != "tool":
+            attempts.append(text)
+            if len(attempts) == 1:
+                return Reply(content=json.dumps({"content": "I cannot compute this.", "failed": True}))
+        return workforce_policy(body)
+
+    return policy
+
+
+@pytest.mark.parametrize("strategy", ["replan", "reassign"])
+def test_workforce_failure_handling_turns_are_steps(strategy, model_server, provider, exporter, tmp_path):
+    """A worker's task fails: the task planner's failure analysis (and, to reassign, the coordinator's
+    new assignment) are steps between the failed attempt and the retry, in one trace."""
+    from camel.tasks import Task
+
+    server = model_server(failing_worker_policy(strategy))
+    wf = build_workforce(server)
+    probe = aegis_probe.instrument(wf, tracer_provider=provider, store=tmp_path / "store")
+    result = wf.process_task(Task(content=demo.TASK, id="0"))
+    assert EXPECTED in result.result
+    check_workforce_trace(exporter)
+    traj = probe.trajectory()
+    handling = ["Planner"] if strategy == "replan" else ["Planner", "Coordinator"]
+    assert [s.agent for s in traj.steps] == ["Planner", "Coordinator", "Calculator", *handling, "Calculator", "Planner"]
+    failed, analysis, retry = traj.steps[2], traj.steps[3], traj.steps[3 + len(handling)]
+    assert json.loads(failed.output)["failed"] is True and not failed.tool_calls
+    assert "I cannot compute this." in " ".join(m.content for m in analysis.input_messages)
+    assert json.loads(analysis.output)["recovery_strategy"] == strategy
+    if strategy == "reassign":
+        assert "assignments" in json.loads(traj.steps[4].output)
+    else:  # the retry works on the planner's reworded task
+        assert f"Evaluate {EXPRESSION} with the calculate tool." in " ".join(m.content for m in retry.input_messages)
+    assert [t.name for t in retry.tool_calls] == ["calculate"] and json.loads(retry.output)["failed"] is False
+    assert len(op(ours(exporter), sc.OP_CHAT)) == len(server.requests)
+
+
 # -- robustness ------------------------------------------------------------------------------
 def test_uninstrument_restores_every_patch(model_server, provider, exporter, tmp_path):
     adapter = get_adapter("camel")
