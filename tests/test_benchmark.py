@@ -123,7 +123,7 @@ def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     assert "| DCL (trained on the training sets) |" in printed and "oracle: most frequent agent present" in printed
     part = json.loads((out / "benchmark.json").read_text())["tests"][str(test)]
     dcl = part["results"]["DCL (trained on the training sets)"]
-    assert part["n"] == 16 and part["unreachable_gold_steps"] == 0
+    assert part["n"] == 16 and part["unreachable_gold_steps"] == 0 and len(part["predictions"]) == 16
     assert dcl["step"]["value"] >= 0.8 and dcl["agent"]["value"] >= dcl["step"]["value"]
     assert part["results"]["most frequent agent (fit on train)"]["agent"]["value"] == 0.0  # names never seen
     assert part["above_every_floor"] == {"agent": True, "step": True}

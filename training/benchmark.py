@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if args.embedding_cache:
             model.save_cache(args.embedding_cache)
         part = score_set(train, test, preds, turns_read, n_resamples=args.bootstrap, seed=args.seed)
+        part["predictions"] = [{"id": row_id(t), "agent": p.agent, "step": p.step, "gold_agent": g.agent, "gold_step": g.step}
+                               for t, p, g in zip(test, preds, map(gold_attribution, test))]
         report["tests"][path] = part
         lo, mid, hi = part["steps_min_median_max"]
         print(f"\ntest {path}: {part['n']} labelled failures ({len(trajs) - part['n']} unlabelled left out), "
