@@ -152,10 +152,12 @@ def test_selector_group_chat_traces_selector_calls(model_server, provider, expor
     assert [s.attributes[sc.AGENT_NAME] for s in steps] == list(demo.AGENTS)
     assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2]
     selector_chats = [c for c in spans_by_op(spans, sc.OP_CHAT) if c.name == "chat selector-model"]
-    # Speaker selection is the workflow's own work: under the root, attributed to no agent.
+    # Speaker selection adds no turn: under the root, outside every step, named after the manager.
     assert len(selector_chats) == 3
     for chat in selector_chats:
-        assert parent_of(chat, spans) is root and sc.AGENT_NAME not in chat.attributes
+        assert parent_of(chat, spans) is root and sc.STEP_INDEX not in chat.attributes
+        assert chat.attributes[sc.AGENT_NAME] == "SelectorGroupChatManager"
+        assert chat.attributes[sc.LLM_PURPOSE] == sc.PURPOSE_SPEAKER_SELECTION
         assert chat.attributes[sc.USAGE_INPUT_TOKENS] > 0  # streamed: usage from the final CreateResult
         assert json.loads(chat.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] in demo.AGENTS
     assert len([c for c in spans_by_op(spans, sc.OP_CHAT) if c.name == f"chat {MODEL}"]) == 3
