@@ -47,7 +47,8 @@ ADAPTERS: dict[str, AdapterEntry] = {
                           "camel-ai >= 0.2.90, < 0.3"),
     "metagpt": AdapterEntry("metagpt", "aegis_probe.adapters.metagpt:MetaGPTAdapter", "MetaGPT Team and Role",
                             "metagpt == 0.8.2"),
-    "langgraph": AdapterEntry("langgraph", "aegis_probe.adapters.langgraph:LangGraphAdapter",
+    # langgraph is a namespace package (no import hook fires for it): its pregel package is the marker.
+    "langgraph": AdapterEntry("langgraph.pregel", "aegis_probe.adapters.langgraph:LangGraphAdapter",
                               "LangGraph compiled graphs (StateGraph.compile(), create_react_agent, any Pregel)",
                               "langgraph >= 1.2, < 2"),
     "openai-agents": AdapterEntry("agents", "aegis_probe.adapters.openai_agents:OpenAIAgentsAdapter",
