@@ -21,6 +21,13 @@ from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_langsmith(monkeypatch):
+    """LangChain sends traces to LangSmith only when asked to: make sure no environment asks."""
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _instrumented(model_server, provider, tmp_path, policy=demo.policy):
     server = model_server(policy)
     app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
