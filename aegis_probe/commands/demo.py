@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--framework", choices=FRAMEWORKS, default="autogen", help="which framework's demo team (default: autogen)")
     p.add_argument("--team", choices=sorted(TEAMS),
-                   help="a team type's own demo instead (magentic-one: an AutoGen MagenticOneGroupChat)")
+                   help="a team type's own demo instead (AutoGen: magentic-one, a MagenticOneGroupChat; selector, "
+                        "a SelectorGroupChat; nested, a team and a SocietyOfMindAgent inside a team)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint to use instead of the embedded scripted server")
     p.add_argument("--model", default="aegis-scripted", help="model name sent to the endpoint (default: aegis-scripted)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
