@@ -67,6 +67,7 @@ def _text(content: Any) -> str:
 # and name) and shared.
 _SHARED: dict[int, tuple[Any, Any, Any, SharedMessage]] = {}
 _SHARED_MAX = 4096
+_NO_FIELDS: dict[str, Any] = {}
 
 
 def to_neutral(msg: Any) -> dict[str, Any]:
@@ -145,15 +146,18 @@ class LangChainCodec:
 
     provider = "langchain"
 
+    # Fields are read from the model's __dict__: a missing one would go through pydantic's slow __getattr__.
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        name = getattr(instance, "model_name", None) or getattr(instance, "model", None)
+        fields = getattr(instance, "__dict__", _NO_FIELDS)
+        name = fields.get("model_name") or fields.get("model")
         return str(name) if name else None
 
     def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        url = getattr(instance, "openai_api_base", None) or getattr(instance, "base_url", None)
+        fields = getattr(instance, "__dict__", _NO_FIELDS)
+        url = fields.get("openai_api_base") or fields.get("base_url")
         llm_type = str(getattr(instance, "_llm_type", ""))
         default = next((p for prefix, p in _LLM_TYPES if llm_type.startswith(prefix)), llm_type or self.provider)
-        params = {k: getattr(instance, k, None) for k in ("temperature", "top_p", "max_tokens", "seed", "n")}
+        params = {k: fields.get(k) for k in ("temperature", "top_p", "max_tokens", "seed", "n")}
         return {**sc.request_attributes(params), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, default)}
 
     @staticmethod
