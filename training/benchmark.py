@@ -76,15 +76,16 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
     """The model and every floor on ``test`` (labelled failures), with 95% intervals."""
     golds = [gold_attribution(t) for t in test]
     fitted = labelled(train)
-    systems: dict[str, list[Attribution | None]] = {
-        MODEL: list(model_preds),
-        "most frequent agent (fit on train)": [MostFrequentAgent(fitted)(t) for t in test],
-        "most frequent agent present (fit on train)": [MostFrequentAgent(fitted, present_only=True)(t) for t in test],
-        "most frequent step (fit on train)": [MostFrequentStep(fitted)(t) for t in test],
-        "random draw (seeded)": [RandomBaseline(seed)(t) for t in test],
-        "oracle: most frequent agent present (fit on this test set)": [MostFrequentAgent(test, present_only=True)(t) for t in test],
-        "oracle: most frequent step (fit on this test set)": [MostFrequentStep(test)(t) for t in test],
+    floors = {
+        "most frequent agent (fit on train)": MostFrequentAgent(fitted),
+        "most frequent agent present (fit on train)": MostFrequentAgent(fitted, present_only=True),
+        "most frequent step (fit on train)": MostFrequentStep(fitted),
+        "random draw (seeded)": RandomBaseline(seed),  # one generator for the whole set
+        "oracle: most frequent agent present (fit on this test set)": MostFrequentAgent(test, present_only=True),
+        "oracle: most frequent step (fit on this test set)": MostFrequentStep(test),
     }
+    systems: dict[str, list[Attribution | None]] = {MODEL: list(model_preds),
+                                                    **{name: list(map(floor, test)) for name, floor in floors.items()}}
     results = {name: {m: _interval(fn, golds, preds, n_resamples, seed) for m, fn in METRICS.items()}
                for name, preds in systems.items()}
     chance = [expected_random(t, g) for t, g in zip(test, golds)]
@@ -93,8 +94,8 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
         "step": _expected([s for _, s in chance], n_resamples, seed),
     }
     unreachable = sum(1 for g, n in zip(golds, turns_read) if g.step is not None and g.step >= n)
-    floors = [r for name, r in results.items() if name != MODEL]
-    above = {m: all(results[MODEL][m]["ci95"][0] > f[m]["ci95"][1] for f in floors if m in f) for m in ("agent", "step")}
+    others = [r for name, r in results.items() if name != MODEL]
+    above = {m: all(results[MODEL][m]["ci95"][0] > f[m]["ci95"][1] for f in others if m in f) for m in ("agent", "step")}
     steps = sorted(len(t.steps) for t in test)
     return {"n": len(test), "steps_min_median_max": [steps[0], steps[len(steps) // 2], steps[-1]],
             "unreachable_gold_steps": unreachable, "above_every_floor": above, "results": results}
