@@ -73,6 +73,22 @@ def expression_in(text: str | None) -> str | None:
     return found[-1] if found else None
 
 
+def fill(text: str | None, problems: dict[str, str]) -> str | None:
+    """The arithmetic of the first word problem of ``problems`` (wording with "#" for its numbers
+    -> template over them) found in ``text``, filled with the numbers ``text`` holds; else None."""
+    found = skeleton(text)
+    for problem, template in problems.items():
+        at = found.find(problem)
+        if at >= 0:
+            return template.format(*_NUMBER.findall(text or "")[found[:at].count("#"):])
+    return None
+
+
+def skeleton(text: str | None) -> str:
+    """``text`` with its whitespace collapsed and every number replaced by "#"."""
+    return _NUMBER.sub("#", " ".join((text or "").split()))
+
+
 def solve(text: str | None) -> str | None:
     """The arithmetic expression a scripted model plans for a task text, or None.
 
@@ -80,14 +96,7 @@ def solve(text: str | None) -> str | None:
     the numbers ``text`` actually holds (so a manipulated task gives a different plan, as it would
     for a real model); otherwise an arithmetic expression written in the text is taken as is.
     """
-    flat = " ".join((text or "").split())
-    skeleton = _NUMBER.sub("#", flat)
-    for problem, template in WORD_PROBLEMS.items():
-        at = skeleton.find(problem)
-        if at >= 0:
-            numbers = _NUMBER.findall(flat)[skeleton[:at].count("#"):]
-            return template.format(*numbers)
-    return expression_in(flat)
+    return fill(text, WORD_PROBLEMS) or expression_in(" ".join((text or "").split()))
 
 
 def judge(task: str | None, answer: str | None) -> Outcome:

@@ -8,26 +8,19 @@ manipulated input leads to a different (wrong) plan, as it would for a real mode
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from aegis_probe.demos.task import final_number
+from aegis_probe.demos.task import expression_in, fill, final_number, skeleton
 
 HERE = Path(__file__).resolve().parent
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
-_EXPR = re.compile(r"[\d(][\d\s+\-*/().]*[\d)]")
 
 __all__ = ["expression_in", "final_number", "plan_expression", "text_of"]
 
 
-def _skeleton(text: str) -> str:
-    return _NUM.sub("#", " ".join(text.split()))
-
-
 def _templates() -> dict[str, str]:
     rows = [json.loads(line) for line in (HERE / "math_tasks.jsonl").read_text().splitlines() if line.strip()]
-    return {_skeleton(r["task"]): r["template"] for r in rows}
+    return {skeleton(r["task"]): r["template"] for r in rows}
 
 
 TEMPLATES = _templates()
@@ -43,14 +36,4 @@ def text_of(message: dict[str, Any]) -> str:
 
 def plan_expression(text: str) -> str | None:
     """The arithmetic expression for a task text, or None if the task is not recognised."""
-    for skeleton, template in TEMPLATES.items():
-        if skeleton in _skeleton(text):
-            offset = _skeleton(text)[: _skeleton(text).index(skeleton)].count("#")
-            return template.format(*_NUM.findall(text)[offset:])
-    return None
-
-
-def expression_in(text: str) -> str | None:
-    """The last arithmetic expression (with an operator) written in ``text``."""
-    found = [e.strip() for e in _EXPR.findall(text) if re.search(r"[+\-*/]", e)]
-    return found[-1] if found else None
+    return fill(text, TEMPLATES)
