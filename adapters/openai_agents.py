@@ -17,9 +17,11 @@ Class- and module-level patches, installed once:
   ``execute_tool {tool}``; a tool's exception that the SDK turns into its output
   (``agents.tool.maybe_invoke_function_tool_failure_error_function``) fails the span.
 
-Not covered: ``Runner.run_streamed`` (its turns run in a background task: not traced), model calls
-through the Responses API (``OpenAIResponsesModel``, the SDK's default model, and so no ``chat``
-span, replay or injection for them), and streamed chat completions.
+``Runner.run_streamed`` (``AgentRunner.run_streamed`` and ``run_loop.run_single_turn_streamed``)
+is traced the same way: its turns run in a background task created while the run is current, and
+the run ends when that task does; streamed chat completions are ``chat`` spans too. Not covered:
+model calls through the Responses API (``OpenAIResponsesModel``, the SDK's default model: no
+``chat`` span, replay or injection for them).
 """
 
 from __future__ import annotations
@@ -86,6 +88,20 @@ def _messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
+    """End ``run`` with ``result``'s final output as its answer (``task``: a streamed run's loop task)."""
+    try:
+        exc = None if task is None or task.cancelled() else task.exception()
+        output: Any = getattr(result, "final_output", None)
+        if output is not None:
+            answer: Any = output if isinstance(output, str) else json.dumps(output, default=str)
+            run.answer = answer
+    except Exception:
+        log_hook_error("openai-agents run end")
+        exc = None
+    run.finish(exc)
+
+
 @dataclasses.dataclass
 class _ToolCall:
     """The span of the tool call running in this context, and whether the tool raised."""
@@ -139,10 +155,12 @@ class OpenAIAgentsAdapter(Adapter):
         import agents.run as run_module
         import agents.tool as tool_module
         from agents.run import AgentRunner
-        from agents.run_internal import tool_execution
+        from agents.run_internal import run_loop, tool_execution
 
         patcher.wrap(AgentRunner, "run", self._run)
+        patcher.wrap(AgentRunner, "run_streamed", self._run_streamed)
         patcher.wrap(run_module, "run_single_turn", self._turn)
+        patcher.wrap(run_loop, "run_single_turn_streamed", self._streamed_turn)
         patcher.wrap(tool_execution, "_invoke_function_tool_with_metadata", self._tool)
         patcher.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", self._tool_failed)
         self.seam.install(patcher, sync=False)
@@ -182,25 +200,43 @@ class OpenAIAgentsAdapter(Adapter):
         except Exception:
             log_hook_error("openai-agents run config")
 
-        def finish(result: Any) -> None:
-            output: Any = getattr(result, "final_output", None)
-            if output is not None:
-                answer: Any = output if isinstance(output, str) else json.dumps(output, default=str)
-                run.answer = answer
-            run.finish()
+        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), lambda r: _finish_run(run, r),
+                                    "openai-agents run")
 
-        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), finish, "openai-agents run")
+    def _run_streamed(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``run_streamed`` returns at once; its turns run in a task that inherits the run's context."""
+        run = self._start(args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        try:
+            kwargs = self._untraced(kwargs)
+        except Exception:
+            log_hook_error("openai-agents run config")
+        token = run.attach()
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            run.finish(exc)
+            raise
+        finally:
+            run.detach(token)
+        try:
+            result.run_loop_task.add_done_callback(lambda task: _finish_run(run, result, task))
+        except Exception:
+            log_hook_error("openai-agents streamed run")
+            run.finish()
+        return result
 
     # -- steps (agent turns) ---------------------------------------------------------------
-    def _open_turn(self, kwargs: dict) -> StepScope | None:
+    def _open_turn(self, bindings: Any, original_input: Any, generated_items: Any) -> StepScope | None:
         run = current_run()
         if run is None or run.framework != self.name or current_step() is not None:
             return None
         try:
             from agents.items import ItemHelpers
 
-            agent = kwargs["bindings"].public_agent
-            seen = [*ItemHelpers.input_to_new_input_list(kwargs["original_input"]), *kwargs.get("generated_items", ())]
+            agent = bindings.public_agent
+            seen = [*ItemHelpers.input_to_new_input_list(original_input), *generated_items]
             return start_step(run.probe, agent.name, run=run, input_messages=_messages(seen),
                               description=agent.handoff_description)
         except Exception:
@@ -220,7 +256,16 @@ class OpenAIAgentsAdapter(Adapter):
         return finish
 
     async def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_turn(kwargs)
+        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), kwargs.get("generated_items", ()))
+        if step is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")
+
+    async def _streamed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``run_single_turn_streamed(streamed_result, bindings, ...)``: the turn's input is the run's so far."""
+        streamed = kwargs["streamed_result"] if "streamed_result" in kwargs else args[0] if args else None
+        bindings = kwargs["bindings"] if "bindings" in kwargs else args[1] if len(args) > 1 else None
+        step = self._open_turn(bindings, getattr(streamed, "input", ()), getattr(streamed, "new_items", ()))
         if step is None:
             return await wrapped(*args, **kwargs)
         return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")

@@ -3,8 +3,9 @@ calls the openai SDK itself (OpenAI Agents SDK, AG2): ``Completions.create`` /
 ``AsyncCompletions.create`` inside a run of that framework go through
 :func:`~aegis_probe.interception.call_llm` / ``acall_llm``.
 
-Not a framework adapter: no entry in ``ADAPTERS``. Streamed calls (``stream=True``) pass through
-untraced. Two frameworks that both use this seam should not be instrumented in one process.
+Streamed calls (``stream=True``) go through :func:`~aegis_probe.interception.call_llm_chunks` /
+``acall_llm_chunks`` (chunks as ``ChatCompletionChunk``s). Not a framework adapter: no entry in
+``ADAPTERS``. Two frameworks that both use this seam should not be instrumented in one process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Patcher
 from aegis_probe.adapters.camel import CamelCodec
-from aegis_probe.interception import acall_llm, call_llm
+from aegis_probe.interception import acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
 from aegis_probe.spans import current_run, in_llm_call
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class OpenAIClientSeam:
         run = current_run()
         if run is None or run.framework != self.framework or not run.probe.active:
             return None
-        if kwargs.get("stream") is True or in_llm_call():
+        if in_llm_call():
             return None
         return run.probe
 
@@ -61,10 +62,14 @@ class OpenAIClientSeam:
         probe = self._probe(kwargs)
         if probe is None:
             return wrapped(*args, **kwargs)
+        if kwargs.get("stream") is True:
+            return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
         return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
 
     async def _acreate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe(kwargs)
         if probe is None:
             return await wrapped(*args, **kwargs)
+        if kwargs.get("stream") is True:
+            return await acall_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
         return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

@@ -102,6 +102,28 @@ def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
 
 
 @needs_sdk
+def test_streamed_run_is_traced_like_a_run(model_server, provider, exporter, tmp_path):
+    from agents import Runner
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+
+    async def stream() -> object:
+        result = Runner.run_streamed(app, demo.TASK)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(stream())
+    assert demo.EXPECTED in result.final_output
+    probe.flush()
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == ["planner", "calculator", "calculator", "reviewer"]
+    traj = probe.trajectory()
+    assert [len(s.llm_calls) for s in traj.steps] == [1, 1, 1, 1], "streamed completions are chat spans"
+    assert traj.steps[3].output.endswith("FINAL ANSWER: 126")
+    assert [t.name for t in traj.steps[1].tool_calls] == [demo.TOOL]
+
+
+@needs_sdk
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
     def policy(body):
         reply = demo.policy(body)
