@@ -16,7 +16,10 @@ Class-level patches, installed once:
   Messages of a nested chat are steps inside the step that started it;
 - LLM call: the openai client's ``Completions.create``/``AsyncCompletions.create``
   (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`), under ag2's own
-  ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged;
+  ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged.
+  ``a_generate_oai_reply`` runs the sync client in an executor thread, which does not inherit
+  the caller's context: ``a_generate_reply`` hands its step over to ``generate_oai_reply`` there
+  (keyed by the agent);
 - tool call: ``ConversableAgent.execute_function/a_execute_function`` -> ``execute_tool {tool}``
   (an unsuccessful execution fails the span).
 """
@@ -88,6 +91,9 @@ class AG2Adapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self.seam = OpenAIClientSeam(FRAMEWORK)
+        #: id(agent) -> the context of its async step, for the executor thread ``a_generate_oai_reply``
+        #: runs ``generate_oai_reply`` in (``run_in_executor`` does not carry the caller's context)
+        self._handoff: dict[int, otel_context.Context] = {}
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -114,6 +120,7 @@ class AG2Adapter(Adapter):
         patcher.wrap(ConversableAgent, "a_generate_reply", self._areply)
         patcher.wrap(ConversableAgent, "execute_function", self._tool)
         patcher.wrap(ConversableAgent, "a_execute_function", self._atool)
+        patcher.wrap(ConversableAgent, "generate_oai_reply", self._in_thread, enabled=self._handoff.__len__)
         patcher.wrap(GroupChat, "select_speaker", self._select)
         patcher.wrap(GroupChat, "a_select_speaker", self._aselect)
         self.seam.install(patcher)
@@ -198,7 +205,26 @@ class AG2Adapter(Adapter):
         step = self._open_step(instance, args, kwargs)
         if step is None:
             return await wrapped(*args, **kwargs)
-        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._reply_finisher(step), "ag2 step")
+
+        async def reply() -> Any:
+            self._handoff[id(instance)] = step.ctx  # for a_generate_oai_reply's executor thread
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                self._handoff.pop(id(instance), None)
+
+        return await await_in_scope(step, reply, self._reply_finisher(step), "ag2 step")
+
+    def _in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``generate_oai_reply`` in ``a_generate_oai_reply``'s executor thread: attach the handed-over context."""
+        ctx = self._handoff.get(id(instance))
+        if ctx is None or current_run() is not None:
+            return wrapped(*args, **kwargs)
+        token = otel_context.attach(ctx)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
 
     # -- speaker selection -----------------------------------------------------------------
     @staticmethod

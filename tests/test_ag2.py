@@ -53,6 +53,21 @@ def test_each_message_is_a_step(model_server, provider, exporter, tmp_path):
 
 
 @needs_ag2
+def test_async_chat_model_calls_are_in_their_steps(model_server, provider, exporter, tmp_path):
+    """a_generate_oai_reply runs the client in an executor thread: the step is handed over there."""
+    import asyncio
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    user = next(a for a in app.groupchat.agents if a.name == "user")
+    asyncio.run(user.a_initiate_chat(app, message=demo.TASK, silent=True))
+    probe.flush()
+    traj = probe.trajectory()
+    assert [s.agent for s in traj.steps] == ["planner", "calculator", "calculator", "reviewer"]
+    assert [len(s.llm_calls) for s in traj.steps] == [1, 1, 0, 1]
+    assert "126" in traj.steps[-1].output
+
+
+@needs_ag2
 def test_auto_speaker_selection_is_the_managers_not_a_step(model_server, provider, exporter, tmp_path):
     names = iter(["calculator", "reviewer", "reviewer"])
 
