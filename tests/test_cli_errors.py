@@ -29,6 +29,7 @@ def _span_line(success: bool | None = False) -> str:
         {"traceId": TRACE, "spanId": "00000000000000a2", "parentSpanId": "00000000000000a1", "name": "invoke_agent solver",
          "kind": 1, "startTimeUnixNano": "2", "endTimeUnixNano": "8",
          "attributes": [{"key": sc.STEP_INDEX, "value": {"intValue": "0"}},
+                        {"key": sc.OPERATION, "value": {"stringValue": sc.OP_AGENT}},
                         {"key": "gen_ai.agent.name", "value": {"stringValue": "solver"}}]},
     ]
     return json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]})
@@ -187,9 +188,14 @@ CASES = [
          ("--inject FM-2.6:nobody", "no agent 'nobody'"), needs="autogen_agentchat"),
     # -- training data -----------------------------------------------------------------------------
     Case("train-import-deep-line", lambda e: ["train", "import", e.file("deep.jsonl", DEEP + "\n"), "-o", str(e.root / "o.jsonl")], 2,
-         ("deep.jsonl", "nested too deeply")),
+         ("deep.jsonl",)),
+    Case("train-build-deep-line", lambda e: ["train", "build", "dcl", e.file("deep.jsonl", DEEP + "\n"), "--format", "otlp",
+                                             "-o", str(e.root / "o.jsonl")], 2, ("deep.jsonl", "line 1", "invalid JSON")),
     Case("train-import-huge-number", lambda e: ["train", "import", e.file("h.jsonl", _huge_kind_line() + "\n"), "-o", str(e.root / "o.jsonl")],
          2, ("h.jsonl", "line 1", "kind is not an integer")),
+    Case("train-import-store-with-bad-lines", lambda e: ["train", "import", e.store_with(DEEP, _huge_kind_line()),
+                                                         "-o", str(e.root / "o.jsonl")], 0,
+         ("1 imported, 2 errors", "spans.jsonl [line 2]", "spans.jsonl [line 3]", "kind is not an integer")),
     Case("train-import-format-mismatch", lambda e: ["train", "import", e.store_with(), "--format", "whowhen", "-o", str(e.root / "o.jsonl")],
          2, ("spans.jsonl",)),
     Case("train-build-missing-source", lambda e: ["train", "build", "sft", str(e.root / "none.jsonl"), "-o", str(e.root / "o.jsonl")], 2,

@@ -70,7 +70,7 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     if file.suffix != ".jsonl":
         try:
             data = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
             if text.count("\n{") == 0:
                 yield "file", ValueError(f"invalid JSON: {exc}")
                 return
@@ -83,9 +83,11 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     for no, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                yield f"line {no}", json.loads(line)
-            except ValueError as exc:
-                yield f"line {no}", ValueError(f"invalid JSON: {exc}")
+                record = json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                yield f"line {no}", ValueError(f"invalid JSON: {exc or 'nested too deeply'}")
+            else:
+                yield f"line {no}", record
 
 
 def import_records(
