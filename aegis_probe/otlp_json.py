@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 _STATUS_CODE = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _STATUS_NAME = {0: "UNSET", 1: "OK", 2: "ERROR"}
+_KIND = {kind: kind.value + 1 for kind in SpanKind}  # OTLP numbers span kinds from 1
 
 
 @dataclass
@@ -39,6 +40,8 @@ class SpanRecord:
     def from_readable(cls, span: ReadableSpan) -> "SpanRecord":
         ctx = span.context
         parent = span.parent
+        attributes = getattr(span, "_attributes", None)  # the SDK's own; else the public mapping
+        status = span.status
         return cls(
             trace_id=format(ctx.trace_id, "032x"),
             span_id=format(ctx.span_id, "016x"),
@@ -46,14 +49,14 @@ class SpanRecord:
             name=span.name,
             start_ns=span.start_time or 0,
             end_ns=span.end_time or 0,
-            attributes=_plain(getattr(span, "_attributes", None) or span.attributes),
+            attributes=_plain(attributes if attributes is not None else span.attributes),
             events=[
                 {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
                 for e in span.events
             ],
-            status=_STATUS_NAME[_STATUS_CODE[span.status.status_code]],
-            status_message=span.status.description or "",
-            kind=span.kind.value + 1,
+            status=_STATUS_NAME[_STATUS_CODE[status.status_code]],
+            status_message=status.description or "",
+            kind=_KIND[span.kind],
             resource=_resource(span.resource),
             scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
         )

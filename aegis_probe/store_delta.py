@@ -50,9 +50,7 @@ def shrink(rec: SpanRecord, bases: Bases) -> None:
     """Replace ``rec``'s long string attributes that extend a remembered value by deltas (in place)."""
     attrs = rec.attributes
     agent = attrs.get(sc.AGENT_NAME)
-    for key, value in list(attrs.items()):
-        if type(value) is not str or len(value) < MIN_SHARED:
-            continue
+    for key, value in [(k, v) for k, v in attrs.items() if type(v) is str and len(v) >= MIN_SHARED]:
         slot = (rec.name, agent, key)
         base = bases.get(slot)
         bases[slot] = (rec.span_id, value)

@@ -28,11 +28,12 @@ import atexit
 import shutil
 import statistics
 import tempfile
+import time
 from contextlib import nullcontext
 from typing import Any
 
 import aegis_probe
-from _harness import Config, Result, elapsed, measure, memory_provider, parse_args, spread, start
+from _harness import Config, Result, elapsed, floor_cost, measure, memory_provider, parse_args, spread, start
 from apps import APPS, App
 
 STEPS = 50
@@ -128,6 +129,23 @@ def by_min(r: dict[str, Any], name: str, floors: list[float], clock: str = "cpu"
     return f"{(min(r[name][clock]) - min(r[base][clock])) / min(floors):.2f}"
 
 
+def writer_cost(app: App, repeats: int) -> tuple[float, float]:
+    """Seconds the store's writer thread spends per span of one run (encode + write, measured on
+    this thread), and the floor per span, interleaved: medians of ``repeats``."""
+    from aegis_probe.store import StoreSpanProcessor, TraceStore
+
+    spans = configs(app)["spans only"]()[1]
+    processor = StoreSpanProcessor(TraceStore(_STORE_DIR))
+    writes, floors = [], []
+    for _ in range(repeats):
+        begin = time.thread_time()
+        for span in spans:
+            processor._take(span)
+        writes.append((time.thread_time() - begin) / len(spans))
+        floors.append(floor_cost(spans) / len(spans))
+    return statistics.median(writes), statistics.median(floors)
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], frameworks=tuple(APPS))
     apps = {name: APPS[name]() for name in args.framework}
@@ -158,6 +176,10 @@ def main() -> None:
                          f"(min {by_min(r, 'spans only', floors, base='no runtime blocks')}), default "
                          f"{spread(ratios(r, 'default', floors, base='no runtime blocks'))} "
                          f"(min {by_min(r, 'default', floors, base='no runtime blocks')})")
+    for fw, app in apps.items():
+        write, floor = writer_cost(app, args.repeats)
+        notes.append(f"{fw} store writer (its own thread): {write * 1e6:.1f} us/span = {write / floor:.2f} x floor per span "
+                     f"({floor * 1e6:.1f} us)")
     print("\n".join(notes))
 
 
