@@ -39,10 +39,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(*commands: str) -> argparse.ArgumentParser:
+    """The train CLI's parser with ``commands`` fully registered (none: the lazy top-level listing)."""
     from aegis_probe.train.cli import parser as train_parser
 
-    return train_parser()
+    return train_parser(list(commands) or None)
 
 
 def cli(*argv: object) -> None:
@@ -263,12 +264,12 @@ def test_config_file_and_overrides(tmp_path):
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("epochs: 3\nhierarchy_weight: 2.0\n")
-    args = parser().parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg), "--epochs", "5"])
+    args = parser("dcl").parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg), "--epochs", "5"])
     (resolved,) = resolve_configs(args, (DCLConfig,))
     assert (resolved.epochs, resolved.hierarchy_weight, resolved.learning_rate) == (5, 2.0, 1e-3)
     cfg.write_text("epochz: 3\n")
     with pytest.raises(ValueError, match="epochz"):
-        resolve_configs(parser().parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg)]), (DCLConfig,))
+        resolve_configs(parser("dcl").parse_args(["dcl", "--data", "x", "--out", "y", "--config", str(cfg)]), (DCLConfig,))
 
 
 def store_trace(store: TraceStore, turns: list[dict]) -> str:
@@ -323,7 +324,7 @@ def test_commands_are_registered_in_the_cli(capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["--help"])
     listing = capsys.readouterr().out
-    for name in ("sft", "grpo", "dcl", "attribute"):
+    for name in ("sft", "grpo", "dcl", "attribute", "benchmark"):
         assert name in listing and "unavailable" not in listing
 
 
