@@ -86,13 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the campaign and training")
     p.add_argument("--epochs", type=int, default=40, help="DCL training epochs")
     p.add_argument("--plans-per-run", type=int, default=24, help="injection plans per successful baseline (0: none)")
+    p.add_argument("--embedding-cache", default="", help="safetensors file of turn embeddings reused across runs")
     args = p.parse_args(argv)
 
     ww_train, ww_test = split_traces(load(whowhen_dir(must_exist=True)).trajectories, args.test_fraction, args.seed)
     injected = campaign(Path(args.out, "injection"), args.plans_per_run, args.seed) if args.plans_per_run else []
     inj_train, inj_held = split_by_group(injected, args.test_fraction, args.seed)
     inj_test = [t for t in inj_held if not is_positive(t)]  # the held-out failures; their baselines stay unused
-    model = fit(build_dcl(ww_train + inj_train), args.out, DCLConfig(epochs=args.epochs, seed=args.seed))
+    model = fit(build_dcl(ww_train + inj_train), args.out,
+                DCLConfig(epochs=args.epochs, seed=args.seed, embedding_cache=args.embedding_cache))
 
     parts = {"whowhen": score(model, ww_train, ww_test, args.seed)}
     if inj_test:
