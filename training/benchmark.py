@@ -67,7 +67,8 @@ def _interval(metric: Metric, golds: Sequence[Attribution], preds: Sequence[Attr
 
 def _expected(values: list[float], n_resamples: int, seed: int) -> dict[str, Any]:
     mean: Callable[[Sequence[Any], Sequence[Any]], float] = lambda v, _: sum(v) / len(v) if v else 0.0  # noqa: E731
-    lo, hi = bootstrap_ci(mean, values, values, n_resamples=n_resamples, seed=seed)
+    samples: Any = values  # the bootstrap resamples any per-trace sequence
+    lo, hi = bootstrap_ci(mean, samples, samples, n_resamples=n_resamples, seed=seed)
     return {"value": mean(values, values), "ci95": [lo, hi]}
 
 
@@ -76,7 +77,7 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
     """The model and every floor on ``test`` (labelled failures), with 95% intervals."""
     golds = [gold_attribution(t) for t in test]
     fitted = labelled(train)
-    floors = {
+    floors: dict[str, Callable[[Trajectory], Attribution | None]] = {
         "most frequent agent (fit on train)": MostFrequentAgent(fitted),
         "most frequent agent present (fit on train)": MostFrequentAgent(fitted, present_only=True),
         "most frequent step (fit on train)": MostFrequentStep(fitted),

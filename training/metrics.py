@@ -78,15 +78,15 @@ def _labelled(golds: Sequence[Attribution], field: str) -> list[int]:
 def agent_accuracy(golds: Sequence[Attribution], preds: Sequence[Attribution | None]) -> float:
     """Exact (normalised) agent matches over traces with a gold agent; a missing prediction is wrong."""
     idx = _labelled(golds, "agent")
-    hits = sum(1 for i in idx if preds[i] is not None and normalize_agent(preds[i].agent) == normalize_agent(golds[i].agent))
+    hits = sum(1 for i in idx if (p := preds[i]) is not None and normalize_agent(p.agent) == normalize_agent(golds[i].agent))
     return hits / len(idx) if idx else 0.0
 
 
 def step_accuracy(golds: Sequence[Attribution], preds: Sequence[Attribution | None], k: int = 0) -> float:
     """Share of traces with a gold step whose predicted step is within ``k`` (0: exact)."""
     idx = _labelled(golds, "step")
-    hits = sum(1 for i in idx if preds[i] is not None and preds[i].step is not None
-               and abs(preds[i].step - golds[i].step) <= k)
+    hits = sum(1 for i in idx if (p := preds[i]) is not None and p.step is not None
+               and abs(p.step - int(golds[i].step or 0)) <= k)
     return hits / len(idx) if idx else 0.0
 
 

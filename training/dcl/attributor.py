@@ -34,7 +34,7 @@ class DCLAttributor(nn.Module):
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
                  anonymise_agents: bool = True, modes_trained: bool = True) -> None:
         super().__init__()
-        self.spec = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
+        self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
                      "train_encoder": train_encoder, "threshold": threshold, "max_chunks": max_chunks,
                      "anonymise_agents": anonymise_agents, "modes_trained": modes_trained}

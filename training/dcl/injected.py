@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -39,8 +40,8 @@ def campaign(out: str | Path, plans_per_run: int, seed: int, apps: Sequence[tupl
         for i, (app, tasks) in enumerate(apps):
             directory = Path(out) / Path(app).stem
             total = len(load_tasks(examples_dir() / tasks)) * (1 + plans_per_run)
-            bar = (polled_progress(lambda d=directory: len(read_records(d)), total, f"injection {Path(app).stem}", terminal)
-                   if progress else nullcontext())
+            finished = partial(_finished, directory)
+            bar = polled_progress(finished, total, f"injection {Path(app).stem}", terminal) if progress else nullcontext()
             with bar:
                 run_campaign(f"{examples_dir() / app}:build_app", examples_dir() / tasks, directory,
                              plans_per_run=plans_per_run, seed=seed + i, progress=False)
@@ -48,6 +49,10 @@ def campaign(out: str | Path, plans_per_run: int, seed: int, apps: Sequence[tupl
             trajs = [t for store in ("traces", "baselines") for t in load_otlp(directory / store).trajectories]
             ordered += sorted(trajs, key=lambda t: keys[t.trace_id])
     return ordered
+
+
+def _finished(directory: Path) -> int:
+    return len(read_records(directory))
 
 
 def split_by_group(trajs: Sequence[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:

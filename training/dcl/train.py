@@ -121,7 +121,8 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     opt = _optimizer(model, cfg)
     log = JsonlLog(out)
     state = {"epoch": 0, "global_step": 0}
-    checkpoint = (checkpoints(out) or [None])[-1] if resume else None
+    found = checkpoints(out) if resume else []
+    checkpoint = found[-1] if found else None
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
@@ -147,7 +148,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
                 outs = [model(ex) for ex in batch]
                 parts = dcl_losses(outs, batch)
                 terms = (parts.classification, parts.contrastive, parts.hierarchy)
-                loss = sum(w * t for w, t in zip(weights, terms))
+                loss = weights[0] * terms[0] + weights[1] * terms[1] + weights[2] * terms[2]
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

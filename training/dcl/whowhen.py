@@ -31,10 +31,15 @@ from .attributor import DCLAttributor
 from .injected import campaign, split_by_group
 from .train import DCLConfig, fit
 
+def micro_f1(level: str) -> Metric:
+    """Micro-F1 at ``level`` as a metric."""
+    return lambda golds, preds: float(set_f1(golds, preds, level)["micro_f1"])  # type: ignore[arg-type]
+
+
 METRICS: dict[str, Metric] = {
     "agent_accuracy": agent_accuracy,
     "step_accuracy": step_accuracy,
-    **{f"{level}_micro_f1": (lambda g, p, level=level: set_f1(g, p, level)["micro_f1"]) for level in ("pair", "agent", "mode")},
+    **{f"{level}_micro_f1": micro_f1(level) for level in ("pair", "agent", "mode")},
 }
 COLUMNS = {"whowhen": ("agent_accuracy", "step_accuracy"), "injected": tuple(METRICS)}
 
@@ -59,7 +64,7 @@ def score(model: DCLAttributor, train: list[Trajectory], test: list[Trajectory],
 
     preds, rate = attribute_rows(model, build_dcl(test))
     golds = [gold_attribution(t) for t in test]
-    systems = {
+    systems: dict[str, list[Attribution | None]] = {
         "DCL (this run)": [dcl_attribution(p) for p in preds],
         "random (seeded)": list(map(RandomBaseline(seed), test)),
         "most frequent agent": list(map(MostFrequentAgent(train), test)),
