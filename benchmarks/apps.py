@@ -19,8 +19,11 @@ Every prompt of every app repeats the conversation so far, as these frameworks d
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
+import shutil
+import tempfile
 import sys
 import time
 from contextlib import nullcontext
@@ -138,6 +141,10 @@ def camel_app() -> App:
             return self._run(messages, response_format, tools)
 
     logging.getLogger("camel").setLevel(logging.ERROR)  # "model provided globally", once per society
+    # A long run fills the context window and camel writes summaries under $CAMEL_WORKDIR (else ./).
+    workdir = tempfile.mkdtemp(prefix="aegis-bench-camel-")
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    os.environ.setdefault("CAMEL_WORKDIR", workdir)
 
     def build(steps: int) -> Any:
         return RolePlaying(assistant_role_name="alice", user_role_name="bob", task_prompt=TASK,
