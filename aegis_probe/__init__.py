@@ -28,10 +28,10 @@ _LAZY: dict[str, str] = {
     "AegisInstrumentor": ".instrumentor",
     "TraceFileError": ".store",
     "TraceStore": ".store",
-    "BlameReport": ".counterfactual",
-    "ReplayResult": ".counterfactual",
-    "blame": ".counterfactual",
-    "replay": ".counterfactual",
+    "BlameReport": ".counterfactual.blame",
+    "ReplayResult": ".counterfactual.replayer",
+    "blame": ".counterfactual.blame",
+    "replay": ".counterfactual.replayer",
     "Fault": ".trajectory",
     "Labels": ".trajectory",
     "LLMCall": ".trajectory",
@@ -44,7 +44,33 @@ _LAZY: dict[str, str] = {
     "load_trajectories": ".trajectory",
 }
 
-__all__ = sorted([*_LAZY, "Probe", "instrument", "uninstrument"])
+__all__ = [
+    "Adapter",
+    "AegisInstrumentor",
+    "AegisProbeError",
+    "AppInfo",
+    "AppSpec",
+    "BlameReport",
+    "Fault",
+    "LLMCall",
+    "Labels",
+    "Message",
+    "Outcome",
+    "Patcher",
+    "Probe",
+    "ReplayResult",
+    "Step",
+    "ToolCall",
+    "TraceFileError",
+    "TraceStore",
+    "Trajectory",
+    "Usage",
+    "blame",
+    "instrument",
+    "load_trajectories",
+    "replay",
+    "uninstrument",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -63,7 +89,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .adapter import Adapter, AppInfo, Patcher
     from .apps import AppSpec
-    from .counterfactual import BlameReport, ReplayResult, blame, replay
+    from .counterfactual.blame import BlameReport, blame
+    from .counterfactual.replayer import ReplayResult, replay
     from .errors import AegisProbeError
     from .instrumentor import AegisInstrumentor
     from .store import TraceFileError, TraceStore

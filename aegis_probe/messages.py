@@ -99,7 +99,7 @@ def _join(messages: list[ChatMessage], redact: Callable[[str], str]) -> str:
         if type(m) is SharedMessage:
             cached = getattr(m, "_fragment", None)
             if cached is None or cached[0] is not redact:
-                cached = m._fragment = (redact, _fragment(m, redact))
+                cached = m._fragment = (redact, _fragment(m, redact))  # type: ignore[attr-defined]
             out.append(cached[1])
             continue
         content = m.get("content")

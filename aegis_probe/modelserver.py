@@ -62,7 +62,7 @@ class ModelServer:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> "ModelServer":
         threading.Thread(target=self._server.serve_forever, name="aegis-model-server", daemon=True).start()

@@ -89,7 +89,7 @@ def span_json(
 def request_json(spans: Iterable[tuple[Mapping[str, Any], str, str]]) -> str:
     """One ``ExportTraceServiceRequest`` line (no newline) from (resource attributes, scope name,
     span text) triples, grouped by resource and scope in first-seen order."""
-    groups: list[tuple[Mapping[str, Any], dict[str, list[str]]]] = []
+    groups: list[tuple[Mapping[str, Any], dict[Any, list[str]]]] = []
     for resource, scope, text in spans:
         # Spans of one provider share one resource: compare with the last group first.
         group = next((g for g in reversed(groups) if g[0] is resource or g[0] == resource), None)

@@ -17,7 +17,8 @@ import aegis_probe
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
 from aegis_probe.redact import REDACTED, make_redactor, redact_secrets
-from aegis_probe.spans import SharedMessage, current_step, encode_messages, iterate_in_scope, start_step
+from aegis_probe.messages import SharedMessage, encode_messages
+from aegis_probe.spans import current_step, iterate_in_scope, start_step
 from aegis_probe.store import TraceStore
 from toyrun import StepSpec, ToolSpec, make_probe, run_script
 

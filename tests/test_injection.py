@@ -3,6 +3,7 @@ verified campaigns on the real frameworks (example apps on the loopback model se
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import textwrap
@@ -199,7 +200,7 @@ def test_targets_by_global_step_predicate_and_unreached(model_server, tmp_path):
     for plan in plans:  # an autogen team runs once per event loop: one app per run
         spec, _, app = _autogen_app(model_server)
         probe = aegis_probe.instrument(app, store=tmp_path / "store")
-        results.append(run_with_plan(probe, plan, lambda: spec.run_app(app, TASK)))
+        results.append(run_with_plan(probe, plan, functools.partial(spec.run_app, app, TASK)))
         probe.flush()
     assert results[0][1][0].step == 2 and "127" in results[0][0]
     assert results[1][1][0].agent == "calculator" and "168" in results[1][0]

@@ -31,3 +31,7 @@ def test_unknown_name_is_an_attribute_error() -> None:
         assert "no_such_name" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_all_lists_exactly_the_lazy_names_and_the_core() -> None:
+    assert set(aegis_probe.__all__) == set(aegis_probe._LAZY) | {"Probe", "instrument", "uninstrument"}

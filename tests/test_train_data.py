@@ -94,7 +94,9 @@ def probe_trace(trace="ab" * 16, faults=None):
     if faults is not None:
         root_attrs[sc.LABEL_FAULTS] = json.dumps(faults)
         root_attrs[sc.LABEL_SOURCE] = "injection"
-    out = lambda text: json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}])
+    def out(text: str) -> str:
+        return json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}])
+
     spans = [span(trace, "0" * 15 + "1", None, "invoke_workflow team", 100, root_attrs)]
     for i, agent in enumerate(["planner", "coder", "critic"]):
         spans.append(span(trace, f"{i + 2:016x}", "0" * 15 + "1", f"invoke_agent {agent}", 200 + 100 * i,

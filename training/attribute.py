@@ -41,17 +41,18 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     if not traj.steps:
         raise ValueError(f"trace {trace_id} has no agent steps to attribute")
     pred = model.predict(build_dcl([traj])[0])
-    pred["id"], pred["trace_id"] = traj.trace_id, traj.trace_id
+    full_id = traj.trace_id or trace_id
+    pred["id"], pred["trace_id"] = full_id, full_id
     step = traj.steps[pred["step"]]
     pred["step_span_id"] = step.span_id
     source = f"{ATTRIBUTION_SOURCE}:{model_name}"
-    store.amend(traj.trace_id, attributes=label_attributes(spans, source, [verdict(pred)]))
+    store.amend(full_id, attributes=label_attributes(spans, source, [verdict(pred)]))
     event = {"name": sc.EVENT_ATTRIBUTION, "time_ns": time.time_ns(), "attributes": {
         "model": model_name, "agent": pred["agent"], "step": pred["step"],
         "agent_score": round(pred["agent_score"], 4), "step_score": round(pred["step_score"], 4),
         "modes": [m["mode"] for m in pred["modes"]],
         "detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")})}}
-    store.amend(traj.trace_id, step.span_id, events=[event])
+    store.amend(full_id, step.span_id, events=[event])
     return pred
 
 

@@ -164,7 +164,10 @@ def _drop_order(kept: list[int], protected: set[int]) -> list[int]:
 
 
 def _gaps(kept: list[int], all_steps: list[int]) -> list[tuple[int, int]]:
-    kept_set, gaps, start, prev = set(kept), [], None, None
+    kept_set = set(kept)
+    gaps: list[tuple[int, int]] = []
+    start: int | None = None
+    prev = all_steps[0] if all_steps else 0
     for i in all_steps:
         if i not in kept_set and start is None:
             start = i

@@ -160,7 +160,7 @@ def replay(
         probe.uninstrument()
     replayed = probe.trajectory() if probe.last_run is not None else None
     if replayed is not None:
-        store.amend(replayed.trace_id, attributes={sc.REPLAY_OF: original.trace_id or "",
+        store.amend(replayed.trace_id or "", attributes={sc.REPLAY_OF: original.trace_id or "",
                                                    sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
         replayed = probe.trajectory()
     divergence = str(replayer.divergence) if replayer.divergence is not None else None

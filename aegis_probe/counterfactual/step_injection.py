@@ -59,9 +59,9 @@ def inject_step(
                     endpoint=endpoint, judge=judge, store=store)
     fault = Fault(agent=target.agent, step=step, mode=mode, strategy=STRATEGY,
                   reason=f"recorded action of step {step} replaced by the {mode} operator")
-    kept = result.trajectory is not None and result.trajectory.outcome.success is False
-    if kept:
-        new = result.trajectory
+    new = result.trajectory
+    kept = new is not None and new.outcome.success is False
+    if new is not None and kept:
         fault.span_id = new.steps[step].span_id if len(new.steps) > step else None
         store.amend(new.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([fault.model_dump()]),
                                                     sc.LABEL_SOURCE: "replay-injection"})

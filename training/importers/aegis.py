@@ -29,7 +29,7 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
     history = inp["conversation_history"]
     if not isinstance(history, list) or not history:
         raise ValueError("input.conversation_history is empty or not a list")
-    for i, turn in enumerate(history):
+    for turn in history:
         require(turn, "agent_name", "content")
     ordered = sorted(enumerate(history), key=lambda it: (it[1].get("step", it[0]), it[0]))
     steps = [
@@ -37,7 +37,7 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
         for i, (_, turn) in enumerate(ordered)
     ]
     faults = []
-    for j, entry in enumerate((out or {}).get("faulty_agents") or []):
+    for entry in (out or {}).get("faulty_agents") or []:
         require(entry, "agent_name")
         faults.append(Fault(agent=str(entry["agent_name"]), mode=normalize_mode(entry.get("error_type"), SOURCE),
                             strategy=entry.get("injection_strategy")))

@@ -77,7 +77,8 @@ def _step_spans(roots: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]
 
 def _build_step(index: int, agent: str, span: dict[str, Any], trace_id: str) -> Step:
     attrs = span.get("span_attributes") or {}
-    tools, llm_inputs = [], []
+    tools: list[Any] = []
+    llm_inputs: list[Any] = []
     for sub, _ in _walk(span):
         sub_attrs = sub.get("span_attributes") or {}
         if sub is not span and _kind(sub) == "TOOL":
@@ -106,14 +107,15 @@ def trajectory_from_trace(record: Any, labels: Any, record_id: str) -> Trajector
     for step, (_, span) in zip(steps, step_spans):
         owner.update({s["span_id"]: step for s, _ in _walk(span)})
     root_attrs = (roots[0].get("span_attributes") or {}) if roots else {}
-    faults, flags = [], []
+    faults: list[Fault] = []
+    flags: list[str] = []
     for err in (labels or {}).get("errors") or []:
         require(err, "location")
-        step = owner.get(err["location"])
-        if step is None:
+        located = owner.get(err["location"])
+        if located is None:
             flags = [f"{SUSPICIOUS}:location-not-in-step"]
         reason = ": ".join(x for x in (err.get("evidence"), err.get("description")) if x) or None
-        faults.append(Fault(agent=step.agent if step else None, step=step.index if step else None,
+        faults.append(Fault(agent=located.agent if located else None, step=located.index if located else None,
                             span_id=err["location"], mode=err.get("category"), reason=reason))
     return Trajectory(
         trace_id=record["trace_id"], run_id=record_id, framework="openinference", task=root_attrs.get("input.value"),

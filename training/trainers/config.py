@@ -49,7 +49,7 @@ def add_trainer_parser(
     """Add subcommand ``name`` with ``--data/--model/--out/--config/--resume`` and every field of
     ``config_types`` as an option; parsing sets ``args.func = run``. ``--model`` is required unless
     ``model_default`` is given."""
-    fields = HfArgumentParser(list(config_types), add_help=False)
+    fields = HfArgumentParser(list(config_types), add_help=False)  # type: ignore[arg-type]
     for action in fields._actions:
         action.default = argparse.SUPPRESS  # only options given explicitly override the file
         action.required = False
