@@ -73,11 +73,10 @@ from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import env_flag
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
-from aegis_probe.messages import content_text
+from aegis_probe.messages import SharedMessage, content_text
 from aegis_probe.spans import (
     Actor,
     ChatMessage,
-    SharedMessage,
     StepScope,
     ToolScope,
     acting_context,

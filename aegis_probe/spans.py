@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY, _
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
-from .messages import ChatMessage, SharedMessage, encode_messages
+from .messages import ChatMessage, encode_messages
 
 if TYPE_CHECKING:
     from .probe import Probe

@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from .errors import AegisProbeError
 from .otlp_encode import encode_request
 from .otlp_json import SpanRecord, decode_request, utf8
 from .store_delta import expand
@@ -33,7 +34,7 @@ SPANS_FILE = "spans.jsonl"
 _BAD_RECORD = (ValueError, KeyError, TypeError, AttributeError)
 
 
-class TraceFileError(ValueError):
+class TraceFileError(AegisProbeError, ValueError):
     """A trace file holds a line that is not a valid OTLP/JSON export request."""
 
     def __init__(self, path: Path, line_no: int, reason: str) -> None:
@@ -219,12 +220,11 @@ class TraceStore:
     ) -> None:
         """Append new attributes/events for a span (default: the trace's root span)."""
         spans = self.trace(trace_id)
-        if span_id is None:
-            target = next((s for s in spans if s.parent_span_id is None), spans[0])
-        else:
-            target = next((s for s in spans if s.span_id == span_id), None)
-            if target is None:
-                raise KeyError(f"no span {span_id} in trace {trace_id}")
+        found = (next((s for s in spans if s.parent_span_id is None), spans[0]) if span_id is None
+                 else next((s for s in spans if s.span_id == span_id), None))
+        if found is None:
+            raise KeyError(f"no span {span_id} in trace {trace_id}")
+        target = found
         target.attributes = dict(attributes or {})
         target.events = [
             {"name": e["name"], "time_ns": int(e.get("time_ns", 0)), "attributes": dict(e.get("attributes", {}))}
