@@ -291,7 +291,7 @@ class AutogenCodec:
         usage = raw.usage
         calls = isinstance(raw.content, list)
         return LLMResponse(
-            content=raw.thought if calls else raw.content,
+            content=raw.thought if calls else raw.content,  # type: ignore[arg-type]  # text when no calls
             tool_calls=_calls(raw.content) if calls else [],  # type: ignore[arg-type]
             input_tokens=usage.prompt_tokens if usage else None,
             output_tokens=usage.completion_tokens if usage else None,
@@ -378,7 +378,7 @@ def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args
     except Exception:
         log_hook_error("nested team start")
         return wrapped(*args, **kwargs)
-    return iterate_in_scope(wrapped(*args, **kwargs), scope)
+    return iterate_in_scope(wrapped(*args, **kwargs), scope)  # type: ignore[arg-type]  # a context-only scope
 
 
 class RunWrapper(_Wrapper):
@@ -413,7 +413,8 @@ class _StepHooks:
     __slots__ = ("scope", "output")
 
     def __init__(self, scope: StepScope) -> None:
-        self.scope, self.output = scope, None
+        self.scope = scope
+        self.output: BaseChatMessage | None = None
 
     def item(self, item: Any) -> None:
         if isinstance(item, Response):
@@ -827,7 +828,8 @@ class ManagerWrapper(_Wrapper):
         except Exception:
             log_hook_error("manager turn start")
             return wrapped(*args, **kwargs)
-        return await_in_scope(turn, lambda: wrapped(*args, **kwargs), lambda _: turn.end(), "manager turn")
+        return await_in_scope(turn, lambda: wrapped(*args, **kwargs), lambda _: turn.end(),  # type: ignore[arg-type]
+                              "manager turn")
 
 
 def _thread_updated(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -903,7 +905,7 @@ class AutogenAdapter(Adapter):
         self._patched.clear()
         _SHARED.clear()  # let go of the apps' messages
 
-    def sync_patches(self, *, modules: bool = False) -> None:
+    def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""
         if modules:
             self._patch_modules()

@@ -174,7 +174,7 @@ class CamelCodec:
         return LLMResponse(
             content=choice.message.content,
             tool_calls=[
-                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}  # type: ignore[union-attr]
                 for c in choice.message.tool_calls or ()
                 if getattr(c, "function", None) is not None
             ],

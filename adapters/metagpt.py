@@ -39,7 +39,7 @@ traced run nest under it; roles hired after ``instrument()`` are traced too. Onl
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
 from metagpt.provider.base_llm import BaseLLM
@@ -78,7 +78,7 @@ _PROVIDERS = {
 _AASK_PARAMS = ("msg", "system_msgs", "format_msgs", "images", "timeout", "stream")
 
 
-def _neutral(message: dict[str, Any]) -> dict[str, Any]:
+def _neutral(message: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": message.get("role", "user"), "content": content_text(message.get("content"))}
 
 

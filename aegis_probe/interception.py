@@ -64,7 +64,9 @@ class ModelCall:
 class LLMCodec(Protocol):
     """What an adapter knows about one framework's model call."""
 
-    provider: str  #: ``gen_ai.provider.name`` unless :meth:`request_attributes` names one
+    @property
+    def provider(self) -> str:
+        """``gen_ai.provider.name`` unless :meth:`request_attributes` names one."""
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None: ...
 

@@ -94,8 +94,8 @@ def request_json(spans: Iterable[tuple[Mapping[str, Any], str, str]]) -> str:
         # Spans of one provider share one resource: compare with the last group first.
         group = next((g for g in reversed(groups) if g[0] is resource or g[0] == resource), None)
         if group is None:
-            group = (resource, {})
-            groups.append(group)
+            new: tuple[Mapping[str, Any], dict[Any, list[str]]] = (resource, {})
+            groups.append(group := new)
         group[1].setdefault(scope, []).append(text)
     return '{"resourceSpans":[' + ",".join(
         '{"resource":{"attributes":' + attributes_json(resource) + '},"scopeSpans":['

@@ -152,7 +152,8 @@ class RunScope(_Scope):
         #: ``gen_ai.conversation.id`` of the run's spans: the framework's own (e.g. a checkpointer
         #: thread id), else the run's id.
         self.conversation_id = conversation_id or self.run_id
-        self.framework, self.task, self.answer = framework, task, None
+        self.framework, self.task = framework, task
+        self.answer: str | None = None
         self._steps = itertools.count()
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
