@@ -71,7 +71,7 @@ def build_app(base_url: str, model: str, api_key: str) -> Any:
 
     client = model_client(base_url, model, api_key)
     tool = FunctionTool(calculate, name=TOOL, description="Evaluate an arithmetic expression.")
-    agents = [
+    agents: list[Any] = [
         AssistantAgent(name, model_client=client, system_message=SYSTEM[name],
                        tools=[tool] if name == "calculator" else None)
         for name in AGENTS
