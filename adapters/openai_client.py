@@ -4,7 +4,10 @@ calls the openai SDK itself (OpenAI Agents SDK, AG2): ``Completions.create`` /
 :func:`~aegis_probe.interception.call_llm` / ``acall_llm``.
 
 Streamed calls (``stream=True``) go through :func:`~aegis_probe.interception.call_llm_chunks` /
-``acall_llm_chunks`` (chunks as ``ChatCompletionChunk``s). Not a framework adapter: no entry in
+``acall_llm_chunks`` (chunks as ``ChatCompletionChunk``s). Calls through the client's
+``with_raw_response`` (CrewAI's OpenAI provider) go through the seam as plain calls, and the
+``ChatCompletion`` (recorded, replayed or injected) reaches the caller rebuilt as the raw response
+it asked for (:func:`as_raw_response`: the body, status 200, no provider headers). Not a framework adapter: no entry in
 ``ADAPTERS``. Two frameworks that both use this seam should not be instrumented in one process.
 """
 
@@ -33,6 +36,33 @@ class ChatCompletionsCodec(CamelCodec):
     def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         url = getattr(getattr(instance, "_client", None), "base_url", None)
         return {**sc.request_attributes(kwargs), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, "openai")}
+
+
+def _raw_requested(kwargs: dict) -> dict | None:
+    """``kwargs`` without the client's raw-response header, or None when the call did not ask for one."""
+    from openai._constants import RAW_RESPONSE_HEADER
+
+    headers = kwargs.get("extra_headers")
+    if not isinstance(headers, dict) or RAW_RESPONSE_HEADER not in headers:
+        return None
+    rest = {k: v for k, v in headers.items() if k != RAW_RESPONSE_HEADER}
+    return {**kwargs, "extra_headers": rest or None}
+
+
+def as_raw_response(instance: Any, completion: Any) -> Any:
+    """``completion`` as the ``LegacyAPIResponse`` a ``with_raw_response.create`` call returns."""
+    from openai import _legacy_response
+    from openai._models import FinalRequestOptions
+    from openai.types.chat import ChatCompletion
+
+    legacy: Any = _legacy_response
+    http = getattr(legacy, "httpx2", None) or legacy.httpx  # the HTTP library of this openai (3.x: httpx2)
+    client = instance._client
+    request = http.Request("POST", str(client.base_url).rstrip("/") + "/chat/completions")
+    body = completion.model_dump(mode="json", exclude_unset=True)
+    return _legacy_response.LegacyAPIResponse(raw=http.Response(200, json=body, request=request), cast_to=ChatCompletion,
+                                              client=client, stream=False, stream_cls=None,
+                                              options=FinalRequestOptions(method="post", url="/chat/completions"))
 
 
 class OpenAIClientSeam:
@@ -64,6 +94,9 @@ class OpenAIClientSeam:
             return wrapped(*args, **kwargs)
         if kwargs.get("stream") is True:
             return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
+        plain = _raw_requested(kwargs)
+        if plain is not None:
+            return as_raw_response(instance, call_llm(probe, self.codec, wrapped, instance, args, plain))
         return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
 
     async def _acreate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -72,4 +105,7 @@ class OpenAIClientSeam:
             return await wrapped(*args, **kwargs)
         if kwargs.get("stream") is True:
             return await acall_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
+        plain = _raw_requested(kwargs)
+        if plain is not None:
+            return as_raw_response(instance, await acall_llm(probe, self.codec, wrapped, instance, args, plain))
         return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)

@@ -57,6 +57,8 @@ ADAPTERS: dict[str, AdapterEntry] = {
     "ag2": AdapterEntry("autogen", "aegis_probe.adapters.ag2:AG2Adapter",
                         "AG2 (classic autogen) ConversableAgent and GroupChatManager",
                         "ag2 >= 0.14, < 1"),
+    "crewai": AdapterEntry("crewai", "aegis_probe.adapters.crewai:CrewAIAdapter",
+                           "CrewAI Crew (sequential and hierarchical processes)", "crewai >= 1.15, < 2"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

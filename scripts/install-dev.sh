@@ -46,7 +46,10 @@ PYTHON=$PY bash scripts/start-phoenix.sh --install-only
 #    its tests there (and skips, saying so, when this venv is absent).
 # 7. AG2 0.14 (the classic autogen API) in its own venv (.venv-ag2, ~140 MB): it needs openai<3.
 #    tests/test_ag2.py runs its tests there.
-for fw in openai-agents ag2; do
+# 8. CrewAI 1.15 in its own venv (.venv-crewai, ~1 GB, about 2 minutes from a warm pip cache): it
+#    needs mcp>=1.30 and openai 2.x (constraints pin mcp<1.20); chromadb, lancedb and onnxruntime
+#    are its own requirements, so no smaller install exists. tests/test_crewai.py runs its tests there.
+for fw in openai-agents ag2 crewai; do
   [[ -x .venv-$fw/bin/python ]] || "$PY" -m venv ".venv-$fw"
   PY=.venv-$fw/bin/python pip_install -e ".[$fw]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
 done

@@ -5,7 +5,7 @@ Each module exposes ``FRAMEWORK, TASK, EXPECTED, AGENTS, TOOL, policy, build_app
 conformance tests use them. :data:`REQUIREMENTS` says what each needs installed.
 """
 
-FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2")
+FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai")
 
 #: framework -> (the module its demo imports, how to install it).
 REQUIREMENTS: dict[str, tuple[str, str]] = {
@@ -15,6 +15,7 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
     "langgraph": ("langgraph", "pip install 'aegis-probe[langgraph]'"),
     "openai-agents": ("agents", "pip install 'aegis-probe[openai-agents]' (an environment of its own: see README.md)"),
     "ag2": ("autogen", "pip install 'aegis-probe[ag2]' (an environment of its own: see README.md)"),
+    "crewai": ("crewai", "pip install 'aegis-probe[crewai]' (an environment of its own: see README.md)"),
 }
 
 #: ``demo --team`` -> the demo module of that team type (its framework implied).

@@ -1,0 +1,177 @@
+"""CrewAI (crewai 1.15) adapter: a ``Crew`` is the app.
+
+Class-level patches, installed once:
+
+- run entry: ``Crew.kickoff`` (``kickoff_async`` runs it in a thread that inherits the caller's
+  context) and the native async ``Crew.akickoff`` of a registered crew: one run per call, ``invoke_workflow {crew.name}``, its task what
+  the kickoff was given (:func:`run_task`), its answer the ``CrewOutput``'s ``raw`` text. A kickoff inside a run
+  opens no run;
+- agent step: ``Agent.execute_task/aexecute_task``, one agent's turn on a task ->
+  ``invoke_agent {agent.role}``; its input the task's description (and the context handed to it),
+  its output the agent's result. In a hierarchical crew the manager agent's turns are steps, and
+  a coworker's turn it delegates (the delegation tools call ``execute_task``) is a step nested in
+  the manager's;
+- LLM call: the openai client's ``Completions.create/AsyncCompletions.create`` inside a run
+  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`, which serves the
+  ``with_raw_response`` calls CrewAI's native OpenAI provider makes);
+- tool call: ``BaseTool.run`` and ``Tool.run`` (what ``@tool`` makes) -> ``execute_tool {tool}``,
+  named as the model sees the tool (CrewAI's ``sanitize_tool_name``: ``delegate_work_to_coworker``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.spans import (
+    RunScope,
+    StepScope,
+    await_in_scope,
+    call_in_scope,
+    current_run,
+    log_hook_error,
+    start_run,
+    start_step,
+    start_tool,
+)
+
+if TYPE_CHECKING:
+    from aegis_probe.probe import Probe
+
+FRAMEWORK = "crewai"
+
+
+def _arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
+    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
+
+
+def run_task(crew: Any, inputs: Any) -> str | None:
+    """A kickoff's task: the value of its one input, its inputs as JSON, or (none) the first task's description."""
+    if isinstance(inputs, dict) and inputs:
+        values = list(inputs.values())
+        return values[0] if len(values) == 1 and isinstance(values[0], str) else json.dumps(inputs, default=str)
+    return crew.tasks[0].description if crew.tasks else None
+
+
+class CrewAIAdapter(Adapter):
+    """Traces CrewAI crews: one step per agent's turn on a task."""
+
+    name = FRAMEWORK
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seam = OpenAIClientSeam(FRAMEWORK)
+        self._tool_name: Callable[[str], str] = str
+
+    # -- contract --------------------------------------------------------------------------
+    def detect(self, app: Any) -> bool:
+        crew_type = getattr(sys.modules.get("crewai"), "Crew", None)
+        return isinstance(crew_type, type) and isinstance(app, crew_type)
+
+    def register(self, app: Any, probe: "Probe") -> AppInfo:
+        self.registry.add(app, probe)
+        roles = [a.role for a in app.agents]
+        if app.manager_agent is not None:
+            roles.append(app.manager_agent.role)
+        return AppInfo(name=app.name or "crew", lone_agent=False, agents=tuple(dict.fromkeys(roles)))
+
+    def _instrument(self, patcher: Patcher) -> None:
+        from crewai import Agent, Crew
+        from crewai.tools.base_tool import BaseTool, Tool
+        from crewai.utilities.string_utils import sanitize_tool_name
+
+        self._tool_name = sanitize_tool_name
+
+        patcher.wrap(Crew, "kickoff", self._kickoff)
+        patcher.wrap(Crew, "akickoff", self._akickoff)
+        patcher.wrap(Agent, "execute_task", self._turn)
+        patcher.wrap(Agent, "aexecute_task", self._aturn)
+        patcher.wrap(BaseTool, "run", self._tool)
+        patcher.wrap(Tool, "run", self._tool)
+        self.seam.install(patcher)
+
+    # -- runs ------------------------------------------------------------------------------
+    def _start(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
+        probe = self.run_probe(crew)
+        if probe is None or current_run() is not None:
+            return None
+        try:
+            task = run_task(crew, _arg(args, kwargs, "inputs", 0))
+            return start_run(probe, crew.name or "crew", framework=self.name, task=task)
+        except Exception:
+            log_hook_error("crewai run start")
+            return None
+
+    @staticmethod
+    def _run_finisher(run: RunScope) -> Callable[[Any], None]:
+        def finish(output: Any) -> None:
+            raw = getattr(output, "raw", None)
+            if isinstance(raw, str):
+                run.answer = raw
+            run.finish()
+
+        return finish
+
+    def _kickoff(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(run, lambda: wrapped(*args, **kwargs), self._run_finisher(run), "crewai run")
+
+    async def _akickoff(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), self._run_finisher(run), "crewai run")
+
+    # -- steps (an agent's turn on a task) -------------------------------------------------
+    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> StepScope | None:
+        run = current_run()
+        if run is None or run.framework != self.name or not run.probe.active:
+            return None
+        try:
+            task = _arg(args, kwargs, "task", 0)
+            context = _arg(args, kwargs, "context", 1)
+            text = str(getattr(task, "description", "") or "")
+            if context:
+                text = f"{text}\n\n{context}"
+            return start_step(run.probe, agent.role, run=run, agent_id=str(agent.id),
+                              description=agent.goal, input_messages=[{"role": "user", "content": text}])
+        except Exception:
+            log_hook_error("crewai step start")
+            return None
+
+    @staticmethod
+    def _turn_finisher(step: StepScope) -> Callable[[Any], None]:
+        def finish(result: Any) -> None:
+            step.finish([{"role": "assistant", "content": str(result)}])
+
+        return finish
+
+    def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_step(instance, args, kwargs)
+        if step is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "crewai step")
+
+    async def _aturn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_step(instance, args, kwargs)
+        if step is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "crewai step")
+
+    # -- tools -----------------------------------------------------------------------------
+    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None or run.framework != self.name or not run.probe.active:
+            return wrapped(*args, **kwargs)
+        try:
+            scope = start_tool(run.probe, self._tool_name(instance.name), arguments=kwargs or list(args),
+                               description=instance.description, tool_type="function")
+        except Exception:
+            log_hook_error("crewai tool start")
+            return wrapped(*args, **kwargs)
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), lambda result: scope.finish(result), "crewai tool")

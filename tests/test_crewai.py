@@ -1,0 +1,196 @@
+"""CrewAI adapter, in the environment of its own (.venv-crewai: crewai 1.15 needs mcp>=1.30 and
+openai 2.x, the main environment pins mcp<1.20).
+
+In the main environment only :func:`test_in_own_environment` runs: it runs this file and the
+shared conformance and replay suites (their ``crewai`` cases) in .venv-crewai and asserts they
+pass, skipping with the reason when that environment is absent. Everything runs against the
+loopback model server with CrewAI's telemetry, tracing and version check switched off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+from own_env import INSIDE, importable, run_in_own_env
+
+#: CrewAI 1.15's opt-outs (never OTEL_SDK_DISABLED: it would switch off aegis-probe's SDK too).
+TELEMETRY_OFF = {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false",
+                 "CREWAI_DISABLE_VERSION_CHECK": "true"}
+HERE = importable("crewai")
+
+
+@pytest.mark.skipif(HERE, reason=INSIDE)
+def test_in_own_environment(tmp_path):
+    """CrewAI keeps kickoff outputs and keys under the user's data dir: a temporary one here."""
+    run_in_own_env(".venv-crewai", "tests/test_crewai.py", "crewai",
+                   env={**TELEMETRY_OFF, "XDG_DATA_HOME": str(tmp_path)})
+
+
+#: The tests below need crewai: they run in .venv-crewai (through test_in_own_environment).
+needs_crewai = pytest.mark.skipif(not HERE, reason="crewai is not installed here (it runs in .venv-crewai)")
+if HERE:
+    os.environ.update(TELEMETRY_OFF)
+    import aegis_probe
+    from aegis_probe import semconv as sc
+    from aegis_probe.demos import crewai as demo
+    from aegis_probe.modelserver import Reply
+    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
+
+MANAGER = "Crew Manager"
+
+
+def _instrumented(model_server, provider, tmp_path, policy=None, app=None, **options):
+    server = model_server(policy or demo.policy)
+    app = app(server.base_url) if app else demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    return app, aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store", **options)
+
+
+def _steps(exporter):
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STEP_INDEX) is not None]
+    return sorted(spans, key=lambda s: s.attributes[sc.STEP_INDEX])
+
+
+@needs_crewai
+def test_telemetry_is_off():
+    from crewai.telemetry import Telemetry
+
+    assert Telemetry()._is_telemetry_disabled()
+
+
+@needs_crewai
+def test_task_turns_are_steps(model_server, provider, exporter, tmp_path):
+    from aegis_probe.demos.task import judge
+
+    app, probe = _instrumented(model_server, provider, tmp_path, judge=judge)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    steps = _steps(exporter)
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == list(demo.AGENTS)
+    ours = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"]
+    assert len({s.context.trace_id for s in ours}) == 1
+    traj = probe.trajectory()
+    assert [len(s.llm_calls) for s in traj.steps] == [1, 2, 1], "raw-response calls are chat spans"
+    assert [t.name for t in traj.steps[1].tool_calls] == [demo.TOOL] and traj.steps[1].tool_calls[0].result == "126"
+    assert traj.task == demo.TASK and traj.outcome.success
+    assert traj.outcome.answer.endswith("FINAL ANSWER: 126")
+
+
+@needs_crewai
+def test_injected_answer_reaches_the_crew(model_server, provider, tmp_path):
+    """An interceptor's answer goes back through the raw-response wrapper CrewAI parses."""
+    from aegis_probe.interception import LLMResponse
+
+    class Reviewer:
+        def before(self, call):
+            return LLMResponse(content="FINAL ANSWER: 7") if call.agent == "reviewer" else None
+
+        def after(self, call, response):
+            return response
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    with probe.intercept(Reviewer()):
+        assert demo.run_app(app, demo.TASK) == "FINAL ANSWER: 7"
+
+
+@needs_crewai
+@pytest.mark.parametrize("kickoff", ["akickoff", "kickoff_async"])
+def test_async_kickoff_is_one_run(kickoff, model_server, provider, exporter, tmp_path):
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    output = asyncio.run(getattr(app, kickoff)(inputs={"task": demo.TASK}))
+    assert demo.EXPECTED in output.raw
+    probe.flush()
+    ours = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"]
+    assert len({s.context.trace_id for s in ours}) == 1
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == list(demo.AGENTS)
+    assert [len(s.llm_calls) for s in probe.trajectory().steps] == [1, 2, 1]
+
+
+def _delegating(body):
+    """Scripted manager: delegates each task to the one coworker its tool names, then returns the answer."""
+    system, seen = demo.texts(body)
+    if not system.startswith(f"You are {MANAGER}"):
+        return demo.policy(body)
+    messages = body["messages"]
+    if messages[-1].get("role") == "tool":
+        return Reply(content=str(messages[-1].get("content")))
+    delegate = next(t["function"] for t in body["tools"] if t["function"]["name"] == "delegate_work_to_coworker")
+    coworker = delegate["description"].split("coworkers: ")[1].split("\n")[0].strip()
+    return Reply(tool_calls=[("delegate_work_to_coworker", {"task": seen[0], "context": "", "coworker": coworker})])
+
+
+@needs_crewai
+def test_hierarchical_crew_manager_turns_are_steps(model_server, provider, exporter, tmp_path):
+    from crewai import Crew, Process
+
+    def hierarchical(base_url):
+        base = demo.build_app(base_url, "aegis-scripted", "sk-test")
+        return Crew(name="managed", agents=base.agents, tasks=base.tasks, process=Process.hierarchical,
+                    manager_llm=demo.llm(base_url, "aegis-scripted", "sk-test"))
+
+    app, probe = _instrumented(model_server, provider, tmp_path, _delegating, hierarchical)
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    steps = _steps(exporter)
+    names = [s.attributes[sc.AGENT_NAME] for s in steps]
+    assert names == [MANAGER, "planner", MANAGER, "calculator", MANAGER, "reviewer"]
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(6))
+    by_id = {s.context.span_id: s for s in exporter.get_finished_spans()}
+    for manager, worker in zip(steps[::2], steps[1::2]):  # the coworker's turn runs in the delegation tool
+        tool = by_id[worker.parent.span_id]
+        assert tool.attributes[sc.TOOL_NAME] == "delegate_work_to_coworker"
+        assert by_id[tool.parent.span_id] is manager
+
+
+@needs_crewai
+def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
+    def policy(body):
+        reply = demo.policy(body)
+        if reply.tool_calls:
+            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
+        return reply
+
+    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    demo.run_app(app, demo.TASK)  # CrewAI hands the error to the model as the tool's output
+    probe.flush()
+    tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
+    assert tools and all(s.status.status_code.name == "ERROR" for s in tools)
+
+
+@needs_crewai
+def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
+    from crewai import Agent, Crew
+    from crewai.tools.base_tool import BaseTool, Tool
+    from openai.resources.chat.completions import AsyncCompletions, Completions
+
+    names = [(Crew, "kickoff"), (Crew, "akickoff"), (Agent, "execute_task"), (Agent, "aexecute_task"), (BaseTool, "run"),
+             (Tool, "run"), (Completions, "create"), (AsyncCompletions, "create")]
+    before = {(owner, name): vars(owner)[name] for owner, name in names}
+    _, probe = _instrumented(model_server, provider, tmp_path)
+    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
+    aegis_probe.uninstrument()
+    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+@needs_crewai
+def test_content_off_keeps_task_text_out(model_server, tmp_path, provider, exporter):
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store", capture_content=False)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    dumped = json.dumps([dict(s.attributes) for s in exporter.get_finished_spans()], default=str)
+    assert "pens" not in dumped and "126" not in dumped
+
+
+@needs_crewai
+def test_blame_finds_planted_step(model_server, tmp_path):
+    blame_finds_planted_step(demo, model_server, tmp_path)
+
+
+@needs_crewai
+def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    campaign_keeps_labelled_failures("crewai_math.py", demo, tmp_path)
