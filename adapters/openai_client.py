@@ -5,9 +5,9 @@ calls the openai SDK itself (OpenAI Agents SDK, AG2): ``Completions.create`` /
 
 Streamed calls (``stream=True``) go through :func:`~aegis_probe.interception.call_llm_chunks` /
 ``acall_llm_chunks`` (chunks as ``ChatCompletionChunk``s). Calls through the client's
-``with_raw_response`` (CrewAI's OpenAI provider) go through the seam as plain calls, and the
-``ChatCompletion`` (recorded, replayed or injected) reaches the caller rebuilt as the raw response
-it asked for (:func:`as_raw_response`: the body, status 200, no provider headers). Not a framework adapter: no entry in
+``with_raw_response`` (CrewAI's OpenAI provider) are read through the raw response's (cached)
+``parse()``; a replayed or injected answer reaches the caller rebuilt as the raw response it asked
+for (:func:`as_raw_response`: the body, status 200, no provider headers). Not a framework adapter: no entry in
 ``ADAPTERS``. Two frameworks that both use this seam should not be instrumented in one process.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Patcher
 from aegis_probe.adapters.camel import CamelCodec
-from aegis_probe.interception import acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
+from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
 from aegis_probe.spans import current_run, in_llm_call
 
 if TYPE_CHECKING:
@@ -38,15 +38,12 @@ class ChatCompletionsCodec(CamelCodec):
         return {**sc.request_attributes(kwargs), **sc.server_attributes(url), sc.PROVIDER: sc.provider_name(url, "openai")}
 
 
-def _raw_requested(kwargs: dict) -> dict | None:
-    """``kwargs`` without the client's raw-response header, or None when the call did not ask for one."""
+def _raw_requested(kwargs: dict) -> bool:
+    """Whether the call asked for the raw HTTP response (``client.chat.completions.with_raw_response``)."""
     from openai._constants import RAW_RESPONSE_HEADER
 
     headers = kwargs.get("extra_headers")
-    if not isinstance(headers, dict) or RAW_RESPONSE_HEADER not in headers:
-        return None
-    rest = {k: v for k, v in headers.items() if k != RAW_RESPONSE_HEADER}
-    return {**kwargs, "extra_headers": rest or None}
+    return isinstance(headers, dict) and RAW_RESPONSE_HEADER in headers
 
 
 def as_raw_response(instance: Any, completion: Any) -> Any:
@@ -63,6 +60,20 @@ def as_raw_response(instance: Any, completion: Any) -> Any:
     return _legacy_response.LegacyAPIResponse(raw=http.Response(200, json=body, request=request), cast_to=ChatCompletion,
                                               client=client, stream=False, stream_cls=None,
                                               options=FinalRequestOptions(method="post", url="/chat/completions"))
+
+
+class RawResponseCodec(ChatCompletionsCodec):
+    """A ``with_raw_response`` call of ``instance`` (a ``Completions`` resource): ``LegacyAPIResponse``
+    in and out, read through its ``parse()`` (which the response caches for the caller)."""
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+
+    def response(self, raw: Any) -> LLMResponse:
+        return super().response(raw.parse())
+
+    def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
+        return as_raw_response(self.instance, super().with_response(None if raw is None else raw.parse(), response))
 
 
 class OpenAIClientSeam:
@@ -94,10 +105,8 @@ class OpenAIClientSeam:
             return wrapped(*args, **kwargs)
         if kwargs.get("stream") is True:
             return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
-        plain = _raw_requested(kwargs)
-        if plain is not None:
-            return as_raw_response(instance, call_llm(probe, self.codec, wrapped, instance, args, plain))
-        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        codec = RawResponseCodec(instance) if _raw_requested(kwargs) else self.codec
+        return call_llm(probe, codec, wrapped, instance, args, kwargs)
 
     async def _acreate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe(kwargs)
@@ -105,7 +114,5 @@ class OpenAIClientSeam:
             return await wrapped(*args, **kwargs)
         if kwargs.get("stream") is True:
             return await acall_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
-        plain = _raw_requested(kwargs)
-        if plain is not None:
-            return as_raw_response(instance, await acall_llm(probe, self.codec, wrapped, instance, args, plain))
-        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        codec = RawResponseCodec(instance) if _raw_requested(kwargs) else self.codec
+        return await acall_llm(probe, codec, wrapped, instance, args, kwargs)

@@ -11,7 +11,10 @@ An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and pla
 - MetaGPT: a ``Team`` of two roles that answer each other (both act every round), on a
   ``BaseLLM`` subclass; each prompt holds the conversation so far, as metagpt's own actions do.
   metagpt's log sinks are replaced by one WARNING console sink;
-- LangGraph: a ``StateGraph`` of two model nodes taking turns on a ``BaseChatModel`` subclass.
+- LangGraph: a ``StateGraph`` of two model nodes taking turns on a ``BaseChatModel`` subclass;
+- CrewAI (run in .venv-crewai): a sequential crew of two agents taking turns, one task per step,
+  on CrewAI's OpenAI provider against the loopback model server in this process (CrewAI's
+  provider builds its own openai clients, so the model cannot be in-process without I/O here).
 
 Every prompt of every app repeats the conversation so far, as these frameworks do by default.
 """
@@ -276,5 +279,32 @@ def langgraph_app() -> App:
     return App("langgraph", "StateGraph of 2 model nodes taking turns", build, play)
 
 
+# -- CrewAI --------------------------------------------------------------------------------------
+def crewai_app() -> App:
+    for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("CREWAI_TRACING_ENABLED", "false"),
+                        ("CREWAI_DISABLE_VERSION_CHECK", "true")):
+        os.environ.setdefault(name, value)
+    from crewai import LLM, Agent, Crew, Task
+
+    from aegis_probe.modelserver import ModelServer, Reply
+
+    server = ModelServer(lambda body: Reply(content=_reply(len(server.requests)))).start()
+    atexit.register(server.stop)
+
+    def build(steps: int) -> Any:
+        llm = LLM(model="openai/instant", api_key="sk-bench", base_url=server.base_url, max_retries=0)
+        agents = [Agent(role=name, goal="Count", backstory="You count.", llm=llm, allow_delegation=False)
+                  for name in ("alice", "bob")]
+        tasks = [Task(description=TASK, expected_output="a number", agent=agents[i % 2]) for i in range(steps)]
+        return Crew(name="counting", agents=agents, tasks=tasks)
+
+    def play(crew: Any, probe: Any, steps: int) -> None:
+        before = len(server.requests)
+        crew.kickoff()
+        assert len(server.requests) - before == steps, len(server.requests) - before
+
+    return App("crewai", "sequential crew of 2 agents taking turns", build, play)
+
+
 APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app,
-                                      "langgraph": langgraph_app}
+                                      "langgraph": langgraph_app, "crewai": crewai_app}
