@@ -14,7 +14,13 @@ An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and pla
 - LangGraph: a ``StateGraph`` of two model nodes taking turns on a ``BaseChatModel`` subclass;
 - CrewAI (run in .venv-crewai): a sequential crew of two agents taking turns, one task per step,
   on CrewAI's OpenAI provider against the loopback model server in this process (CrewAI's
-  provider builds its own openai clients, so the model cannot be in-process without I/O here).
+  provider builds its own openai clients, so the model cannot be in-process without I/O here);
+- OpenAI Agents SDK (run in .venv-openai-agents): two agents handing the conversation to each
+  other, one turn per step (``Runner.run_sync``; the SDK's own tracing off), on
+  ``OpenAIChatCompletionsModel`` with an ``AsyncOpenAI`` client against the loopback model server;
+- AG2 (run in .venv-ag2): a round-robin ``GroupChat`` of two ``AssistantAgent``s, one message
+  per step, on ag2's OpenAI client against the loopback model server; ag2's console output is
+  dropped.
 
 Every prompt of every app repeats the conversation so far, as these frameworks do by default.
 """
@@ -306,5 +312,85 @@ def crewai_app() -> App:
     return App("crewai", "sequential crew of 2 agents taking turns", build, play)
 
 
+# -- OpenAI Agents SDK ---------------------------------------------------------------------------
+def openai_agents_app() -> App:
+    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from aegis_probe.modelserver import ModelServer, Reply
+
+    set_tracing_disabled(True)  # the baseline sends no traces either (aegis turns them off in its runs)
+    turns = {"steps": 0}  # the turns of the run being played
+
+    def policy(body: dict[str, Any]) -> Reply:
+        """Hand over to the other agent until the last turn, which answers."""
+        messages = body.get("messages", [])
+        turn = 1 + sum(m.get("role") == "assistant" for m in messages)
+        other = "bob" if "alice" in str(messages[0].get("content")) else "alice"
+        if turn < turns["steps"]:
+            return Reply(content=_reply(turn), tool_calls=[(f"transfer_to_{other}", {})])
+        return Reply(content=_reply(turn))
+
+    server = ModelServer(policy).start()
+    atexit.register(server.stop)
+
+    def build(steps: int) -> Any:
+        llm = OpenAIChatCompletionsModel(model="instant", openai_client=AsyncOpenAI(
+            base_url=server.base_url, api_key="sk-bench", max_retries=0))
+        alice, bob = (Agent(name=n, instructions=f"You are {n}.", model=llm) for n in ("alice", "bob"))
+        alice.handoffs, bob.handoffs = [bob], [alice]
+        return alice
+
+    def play(agent: Any, probe: Any, steps: int) -> None:
+        turns["steps"], before = steps, len(server.requests)
+        result = Runner.run_sync(agent, TASK, max_turns=steps + 1)
+        assert result.final_output == _reply(steps), result.final_output
+        assert len(server.requests) - before == steps, len(server.requests) - before
+
+    return App("openai-agents", "2 Agents handing off to each other", build, play)
+
+
+# -- AG2 -----------------------------------------------------------------------------------------
+def ag2_app() -> App:
+    from autogen import AssistantAgent, GroupChat, GroupChatManager
+    from autogen.io import IOStream
+
+    from aegis_probe.modelserver import ModelServer, Reply
+
+    class Quiet:
+        """An ag2 output stream that drops everything (a group chat prints its end whatever ``silent`` says)."""
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            return None
+
+        def send(self, message: Any) -> None:
+            return None
+
+        def input(self, prompt: str = "", *, password: bool = False) -> str:
+            return ""
+
+    IOStream.set_global_default(Quiet())
+    server = ModelServer(lambda body: Reply(content=_reply(len(server.requests)))).start()
+    atexit.register(server.stop)
+
+    def build(steps: int) -> Any:
+        entry = {"model": "instant", "base_url": server.base_url, "api_key": "sk-bench", "max_retries": 0,
+                 "price": [0, 0]}
+        llm_config = {"config_list": [entry], "cache_seed": None}
+        agents = [AssistantAgent(n, system_message=f"You are {n}.", llm_config=llm_config) for n in ("alice", "bob")]
+        # max_round counts the opening message too
+        chat = GroupChat(agents=agents, messages=[], max_round=steps + 1, speaker_selection_method="round_robin")
+        return GroupChatManager(chat, name="counting", llm_config=False, silent=True)
+
+    def play(manager: Any, probe: Any, steps: int) -> None:
+        before = len(server.requests)
+        manager.groupchat.agents[0].initiate_chat(manager, message=TASK, silent=True)
+        assert len(server.requests) - before == steps, len(server.requests) - before
+
+    return App("ag2", "round-robin GroupChat of 2 AssistantAgents", build, play)
+
+
 APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app,
-                                      "langgraph": langgraph_app, "crewai": crewai_app}
+                                      "langgraph": langgraph_app, "crewai": crewai_app,
+                                      "openai-agents": openai_agents_app, "ag2": ag2_app}
