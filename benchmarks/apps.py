@@ -394,3 +394,16 @@ def ag2_app() -> App:
 APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app,
                                       "langgraph": langgraph_app, "crewai": crewai_app,
                                       "openai-agents": openai_agents_app, "ag2": ag2_app}
+
+
+def installed(names: list[str]) -> list[str]:
+    """The frameworks of ``names`` importable in this environment; the others are named on stderr
+    (some need an environment of their own: see README, "Installing the extras")."""
+    from importlib.util import find_spec
+
+    from aegis_probe.demos import REQUIREMENTS
+
+    here = [n for n in names if find_spec(REQUIREMENTS[n][0]) is not None]
+    for name in sorted(set(names) - set(here)):
+        print(f"skipped {name}: not installed here ({REQUIREMENTS[name][1]})", file=sys.stderr)
+    return here

@@ -1,4 +1,4 @@
-"""Per-step tracing overhead on AutoGen, CAMEL and MetaGPT, zero-latency models, one table.
+"""Per-step tracing overhead of every framework installed here (zero-latency models), one table.
 
 For each framework (apps in ``apps.py``, 50 agent steps, each configuration on a fresh app):
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import aegis_probe
 from _harness import Config, Result, elapsed, floor_cost, measure, memory_provider, parse_args, spread, start
-from apps import APPS, App
+from apps import APPS, App, installed
 
 STEPS = 50
 _STORE_DIR = tempfile.mkdtemp(prefix="aegis-bench-")
@@ -148,7 +148,7 @@ def writer_cost(app: App, repeats: int) -> tuple[float, float]:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], frameworks=tuple(APPS))
-    apps = {name: APPS[name]() for name in args.framework}
+    apps = {name: APPS[name]() for name in installed(args.framework)}
     flat = measure({f"{fw}/{name}": run for fw, app in apps.items() for name, run in configs(app).items()}, args.repeats)
     print(f"Per-step tracing overhead, {STEPS} agent steps, zero-latency model, {args.repeats} interleaved repeats.\n"
           "x floor = (config - uninstrumented) / floor per repeat: median [p25-p75]; cpu = process CPU time "

@@ -27,7 +27,7 @@ from typing import Any
 
 import aegis_probe
 from _harness import elapsed, spread, start
-from apps import APPS, App
+from apps import APPS, App, installed
 
 
 def run_once(app: App, steps: int, store: Path | None) -> tuple[float, int]:
@@ -70,7 +70,7 @@ def main() -> None:
         print(f"Default configuration (store on, content on) by run length, {args.repeats} interleaved repeats, "
               "per agent step; overhead = process CPU, median [p25-p75]")
         print(f"{'framework':<10}{'steps':>6}{'base us':>10}{'overhead us':>24}{'store B':>10}{'peak kB':>10}")
-        for name in args.framework or list(APPS):
+        for name in installed(args.framework or list(APPS)):
             app = APPS[name]()
             run_once(app, 10, store)  # warm-up: imports and first-call costs
             run_once(app, 10, None)
