@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from aegis_probe import semconv as sc
 from aegis_probe.cli import main
 from aegis_probe.config import ProbeConfig
-from aegis_probe.demos import FRAMEWORKS
+from aegis_probe.demos import FRAMEWORKS, demo_module
 from aegis_probe.demos.task import EXPRESSION, TASK, calculate, judge
 from aegis_probe.probe import Probe
 from aegis_probe.report import ENV_JAEGER_URL, ENV_PHOENIX_URL, render_report, step_marks, trace_links, write_report
@@ -311,9 +311,9 @@ def test_browser_500_steps(tmp_path):
 
 def _demo(framework: str):
     try:
-        return importlib.import_module(f"aegis_probe.demos.{framework}")
+        return importlib.import_module(demo_module(framework))
     except ImportError as exc:
-        pytest.skip(f"{framework} demo not importable yet: {exc}")
+        pytest.skip(f"{framework} demo not importable here: {exc}")
 
 
 @browser
