@@ -29,7 +29,7 @@ from opentelemetry.util._once import Once
 import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.demos import autogen as demo
-from aegis_probe.demos.task import calculate
+from aegis_probe.demos.task import calculate, message_text
 from aegis_probe.modelserver import Reply
 
 API_KEY = "sk-test-key-do-not-leak-1234567890"
@@ -58,7 +58,7 @@ def all_attribute_text(spans: list[ReadableSpan]) -> str:
 
 def selector_policy(body: dict[str, Any]) -> Reply:
     """demo.policy, plus SelectorGroupChat's speaker selection: agents in the demo's order."""
-    prompt = demo._text(body["messages"][0])
+    prompt = message_text(body["messages"][0])
     if "select the next role" not in prompt:
         return demo.policy(body)
     history = prompt.split("Only return the role.")[1].split("Read the above conversation")[0]

@@ -36,6 +36,7 @@ if HERE:
     import aegis_probe
     from aegis_probe import semconv as sc
     from aegis_probe.demos import crewai as demo
+    from aegis_probe.demos.task import request_texts
     from aegis_probe.modelserver import Reply
     from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
 
@@ -110,7 +111,7 @@ def test_async_kickoff_is_one_run(kickoff, model_server, provider, exporter, tmp
 
 def _delegating(body):
     """Scripted manager: delegates each task to the one coworker its tool names, then returns the answer."""
-    system, seen = demo.texts(body)
+    system, seen = request_texts(body)
     if not system.startswith(f"You are {MANAGER}"):
         return demo.policy(body)
     messages = body["messages"]

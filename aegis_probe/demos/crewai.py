@@ -21,8 +21,7 @@ for _name, _value in TELEMETRY_OFF.items():
 
 import crewai  # noqa: E402,F401  (ImportError here, not in build_app, when the framework is missing)
 
-from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve  # noqa: E402
-from aegis_probe.modelserver import Reply  # noqa: E402
+from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, team_policy  # noqa: E402
 
 __all__ = ["AGENTS", "EXPECTED", "EXPRESSION", "FRAMEWORK", "TASK", "TOOL", "WORKER", "build_app", "policy", "run_app"]
 
@@ -51,33 +50,10 @@ def system_of(role: str) -> str:
     return f"You are {role}. {BACKSTORY[role]}"
 
 
-def texts(body: dict[str, Any]) -> tuple[str, list[str]]:
-    """The request's system text and the texts of its other messages."""
-    messages = body.get("messages", [])
-    system = str(messages[0].get("content") or "") if messages and messages[0].get("role") == "system" else ""
-    return system, [str(m.get("content") or "") for m in messages if m.get("role") != "system"]
-
-
-def policy(body: dict[str, Any]) -> Reply:
-    """Scripted model: each agent is recognised by its system message."""
-    messages = body.get("messages", [])
-    system, seen = texts(body)
-    if system.startswith(system_of("planner")):
-        expression = next((e for e in map(solve, reversed(seen)) if e), None)
-        if expression is None:
-            return Reply(content="I cannot turn this task into arithmetic; I have no plan.")
-        return Reply(content=f"Plan: the answer is {expression}.")
-    if system.startswith(system_of("calculator")):
-        if messages and messages[-1].get("role") == "tool":
-            return Reply(content=f"The result is {messages[-1].get('content')}.")
-        expression = next((e for e in map(expression_in, reversed(seen)) if e), None)
-        if expression is None:
-            return Reply(content="There is no expression for me to evaluate.")
-        return Reply(tool_calls=[(TOOL, {"expression": expression})])
-    if system.startswith(system_of("reviewer")):
-        result = next((final_number(t) for t in reversed(seen) if final_number(t)), None)
-        return Reply(content=f"The calculator's result checks out. {TERMINATION}: {result}")
-    return Reply(content="I can only answer as planner, calculator or reviewer.")
+#: Scripted model: each agent is recognised by the system message CrewAI gives it.
+policy = team_policy({role: system_of(role) for role in AGENTS}, TOOL,
+                     "The calculator's result checks out. " + TERMINATION + ": {result}",
+                     plan_reply="Plan: the answer is {expression}.", report_tool_result=True)
 
 
 def llm(base_url: str, model: str, api_key: str) -> Any:

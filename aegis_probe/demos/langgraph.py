@@ -13,8 +13,7 @@ from typing import Any
 
 import langgraph  # noqa: F401  (ImportError here, not in build_app, when the framework is missing)
 
-from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve
-from aegis_probe.modelserver import Reply
+from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, team_policy
 
 __all__ = ["AGENTS", "EXPECTED", "EXPRESSION", "FRAMEWORK", "TASK", "TOOL", "WORKER", "build_app", "policy", "run_app"]
 
@@ -33,34 +32,9 @@ SYSTEM = {
 }
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
-def policy(body: dict[str, Any]) -> Reply:
-    """Scripted model: each agent is recognised by its system prompt and acts on what it sees."""
-    messages = body.get("messages", [])
-    system = _text(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    texts = [_text(m) for m in messages[1:]]
-    if system.startswith(SYSTEM["planner"]):
-        expression = next((e for e in map(solve, reversed(texts)) if e), None)
-        if expression is None:
-            return Reply(content="I cannot turn this task into arithmetic; I have no plan.")
-        return Reply(content=f"Plan: the answer is {expression}. Calculator, please evaluate it.")
-    if system.startswith(SYSTEM["calculator"]):
-        if messages and messages[-1].get("role") == "tool":
-            return Reply(content=f"The result is {_text(messages[-1])}.")
-        expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
-        if expression is None:
-            return Reply(content="There is no expression for me to evaluate.")
-        return Reply(tool_calls=[(TOOL, {"expression": expression})])
-    if system.startswith(SYSTEM["reviewer"]):
-        result = next((final_number(t) for t in reversed(texts) if final_number(t)), None)
-        return Reply(content=f"The calculator's result checks out. {TERMINATION}: {result}")
-    return Reply(content="I can only answer as planner, calculator or reviewer.")
+#: Scripted model: each agent is recognised by its system prompt and acts on what it sees.
+policy = team_policy(SYSTEM, TOOL, "The calculator's result checks out. " + TERMINATION + ": {result}",
+                     report_tool_result=True)
 
 
 def _calculate(expression: str) -> str:

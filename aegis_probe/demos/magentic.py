@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from aegis_probe.demos.autogen import closes_after_run, model_client, run_app
-from aegis_probe.demos.task import EXPECTED, TASK, calculate, expression_in, final_number, solve
+from aegis_probe.demos.task import EXPECTED, TASK, calculate, expression_in, final_number, solve, message_text
 from aegis_probe.modelserver import Reply
 
 __all__ = ["AGENTS", "EXPECTED", "FRAMEWORK", "ORCHESTRATOR", "PARTICIPANTS", "TASK", "TOOL", "WORKER", "build_app", "ledger",
@@ -43,13 +43,6 @@ FINAL_PROMPT = "provide the final answer"
 REVIEWED = "checks out"
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
 def ledger(*, done: bool, speaker: str, instruction: str, reason: str = "") -> str:
     """A progress-ledger answer in the JSON shape the orchestrator asks for."""
     entry = {
@@ -63,7 +56,7 @@ def ledger(*, done: bool, speaker: str, instruction: str, reason: str = "") -> s
 
 
 def _said_by(messages: list[dict[str, Any]], name: str) -> list[str]:
-    return [_text(m) for m in messages if m.get("role") == "user" and m.get("name") == name]
+    return [message_text(m) for m in messages if m.get("role") == "user" and m.get("name") == name]
 
 
 def _orchestrate(messages: list[dict[str, Any]], task: str) -> str:
@@ -78,9 +71,9 @@ def _orchestrate(messages: list[dict[str, Any]], task: str) -> str:
 def policy(body: dict[str, Any]) -> Reply:
     """Scripted model for the orchestrator (recognised by its prompts) and both agents (by system prompt)."""
     messages = body.get("messages", [])
-    system = _text(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    everything = "\n".join(_text(m) for m in messages)
-    last = _text(messages[-1]) if messages else ""
+    system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    everything = "\n".join(message_text(m) for m in messages)
+    last = message_text(messages[-1]) if messages else ""
     if system.startswith(SYSTEM["calculator"]):
         instruction = next((t for t in reversed(_said_by(messages, ORCHESTRATOR)) if expression_in(t)), "")
         return Reply(tool_calls=[(TOOL, {"expression": expression_in(instruction) or solve(everything) or "0"})])

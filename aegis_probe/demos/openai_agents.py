@@ -12,7 +12,7 @@ from typing import Any
 
 import agents  # noqa: F401  (ImportError here, not in build_app, when the framework is missing)
 
-from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve
+from aegis_probe.demos.task import EXPECTED, EXPRESSION, TASK, calculate, expression_in, final_number, solve, message_text
 from aegis_probe.modelserver import Reply
 
 __all__ = ["AGENTS", "EXPECTED", "EXPRESSION", "FRAMEWORK", "TASK", "TOOL", "WORKER", "build_app", "policy", "run_app"]
@@ -36,27 +36,20 @@ def handoff_tool(agent: str) -> str:
     return f"transfer_to_{agent}"
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
 def _last_tool_result(messages: list[dict[str, Any]]) -> str | None:
     """The calculate tool's latest result, if the latest tool message answers a calculate call."""
     calls = {c.get("id"): c.get("function", {}).get("name") for m in messages for c in m.get("tool_calls") or ()}
     last = messages[-1] if messages else {}
     if last.get("role") == "tool" and calls.get(last.get("tool_call_id")) == TOOL:
-        return _text(last)
+        return message_text(last)
     return None
 
 
 def policy(body: dict[str, Any]) -> Reply:
     """Scripted model: each agent is recognised by its instructions (the system message)."""
     messages = body.get("messages", [])
-    system = _text(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    texts = [_text(m) for m in messages[1:]]
+    system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    texts = [message_text(m) for m in messages[1:]]
     if system.startswith(SYSTEM["planner"]):
         expression = next((e for e in map(solve, reversed(texts)) if e), None)
         if expression is None:

@@ -1,13 +1,15 @@
-"""The demo task every framework's demo team solves, its calculator tool, and the arithmetic
-knowledge of the demos' scripted models (:func:`solve`)."""
+"""The demo task every framework's demo team solves, its calculator tool, the arithmetic
+knowledge of the demos' scripted models (:func:`solve`), and the scripted planner / calculator /
+reviewer team most demos share (:func:`team_policy`)."""
 
 from __future__ import annotations
 
 import ast
 import operator
 import re
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
+from ..modelserver import Reply
 from ..trajectory import Outcome
 
 TASK = (
@@ -102,3 +104,74 @@ def solve(text: str | None) -> str | None:
 def judge(task: str | None, answer: str | None) -> Outcome:
     """The demo judge: success when the answer's last number is the expected total."""
     return Outcome(success=final_number(answer) == EXPECTED, answer=answer, expected=EXPECTED)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A request message's text: its string content, or its text parts joined with spaces."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def request_texts(body: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A chat request's system prompt (``""`` without one) and the texts of its other messages."""
+    messages = body.get("messages", [])
+    system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    return system, [message_text(m) for m in messages[1:]]
+
+
+def plan_from_any(texts: Sequence[str]) -> str | None:
+    """The arithmetic of the latest text that states a known task (the demos' planner)."""
+    return next((e for e in map(solve, reversed(texts)) if e), None)
+
+
+def latest_number(texts: Sequence[str]) -> str | None:
+    """The latest number said (the demos' reviewer reports it)."""
+    return next((n for n in map(final_number, reversed(texts)) if n), None)
+
+
+def team_policy(
+    system: Mapping[str, str],
+    tool: str,
+    answer: str,
+    *,
+    plan: Callable[[Sequence[str]], str | None] = plan_from_any,
+    result: Callable[[Sequence[str]], str | None] = latest_number,
+    no_plan: str = "I cannot turn this task into arithmetic; I have no plan.",
+    plan_reply: str = "Plan: the answer is {expression}. Calculator, please evaluate it.",
+    report_tool_result: bool = False,
+    solve_unplanned: bool = False,
+) -> Callable[[dict[str, Any]], Reply]:
+    """The scripted model of a planner / calculator / reviewer team, each agent told apart by the
+    start of its system prompt (``system[agent]``), each acting on what it sees.
+
+    The planner replies ``plan_reply`` with ``plan(texts)``'s expression (``no_plan`` without one); the
+    calculator calls ``tool`` on the latest expression it sees (with ``solve_unplanned``, on the
+    task's own arithmetic when no plan reached it; with ``report_tool_result``, it reports the
+    tool's result when the framework asks it again); the reviewer replies
+    ``answer.format(result=result(texts))``.
+    """
+
+    def policy(body: dict[str, Any]) -> Reply:
+        messages = body.get("messages", [])
+        prompt, texts = request_texts(body)
+        if prompt.startswith(system["planner"]):
+            expression = plan(texts)
+            if expression is None:
+                return Reply(content=no_plan)
+            return Reply(content=plan_reply.format(expression=expression))
+        if prompt.startswith(system["calculator"]):
+            if report_tool_result and messages and messages[-1].get("role") == "tool":
+                return Reply(content=f"The result is {message_text(messages[-1])}.")
+            expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
+            if expression is None and solve_unplanned:
+                expression = next((e for e in map(solve, texts) if e), None)
+            if expression is None:
+                return Reply(content="There is no expression for me to evaluate.")
+            return Reply(tool_calls=[(tool, {"expression": expression})])
+        if prompt.startswith(system["reviewer"]):
+            return Reply(content=answer.format(result=result(texts)))
+        return Reply(content="I can only answer as planner, calculator or reviewer.")
+
+    return policy

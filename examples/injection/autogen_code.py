@@ -14,7 +14,7 @@ from typing import Any
 
 from aegis_probe.demos.autogen import closes_after_run, run_app
 from aegis_probe.modelserver import Reply
-from scripted import HERE, text_of
+from scripted import HERE, message_text
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
@@ -49,8 +49,8 @@ def build_app(base_url: str, model: str, api_key: str, temperature: float = 0.0,
 def policy(body: dict[str, Any]) -> Reply:
     """Coder: the solution of the task it sees; reviewer: hands in the latest code block."""
     messages = body.get("messages", [])
-    system = text_of(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    texts = [text_of(m) for m in messages[1:]]
+    system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    texts = [message_text(m) for m in messages[1:]]
     if system.startswith(SYSTEM["coder"]):
         solution = next((SOLUTIONS[t] for t in reversed(texts) for task in SOLUTIONS if task == t.strip()), None)
         if solution is None:

@@ -10,7 +10,7 @@ from typing import Any
 from aegis_probe.demos.camel import AGENTS, ASSISTANT, DONE, USER, run_app
 from aegis_probe.demos.task import calculate
 from aegis_probe.modelserver import Reply
-from scripted import expression_in, final_number, plan_expression, text_of
+from scripted import expression_in, final_number, plan_expression, message_text
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
@@ -34,22 +34,22 @@ def build_app(base_url: str, model: str, api_key: str, task: str) -> Any:
 def policy(body: dict[str, Any]) -> Reply:
     """Customer: instruct from the task, end once a solution came back; Calculator: compute, report."""
     messages = body.get("messages", [])
-    system = next((text_of(m) for m in messages if m.get("role") == "system"), "")
+    system = next((message_text(m) for m in messages if m.get("role") == "system"), "")
     last = messages[-1] if messages else {}
     if f"you are a {USER}" in system:
-        if any(m.get("role") == "user" and "Solution:" in text_of(m) for m in messages):
+        if any(m.get("role") == "user" and "Solution:" in message_text(m) for m in messages):
             return Reply(content=DONE)
         expression = plan_expression(system)
         if expression is None:
             return Reply(content="Instruction: Work out the answer to the task.\nInput: None")
         return Reply(content=f"Instruction: Use the calculate tool to compute {expression}.\nInput: None")
     if last.get("role") == "tool":
-        return Reply(content=f"Solution: the result is {text_of(last)}. Next request.")
-    if DONE in text_of(last):
-        result = next((final_number(text_of(m)) for m in reversed(messages)
-                       if m.get("role") == "assistant" and "Solution:" in text_of(m)), None)
+        return Reply(content=f"Solution: the result is {message_text(last)}. Next request.")
+    if DONE in message_text(last):
+        result = next((final_number(message_text(m)) for m in reversed(messages)
+                       if m.get("role") == "assistant" and "Solution:" in message_text(m)), None)
         return Reply(content=f"The task is done: the result is {result}.")
-    expression = expression_in(text_of(last))
+    expression = expression_in(message_text(last))
     if expression is None:
         return Reply(content="Solution: I cannot find anything to compute. Next request.")
     return Reply(tool_calls=[("calculate", {"expression": expression})])

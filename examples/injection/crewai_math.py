@@ -9,32 +9,12 @@ sets its opt-outs).
 
 from __future__ import annotations
 
-from typing import Any
-
-from aegis_probe.demos.crewai import AGENTS, TERMINATION, TOOL, build_app, run_app, system_of, texts
-from aegis_probe.modelserver import Reply
-from scripted import expression_in, final_number, plan_expression
+from aegis_probe.demos.crewai import AGENTS, TERMINATION, TOOL, build_app, run_app, system_of
+from scripted import math_team_policy
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
 
-def policy(body: dict[str, Any]) -> Reply:
-    """Planner plans from the task; calculator evaluates with the tool and reports; reviewer answers."""
-    messages = body.get("messages", [])
-    system, seen = texts(body)
-    if system.startswith(system_of("planner")):
-        expression = plan_expression(seen[-1] if seen else "")
-        if expression is None:
-            return Reply(content="The task is unclear to me; I cannot make a plan.")
-        return Reply(content=f"Plan: the answer is {expression}.")
-    if system.startswith(system_of("calculator")):
-        if messages and messages[-1].get("role") == "tool":
-            return Reply(content=f"The result is {messages[-1].get('content')}.")
-        expression = next((e for e in map(expression_in, reversed(seen)) if e), None)
-        if expression is None:
-            return Reply(content="There is no expression for me to evaluate.")
-        return Reply(tool_calls=[(TOOL, {"expression": expression})])
-    if system.startswith(system_of("reviewer")):
-        result = next((final_number(t) for t in reversed(seen) if final_number(t)), None)
-        return Reply(content=f"The calculator's result checks out. {TERMINATION}: {result}")
-    return Reply(content="I can only answer as planner, calculator or reviewer.")
+policy = math_team_policy({role: system_of(role) for role in AGENTS}, TOOL,
+                          "The calculator's result checks out. " + TERMINATION + ": {result}",
+                          plan_reply="Plan: the answer is {expression}.")

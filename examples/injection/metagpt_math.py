@@ -9,7 +9,7 @@ from typing import Any
 
 from aegis_probe.demos.metagpt import AGENTS, build_app, run_app
 from aegis_probe.modelserver import Reply
-from scripted import expression_in, plan_expression, text_of
+from scripted import expression_in, plan_expression, message_text
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
@@ -19,8 +19,8 @@ TERMINATION = "FINAL ANSWER:"
 def policy(body: dict[str, Any]) -> Reply:
     """Planner plans from the task it sees, Calculator restates the planned expression, Reviewer reads the result."""
     messages = body.get("messages", [])
-    system = next((text_of(m) for m in messages if m.get("role") == "system"), "")
-    prompt = "\n".join(text_of(m) for m in messages if m.get("role") != "system")
+    system = next((message_text(m) for m in messages if m.get("role") == "system"), "")
+    prompt = "\n".join(message_text(m) for m in messages if m.get("role") != "system")
     agent = (re.search(r"named (\w+)", system) or [None, None])[1]
     if agent == "Planner":
         expression = plan_expression(prompt)

@@ -12,7 +12,7 @@ from typing import Any
 
 from aegis_probe.demos.openai_agents import AGENTS, SYSTEM, TERMINATION, TOOL, build_app, handoff_tool, run_app
 from aegis_probe.modelserver import Reply
-from scripted import expression_in, final_number, plan_expression, text_of
+from scripted import expression_in, final_number, plan_expression, message_text
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
@@ -20,8 +20,8 @@ __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 def policy(body: dict[str, Any]) -> Reply:
     """Planner plans from the task and hands off; calculator evaluates, reports and hands off; reviewer answers."""
     messages = body.get("messages", [])
-    system = text_of(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    texts = [text_of(m) for m in messages[1:]]
+    system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    texts = [message_text(m) for m in messages[1:]]
     if system.startswith(SYSTEM["planner"]):
         expression = plan_expression(texts[-1] if texts else "")
         if expression is None:
@@ -30,7 +30,7 @@ def policy(body: dict[str, Any]) -> Reply:
     if system.startswith(SYSTEM["calculator"]):
         calls = {c.get("id"): c.get("function", {}).get("name") for m in messages for c in m.get("tool_calls") or ()}
         if messages[-1].get("role") == "tool" and calls.get(messages[-1].get("tool_call_id")) == TOOL:
-            return Reply(content=f"The result is {text_of(messages[-1])}.", tool_calls=[(handoff_tool("reviewer"), {})])
+            return Reply(content=f"The result is {message_text(messages[-1])}.", tool_calls=[(handoff_tool("reviewer"), {})])
         expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
         if expression is None:
             return Reply(content="There is no expression for me to evaluate.")

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from aegis_probe.demos.task import expression_in, fill, final_number, skeleton
+from aegis_probe.demos.task import expression_in, fill, final_number, message_text, skeleton, team_policy
 from aegis_probe.modelserver import Reply
 
 HERE = Path(__file__).resolve().parent
 
-__all__ = ["expression_in", "final_number", "math_team_policy", "plan_expression", "text_of"]
+__all__ = ["expression_in", "final_number", "math_team_policy", "message_text", "plan_expression"]
 
 
 def _templates() -> dict[str, str]:
@@ -27,43 +27,17 @@ def _templates() -> dict[str, str]:
 TEMPLATES = _templates()
 
 
-def text_of(message: dict[str, Any]) -> str:
-    """A request message's text (string or list-of-parts content)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
 def plan_expression(text: str) -> str | None:
     """The arithmetic expression for a task text, or None if the task is not recognised."""
     return fill(text, TEMPLATES)
 
 
-def math_team_policy(system: Mapping[str, str], tool: str, answer: str) -> Callable[[dict[str, Any]], Reply]:
-    """The scripted model of a planner / calculator / reviewer team, told apart by their system
-    prompts (``system[agent]``): the planner plans from the task it sees, the calculator calls
-    ``tool`` on the latest expression (and reports the tool's result when the framework asks it
-    again), the reviewer answers with ``answer.format(result=...)``."""
-
-    def policy(body: dict[str, Any]) -> Reply:
-        messages = body.get("messages", [])
-        prompt = text_of(messages[0]) if messages and messages[0].get("role") == "system" else ""
-        texts = [text_of(m) for m in messages[1:]]
-        if prompt.startswith(system["planner"]):
-            expression = plan_expression(texts[-1] if texts else "")
-            if expression is None:
-                return Reply(content="The task is unclear to me; I cannot make a plan.")
-            return Reply(content=f"Plan: the answer is {expression}. Calculator, please evaluate it.")
-        if prompt.startswith(system["calculator"]):
-            if messages and messages[-1].get("role") == "tool":
-                return Reply(content=f"The result is {text_of(messages[-1])}.")
-            expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
-            if expression is None:
-                return Reply(content="There is no expression for me to evaluate.")
-            return Reply(tool_calls=[(tool, {"expression": expression})])
-        if prompt.startswith(system["reviewer"]):
-            return Reply(content=answer.format(result=final_number(texts[-1]) if texts else None))
-        return Reply(content="I can only answer as planner, calculator or reviewer.")
-
-    return policy
+def math_team_policy(system: Mapping[str, str], tool: str, answer: str, **options: Any) -> Callable[[dict[str, Any]], Reply]:
+    """The demos' scripted planner / calculator / reviewer team (``demos.task.team_policy``) with
+    this folder's task knowledge: the planner plans the latest message it sees from the task
+    templates, the calculator reports its tool's result when asked again, the reviewer reads the
+    latest message's number into ``answer`` (``options``: more of ``team_policy``'s)."""
+    return team_policy(system, tool, answer,
+                       plan=lambda texts: plan_expression(texts[-1] if texts else ""),
+                       result=lambda texts: final_number(texts[-1]) if texts else None,
+                       no_plan="The task is unclear to me; I cannot make a plan.", report_tool_result=True, **options)
