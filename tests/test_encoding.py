@@ -24,7 +24,7 @@ from aegis_probe.modelserver import Reply
 from aegis_probe.otlp_json import utf8
 from aegis_probe.report import render_report
 from aegis_probe.store import TraceStore
-from test_redaction import receiver  # noqa: F401  (the real OTLP/HTTP receiver fixture)
+from test_redaction import receiver, run_lone_agent  # noqa: F401  (receiver: the real OTLP/HTTP receiver fixture)
 
 NAME = os.fsdecode(b"report-\xe9t\xe9.txt")  # 'report-\udce9t\udce9.txt'
 ESCAPED = "report-\\udce9t\\udce9.txt"  # what is recorded instead
@@ -53,22 +53,8 @@ def _run(base_url: str, store: TraceStore, exporter: OTLPSpanExporter) -> str:
     )
     agent = AssistantAgent("lister", model_client=client, system_message="You list files.",
                            tools=[FunctionTool(list_files, description="list"), FunctionTool(open_file, description="open")])
-    probe = aegis_probe.instrument(agent, store=store, exporter=exporter, service_name=f"svc-{NAME}",
-                                   redact=lambda text: text.replace("List", f"List{NAME}"))
-
-    async def go() -> None:
-        try:
-            await agent.run(task="List the report files")
-        finally:
-            await client.close()
-
-    try:
-        asyncio.run(go())
-        assert probe.flush(10_000)
-    finally:
-        probe.uninstrument()
-    assert probe.last_trace_id
-    return probe.last_trace_id
+    return run_lone_agent(agent, client, "List the report files", store=store, exporter=exporter,
+                          service_name=f"svc-{NAME}", redact=lambda text: text.replace("List", f"List{NAME}"))
 
 
 def test_lone_surrogates_everywhere_are_escaped_not_dropped(model_server, receiver, tmp_path):  # noqa: F811

@@ -152,11 +152,17 @@ def _run(base_url: str, store: Path, exporter: OTLPSpanExporter, streaming: bool
         tools=[FunctionTool(reveal, description="reveal"), FunctionTool(explode, description="explode")],
         reflect_on_tool_use=True, model_client_stream=streaming,
     )
-    probe = aegis_probe.instrument(agent, store=store, exporter=exporter)
+    return run_lone_agent(agent, client, "Look after these: " + _text("task"), store=store, exporter=exporter)
+
+
+def run_lone_agent(agent: AssistantAgent, client: OpenAIChatCompletionClient, task: str, **options: Any) -> str:
+    """Instrument ``agent`` (``options`` go to ``instrument``), run ``task``, flush, uninstrument;
+    the run's trace id."""
+    probe = aegis_probe.instrument(agent, **options)
 
     async def go() -> None:
         try:
-            await agent.run(task="Look after these: " + _text("task"))
+            await agent.run(task=task)
         finally:
             await client.close()
 
