@@ -134,3 +134,34 @@ def test_inject_concurrency_gives_the_same_labels(tmp_path):
     parallel = _campaign(tmp_path / "c8", 8)
     assert any(key.endswith("/plan-0") and value for key, value in sequential.items()), "faults were applied"
     assert parallel == sequential
+
+
+def test_concurrent_runs_in_one_event_loop_beside_threads(model_server, tmp_path):
+    """Teams run concurrently in one event loop (asyncio.gather) while other teams run in threads:
+    every run is its own trace with its own three steps, none mixed into another."""
+    import asyncio
+
+    server = model_server(demo.policy)
+    store_dir = tmp_path / "mixed"
+    loop_apps = [demo.build_app(server.base_url, "aegis-scripted", "sk-test") for _ in range(6)]
+    probes = [aegis_probe.instrument(app, store=store_dir) for app in loop_apps]
+
+    async def in_loop() -> None:
+        results = await asyncio.gather(*(app.run(task=demo.TASK) for app in loop_apps))
+        assert all("126" in r.messages[-1].to_text() for r in results)
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            threaded = [pool.submit(_one_run, server.base_url, store_dir) for _ in range(8)]
+            asyncio.run(in_loop())
+            thread_ids = [f.result() for f in threaded]
+    finally:
+        for probe in probes:
+            probe.uninstrument()
+
+    store = TraceStore(store_dir)
+    assert len(store.traces()) == 6 + 8
+    expected = [(0, "planner"), (1, "calculator"), (2, "reviewer")]
+    assert [_steps(store, t) for t in store.traces()] == [expected] * 14
+    assert len(set(thread_ids)) == 8
+    assert _wrappers_left() == []
