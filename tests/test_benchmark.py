@@ -117,7 +117,7 @@ def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     test = write_trajs(tmp_path / "test.jsonl", system_runs(["Planner", "Coder", "Checker", "Writer"], 16, "b", 1, turns=12))
     out = tmp_path / "bench"
     cache = tmp_path / "emb.safetensors"
-    assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(out), "--epochs", "12",
+    assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(out), "--epochs", "12", "--inputs", "text",
                  "--bootstrap", "100", "--embedding-cache", str(cache)]) == 0
     printed = capsys.readouterr().out
     assert "| DCL (trained on the training sets) |" in printed and "oracle: most frequent agent present" in printed

@@ -31,6 +31,12 @@ METRICS: dict[str, Metric] = {
     "step±1": lambda g, p: step_accuracy(g, p, 1),
 }
 MODEL = "DCL (trained on the training sets)"
+#: ``--inputs``: what the DCL head reads of each turn (the default is fixed before any test set is read).
+INPUTS = {
+    "features": "the name-free reading features only (default; nothing domain-specific in the wording to learn)",
+    "features+text": "the reading features and the encoder's turn embeddings",
+    "text": "the encoder's turn embeddings only (the earlier DCL)",
+}
 
 
 def load_sets(paths: Sequence[str], fmt: str = "auto") -> dict[str, list[Trajectory]]:
@@ -128,10 +134,13 @@ def run(args: argparse.Namespace) -> int:
             model.load_cache(args.embedding_cache)
     else:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
+                        reading_features=args.inputs != "text", text_embeddings=args.inputs != "features",
                         train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
         model = fit(build_dcl(train), out / "model", cfg)
     report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
-                              "model": str(args.model or out / "model"), "seed": args.seed, "tests": {}}
+                              "model": str(args.model or out / "model"), "seed": args.seed,
+                              "inputs": {k: model.spec.get(k) for k in ("reading_features", "text_embeddings",
+                                                                         "anonymise_agents")}, "tests": {}}
     for path, trajs in test_sets.items():
         test = labelled(trajs)
         if not test:
@@ -170,6 +179,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=30, help="DCL training epochs")
     p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--inputs", default="features", choices=list(INPUTS),
+                   help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
     p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")
     p.add_argument("--train-encoder", action="store_true", help="fine-tune the encoder too (slow on CPU)")
     p.add_argument("--embedding-cache", metavar="FILE", help="safetensors file of turn embeddings shared between "

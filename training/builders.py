@@ -109,14 +109,14 @@ def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tok
 
 
 def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """Rows ``{"id", "group", "turns": [{"agent", "text"}], "label_agents", "label_modes",
+    """Rows ``{"id", "group", "task", "turns": [{"agent", "text"}], "label_agents", "label_modes",
     "label_step", "positive"}``; ``positive`` marks clean runs, the others of a group are negatives."""
     rows = []
     for traj in trajs:
         faults = traj.labels.faults
         decisive = decisive_fault(faults)
         rows.append({
-            "id": row_id(traj), "group": group_key(traj),
+            "id": row_id(traj), "group": group_key(traj), "task": strip_artefacts(traj.task or ""),
             "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s)).strip()} for s in traj.steps],
             "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
             "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),

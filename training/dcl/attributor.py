@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from .examples import Example, example_from_row
 from .model import DCLHead, DCLOutput, TextEncoder, default_encoder_path, joint_logits
+from .reading import FEATURES
 
 WEIGHTS_FILE = "model.safetensors"
 SPEC_FILE = "dcl_config.json"
@@ -27,21 +28,27 @@ class DCLAttributor(nn.Module):
     ``max_length`` tokens (at most ``max_chunks`` of them, mean-pooled), turns pooled into agents
     and the run by attention. ``anonymise_agents``: agent names are never shown to the encoder.
     ``modes_trained``: whether training saw mode labels (else no modes or pairs are predicted).
+    ``reading_features``: each turn's reading features (:mod:`.reading`) feed the step and agent
+    scores; ``text_embeddings`` false: the head sees no encoder output at all (reading features
+    only: nothing is encoded, so nothing domain-specific in the wording can be learnt).
     """
 
     def __init__(self, modes: Sequence[str], encoder: str | None = None, hidden_size: int = 256,
                  temperature: float = 0.1, max_length: int = 128, max_turns: int = 0,
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
-                 anonymise_agents: bool = True, modes_trained: bool = True) -> None:
+                 anonymise_agents: bool = True, modes_trained: bool = True, reading_features: bool = True,
+                 text_embeddings: bool = True) -> None:
         super().__init__()
         self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
                      "train_encoder": train_encoder, "threshold": threshold, "max_chunks": max_chunks,
-                     "anonymise_agents": anonymise_agents, "modes_trained": modes_trained}
+                     "anonymise_agents": anonymise_agents, "modes_trained": modes_trained,
+                     "reading_features": reading_features, "text_embeddings": text_embeddings}
         self.modes = list(modes)
         self.encoder = TextEncoder(encoder or default_encoder_path(), max_length)
         self.encoder.requires_grad_(train_encoder)
-        self.head = DCLHead(self.encoder.dim, hidden_size, len(self.modes), temperature)
+        self.head = DCLHead(self.encoder.dim, hidden_size, len(self.modes), temperature,
+                            len(FEATURES) if reading_features else 0)
         self.cache: dict[str, torch.Tensor] = {}
         self._stored: dict[str, torch.Tensor] = {}  # embeddings read by load_cache, by key
 
@@ -70,7 +77,7 @@ class DCLAttributor(nn.Module):
     def precompute(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> None:
         """Fill the embedding cache for the windows of ``texts`` (frozen encoder only), with a
         progress bar on stderr when ``progress``."""
-        if self.train_encoder:
+        if self.train_encoder or not self.spec["text_embeddings"]:
             return
         stored = self._stored
         missing = []
@@ -94,21 +101,23 @@ class DCLAttributor(nn.Module):
     def load_cache(self, path: str | Path) -> int:
         """Add the embeddings saved by :meth:`save_cache` at ``path`` (if it exists) to the cache;
         returns how many windows it holds. Keys bind the encoder and ``max_length``."""
-        if self.train_encoder or not Path(path).is_file():
+        if self.train_encoder or not self.spec["text_embeddings"] or not Path(path).is_file():
             return 0
         self._stored.update(load_file(str(path)))
         return len(self._stored)
 
     def save_cache(self, path: str | Path) -> None:
         """Write the cached window embeddings (and those loaded before) to ``path`` (safetensors)."""
-        if self.train_encoder:
+        if self.train_encoder or not self.spec["text_embeddings"]:
             return
         tensors = {**self._stored, **{self._cache_key(t): v.contiguous() for t, v in self.cache.items()}}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path))
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
-        """One vector per text: the mean of its windows' embeddings."""
+        """One vector per text: the mean of its windows' embeddings (zeros without ``text_embeddings``)."""
+        if not self.spec["text_embeddings"]:
+            return torch.zeros(len(texts), self.encoder.dim)
         pieces = [self.chunks(t) for t in texts]
         flat = [c for p in pieces for c in p]
         if self.train_encoder:
@@ -121,7 +130,8 @@ class DCLAttributor(nn.Module):
         return sums / torch.tensor([len(p) for p in pieces], dtype=vectors.dtype).unsqueeze(1)
 
     def forward(self, ex: Example) -> DCLOutput:
-        return self.head(self.embed(ex.turn_texts), ex.turn_agent, self.embed(ex.agent_texts))
+        features = ex.features if self.spec["reading_features"] else None
+        return self.head(self.embed(ex.turn_texts), ex.turn_agent, self.embed(ex.agent_texts), features)
 
     @torch.no_grad()
     def predict(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +206,8 @@ class DCLAttributor(nn.Module):
         """An attributor saved by :meth:`save` (safetensors only; nothing is unpickled)."""
         spec = json.loads((Path(directory) / SPEC_FILE).read_text(encoding="utf-8"))
         spec.setdefault("anonymise_agents", False)  # saved before names were anonymised
+        spec.setdefault("reading_features", False)  # saved before reading features
+        spec.setdefault("text_embeddings", True)
         model = cls(**spec)
         model.load_weights(directory)
         return model.eval()

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..answers import normalize_agent
+from .reading import step_features
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Example:
     step: int | None
     positive: bool | None
     n_turns: int  # turns in the row (all of them are read unless max_turns cut the trace)
+    features: Tensor  # [T, len(FEATURES)]: the reading features of each turn (reading.py)
 
 
 def turn_text(agent: str, text: str) -> str:
@@ -64,10 +66,20 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     when it names modes (aligned with the agents), or when it is a clean run and ``modes_known``
     (the data set labels modes at all), so the mode head learns from mode-labelled rows only.
     """
-    all_turns = row["turns"]
+    all_turns = row.get("turns")
+    if not isinstance(all_turns, list):
+        raise ValueError(f"DCL row {row.get('id')!r}: 'turns' must be a list of {{agent, text}}")
+    bad = next((i for i, t in enumerate(all_turns) if not isinstance(t, dict) or "agent" not in t), None)
+    if bad is not None:
+        raise ValueError(f"DCL row {row.get('id')!r} turn {bad}: not an object with an 'agent'")
     turns = all_turns[:max_turns] if max_turns > 0 else all_turns
     if not turns:
         raise ValueError(f"DCL row {row.get('id')!r} has no turns")
+    texts = [str(t.get("text") or "") for t in turns]
+    try:
+        features = torch.tensor(step_features(texts, [str(t["agent"]) for t in turns], str(row.get("task") or "")))
+    except ValueError as exc:
+        raise ValueError(f"DCL row {row.get('id')!r}: {exc}") from None
     agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
     index = {normalize_agent(a): i for i, a in enumerate(agents)}
     mode_index = {m: i for i, m in enumerate(modes)}
@@ -98,8 +110,8 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
         id=str(row.get("id")),
         group=str(row.get("group") or row.get("id")),
         turn_texts=[turn_text(agent_texts[index[normalize_agent(str(t["agent"]))]],
-                              anonymise(agents, str(t.get("text") or "")) if anonymise_agents else str(t.get("text") or ""))
-                    for t in turns],
+                              anonymise(agents, text) if anonymise_agents else text)
+                    for t, text in zip(turns, texts)],
         turn_agent=torch.tensor([index[normalize_agent(str(t["agent"]))] for t in turns]),
         agents=agents,
         agent_texts=agent_texts,
@@ -109,4 +121,5 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
         step=int(step) if step is not None and 0 <= int(step) < len(turns) else None,
         positive=None if positive is None else bool(positive),
         n_turns=len(all_turns),
+        features=features,
     )

@@ -70,12 +70,17 @@ def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
 
 
 class DCLHead(nn.Module):
-    """Everything above the encoder; works on turn and agent-name embeddings."""
+    """Everything above the encoder; works on turn and agent-name embeddings and, with
+    ``n_features``, each turn's reading features (added into the turn vector, and scored directly
+    for the step and, pooled over an agent's turns, for the agent)."""
 
-    def __init__(self, dim_in: int, hidden: int, n_modes: int, temperature: float) -> None:
+    def __init__(self, dim_in: int, hidden: int, n_modes: int, temperature: float, n_features: int = 0) -> None:
         super().__init__()
         self.temperature = temperature
         self.turn_proj = nn.Sequential(nn.Linear(dim_in, hidden), nn.Tanh())
+        self.feature_proj = nn.Linear(n_features, hidden) if n_features else None
+        self.feature_step = _mlp(n_features, hidden // 4, 1) if n_features else None
+        self.feature_agent = _mlp(2 * n_features, hidden // 4, 1) if n_features else None
         self.attn = _mlp(hidden, hidden, 1)
         self.name_proj = nn.Linear(dim_in, hidden)
         self.agent_mlp = _mlp(3 * hidden, hidden, hidden)
@@ -88,10 +93,13 @@ class DCLHead(nn.Module):
         self.step_head = _mlp(3 * hidden, hidden, 1)
         self.fault_out = nn.Linear(hidden, 1)
 
-    def forward(self, turns: Tensor, turn_agent: Tensor, names: Tensor) -> DCLOutput:
+    def forward(self, turns: Tensor, turn_agent: Tensor, names: Tensor, features: Tensor | None = None) -> DCLOutput:
         """``turns`` [T, d] turn embeddings, ``turn_agent`` [T] index of each turn's agent in
-        ``names`` [A, d] (agent-name embeddings)."""
-        h = self.turn_proj(turns)  # [T, H]
+        ``names`` [A, d] (agent-name embeddings), ``features`` [T, F] reading features."""
+        h = self.turn_proj[0](turns)
+        if self.feature_proj is not None and features is not None:
+            h = h + self.feature_proj(features)
+        h = self.turn_proj[1](h)  # [T, H]
         scores = self.attn(h).squeeze(-1)  # [T]
         attention = scores.softmax(0)
         z = attention @ h  # run vector
@@ -104,11 +112,17 @@ class DCLHead(nn.Module):
         mode_logits = F.normalize(self.run_proj(z), dim=0) @ bank.T / self.temperature + self.mode_bias
         pair_logits = F.normalize(self.pair_proj(f), dim=1) @ bank.T / self.temperature + self.pair_bias
         step_in = torch.cat([h, g[turn_agent], z.expand_as(h)], dim=1)
+        agent_logits, step_logits = self.agent_out(f).squeeze(-1), self.step_head(step_in).squeeze(-1)
+        if self.feature_step is not None and self.feature_agent is not None and features is not None:
+            step_logits = step_logits + self.feature_step(features).squeeze(-1)
+            mine = features.unsqueeze(0) * own.unsqueeze(-1)  # [A, T, F]: each agent's turns (features >= 0)
+            pooled = torch.cat([mine.amax(1), mine.sum(1) / own.sum(1, keepdim=True).clamp(min=1)], dim=1)
+            agent_logits = agent_logits + self.feature_agent(pooled).squeeze(-1)  # per agent: max and mean
         return DCLOutput(
-            agent_logits=self.agent_out(f).squeeze(-1),
+            agent_logits=agent_logits,
             mode_logits=mode_logits,
             pair_logits=pair_logits,
-            step_logits=self.step_head(step_in).squeeze(-1),
+            step_logits=step_logits,
             fault_logit=self.fault_out(z).squeeze(-1),
             attention=attention,
         )

@@ -45,6 +45,11 @@ class DCLConfig:
     max_chunks: int = field(default=8, metadata={"help": "windows of max_length tokens read per turn (mean-pooled)"})
     anonymise_agents: bool = field(default=True, metadata={"help": "replace agent names by 'agent k' (order of first "
                                                                    "appearance) in everything the encoder reads"})
+    reading_features: bool = field(default=True, metadata={"help": "feed each turn's name-free reading features "
+                                                                   "(answer provenance, error cues, novelty, ...) to the "
+                                                                   "step and agent scores"})
+    text_embeddings: bool = field(default=True, metadata={"help": "feed the encoder's turn embeddings to the head (false: "
+                                                                  "reading features only, nothing encoded)"})
     train_encoder: bool = field(default=False, metadata={"help": "fine-tune the encoder (else frozen, cached)"})
     classification_weight: float = field(default=1.0, metadata={"help": "weight of the BCE/CE label losses"})
     contrastive_weight: float = field(default=0.5, metadata={"help": "weight of clean-vs-faulty ranking within a group"})
@@ -112,7 +117,8 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     torch.manual_seed(cfg.seed)
     modes_known = any(r.get("label_modes") for r in rows)
     model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
-                          cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known)
+                          cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
+                          cfg.reading_features, cfg.text_embeddings)
     examples = [model.example(r, modes_known) for r in rows]
     groups: dict[str, list[Example]] = {}
     for ex in examples:
