@@ -2,12 +2,13 @@
 
 Class-level patches, installed once:
 
-- run entry: ``RolePlaying.step/astep`` (a run spans the rounds of one conversation: it opens at
-  the first round and ends when an agent's response is ``terminated``, the user agent says
-  ``CAMEL_TASK_DONE``, ``init_chat`` starts a new conversation, or the probe is released; wrap the
-  loop in ``with probe.run(task):`` for explicit bounds), ``Workforce.process_task/
-  process_task_async`` (one run per task), and ``ChatAgent.step/astep`` of a lone agent (one run
-  per call);
+- run entry: a ``RolePlaying``'s conversation is one run, joined by the steps of its agents (known
+  from ``instrument`` and ``init_chat/ainit_chat``): it opens at the first step outside any run and
+  ends after the step whose response is ``terminated``, after the assistant's step of the round in
+  which the user agent said ``CAMEL_TASK_DONE``, at an agent's error, when ``init_chat`` starts a
+  new conversation, or when the probe is released (wrap the loop in ``with probe.run(task):`` for
+  explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
+  ``ChatAgent.step/astep`` of a lone agent (one run per call);
 - agent step: ``ChatAgent.step/astep`` -> ``invoke_agent {role_name}``. Workforce clones its
   agents, so any ``ChatAgent`` stepping inside a current run counts as part of it;
 - LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.interception.call_llm`;
@@ -21,9 +22,11 @@ without a running loop uses ``asyncio.run``, whose task copies the context. (Cal
 running loop, camel 0.2.90's ``process_task`` deadlocks by itself: ``reset()`` waits on a
 coroutine scheduled on the blocked outer loop; so that thread is not handled here.)
 
-The run-round and step wrappers (``_round``/``_around``, ``_step``/``_astep``, ``_process_task``)
-keep their attach/call/finish inline instead of using ``spans.call_in_scope``: they sit under the
-``inspect.stack()`` that camel runs on every step, where each extra Python frame costs ~20 us.
+``ChatAgent._step_impl`` walks the whole stack with ``inspect.stack()`` on every step, which costs
+~20 us per Python frame on it. So ``RolePlaying.step`` is not wrapped (the conversation's run is
+attached by the step wrapper itself), and the step wrappers (``_step``/``_astep``) and
+``_process_task`` keep their attach/call/finish inline instead of using ``spans.call_in_scope``:
+``_step`` is aegis's only frame under camel's stack walk.
 
 Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
 ``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
@@ -42,8 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
 from aegis_probe import semconv as sc
@@ -288,6 +292,16 @@ class _StreamedOutput:
         return [*msgs[:-1], dataclasses.replace(msgs[-1], content="".join(self.pieces))]
 
 
+class _Opened(NamedTuple):
+    """What a step wrapper opened: a lone agent's own run, the step, and the ``RolePlaying`` whose
+    conversation's run the step joined (with the stepping agent)."""
+
+    own_run: RunScope | None
+    step: StepScope
+    society: Any
+    agent: Any
+
+
 def _society_name(society: Any) -> str:
     """A ``RolePlaying``'s app name: its two roles."""
     return f"{society.assistant_agent.role_name} & {society.user_agent.role_name}"
@@ -303,6 +317,8 @@ class CamelAdapter(Adapter):
         self.codec = CamelCodec()
         self._lone: "WeakSet[Any]" = WeakSet()
         self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
+        self._societies: "WeakKeyDictionary[Any, weakref.ref[Any]]" = WeakKeyDictionary()  # agent -> its RolePlaying
+        self._said_done: "WeakSet[Any]" = WeakSet()  # societies whose run ends with this round's assistant step
         self._handoff: dict[int, StepScope] = {}  # id(agent) -> its step, for step_timeout's thread
 
     # -- contract --------------------------------------------------------------------------
@@ -322,7 +338,7 @@ class CamelAdapter(Adapter):
             self._lone.add(app)
             return AppInfo(name=app.role_name, lone_agent=True, agents=(app.role_name,))
         if isinstance(app, RolePlaying):
-            agents = [a for a in (app.assistant_agent, app.user_agent, app.critic) if isinstance(a, ChatAgent)]
+            agents = self._adopt(app)
             name = _society_name(app)
         else:
             agents = self._workforce_agents(app)
@@ -354,8 +370,6 @@ class CamelAdapter(Adapter):
 
         patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
         patcher.wrap(RolePlaying, "ainit_chat", self._new_conversation)
-        patcher.wrap(RolePlaying, "step", self._round)
-        patcher.wrap(RolePlaying, "astep", self._around)
         patcher.wrap(Workforce, "process_task", self._process_task)
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task)
         patcher.wrap(ChatAgent, "step", self._step)
@@ -374,8 +388,7 @@ class CamelAdapter(Adapter):
         """End ``probe``'s open conversations, then forget its objects."""
         for society, run in list(self._sessions.items()):
             if run.probe is probe:
-                self._sessions.pop(society, None)
-                self._safe_finish(run)
+                self._end_session(society, run)
         super().release(probe)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -405,16 +418,34 @@ class CamelAdapter(Adapter):
             self._handoff.pop(id(agent), None)
 
     # -- RolePlaying -----------------------------------------------------------------------
+    def _adopt(self, society: Any) -> list[Any]:
+        """Remember ``society``'s agents (their steps join its conversation's run); returns them."""
+        from camel.agents import ChatAgent
+
+        agents = [a for a in (society.assistant_agent, society.user_agent, society.critic) if isinstance(a, ChatAgent)]
+        for agent in agents:
+            self._societies[agent] = weakref.ref(society)
+        return agents
+
     def _new_conversation(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._sessions.pop(instance, None)
+        run = self._sessions.get(instance)
         if run is not None:
-            self._safe_finish(run)
-        return wrapped(*args, **kwargs)
+            self._end_session(instance, run)
+        result = wrapped(*args, **kwargs)
+        try:
+            self._adopt(instance)  # agents made or replaced since instrument(), or a trace-every-app society
+        except Exception:
+            log_hook_error("camel conversation start")
+        return result
+
+    def _society_of(self, agent: Any) -> Any:
+        ref = self._societies.get(agent)
+        return ref() if ref is not None else None
 
     def _session(self, society: Any) -> RunScope | None:
-        """The open run of ``society``'s conversation, opened on its first round."""
+        """The open run of ``society``'s conversation, opened by its first step (outside any run)."""
         probe = self.run_probe(society)
-        if probe is None or current_run() is not None:
+        if probe is None:
             return None
         try:
             run = self._sessions.get(society)
@@ -427,46 +458,31 @@ class CamelAdapter(Adapter):
             log_hook_error("camel run start")
             return None
 
-    def _round_done(self, society: Any, run: RunScope | None, result: Any) -> None:
-        if run is None:
-            return
+    def _end_session(self, society: Any, run: RunScope, exc: BaseException | None = None) -> None:
+        if self._sessions.get(society) is run:
+            self._sessions.pop(society, None)
+        self._said_done.discard(society)
+        self._safe_finish(run, exc)
+
+    def _session_step_done(self, society: Any, run: RunScope, agent: Any, result: Any, exc: BaseException | None) -> None:
+        """End ``society``'s run where a round of ``RolePlaying.step`` ends the conversation."""
         try:
-            assistant, user = result
-            if assistant.msgs:
-                run.answer = content_text(assistant.msgs[-1].content)
-            said_done = any(TASK_DONE in content_text(m.content) for m in user.msgs or ())
-            if assistant.terminated or user.terminated or said_done:
-                self._sessions.pop(society, None)
-                run.finish()
+            if exc is not None:
+                self._end_session(society, run, exc)
+                return
+            msgs = getattr(result, "msgs", None) or ()
+            ended = bool(getattr(result, "terminated", False))
+            if agent is society.user_agent:
+                if any(TASK_DONE in content_text(m.content) for m in msgs):
+                    self._said_done.add(society)  # the round's assistant step still follows
+            elif agent is society.assistant_agent:
+                if msgs and not ended:
+                    run.answer = content_text(msgs[-1].content)
+                ended = ended or society in self._said_done
+            if ended:
+                self._end_session(society, run)
         except Exception:
             log_hook_error("camel round end")
-
-    def _round_failed(self, society: Any, run: RunScope | None, exc: BaseException) -> None:
-        if run is not None:
-            self._sessions.pop(society, None)
-            self._safe_finish(run, exc)
-
-    def _round(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._session(instance)
-        try:
-            with attached(run):
-                result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            self._round_failed(instance, run, exc)
-            raise
-        self._round_done(instance, run, result)
-        return result
-
-    async def _around(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._session(instance)
-        try:
-            with attached(run):
-                result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            self._round_failed(instance, run, exc)
-            raise
-        self._round_done(instance, run, result)
-        return result
 
     # -- Workforce -------------------------------------------------------------------------
     def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:
@@ -516,19 +532,26 @@ class CamelAdapter(Adapter):
         return result
 
     # -- ChatAgent steps -------------------------------------------------------------------
-    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> tuple[RunScope | None, StepScope] | None:
-        """Open the step span (and a run for a lone agent); None to pass straight through."""
+    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> _Opened | None:
+        """Open the step span (and a run for a lone agent or a conversation's first step); None to
+        pass straight through."""
         run = current_run()
-        own_run = None
+        own_run = society = None
         lone = False
         if run is not None:
             probe = run.probe if run.probe.active else None
         else:
-            probe = self._probe(agent) or self._ambient_probe()
-            # A run of its own: a registered lone agent, or any agent outside runs in trace-every-app mode.
-            lone = agent in self._lone or probe is None
-            if lone:
-                probe = self.run_probe(agent)
+            society = self._society_of(agent)
+            run = self._session(society) if society is not None else None
+            if run is not None:
+                probe = run.probe
+            else:
+                society = None
+                probe = self._probe(agent) or self._ambient_probe()
+                # A run of its own: a registered lone agent, or any agent outside runs in trace-every-app mode.
+                lone = agent in self._lone or probe is None
+                if lone:
+                    probe = self.run_probe(agent)
         if probe is None:
             return None
         try:
@@ -537,18 +560,18 @@ class CamelAdapter(Adapter):
                 task = content_text(getattr(message, "content", message))
                 own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
-            with attached(own_run):
+            with attached(run if society is not None else own_run):  # the step's parent
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=[_message(message, "user")])
-            return own_run, step
+            return _Opened(own_run, step, society, agent)
         except Exception:
             log_hook_error("camel step start")
             if own_run is not None:
                 self._safe_finish(own_run)
             return None
 
-    def _close_step(self, opened: tuple[RunScope | None, StepScope], result: Any, exc: BaseException | None) -> None:
-        own_run, step = opened
+    def _close_step(self, opened: _Opened, result: Any, exc: BaseException | None) -> None:
+        own_run, step, society, agent = opened
         try:
             if exc is not None:
                 step.fail(exc)
@@ -562,6 +585,8 @@ class CamelAdapter(Adapter):
             step.end()
         if own_run is not None:
             self._safe_finish(own_run, exc)
+        if society is not None:
+            self._session_step_done(society, step.run, agent, result, exc)  # type: ignore[arg-type]
 
     def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         opened = self._open_step(instance, args, kwargs)
@@ -597,7 +622,7 @@ class CamelAdapter(Adapter):
         self._close_step(opened, result, None)
         return result
 
-    def _streamed(self, opened: tuple[RunScope | None, StepScope], agent: Any, result: Any) -> Any:
+    def _streamed(self, opened: _Opened, agent: Any, result: Any) -> Any:
         """A streaming step's response, rebuilt over the same stream: the step (and a lone agent's
         run) ends when the app has consumed it; the step is current while each item is produced."""
         output = _StreamedOutput(agent)

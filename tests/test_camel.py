@@ -223,8 +223,10 @@ def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
     assert len({s.context.trace_id for s in spans}) == 1
 
 
-def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(model_server, provider, exporter):
-    """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper is on it."""
+@pytest.mark.parametrize("app_kind", ["lone agent", "role playing", "role playing in probe.run"])
+def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_server, provider, exporter, monkeypatch):
+    """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper
+    is on it (a conversation's run is attached by the step wrapper, not by wrapping ``RolePlaying.step``)."""
     import sys
 
     from camel.agents import ChatAgent
@@ -233,23 +235,35 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(model_server, provi
     from adapters import camel as adapter_module
 
     ours_on_stack: list[list[str]] = []
+    walk = ChatAgent._is_called_from_registered_toolkit
 
-    class Recording(ChatAgent):
-        def _is_called_from_registered_toolkit(self) -> bool:
-            frame, names = sys._getframe(1), []
-            while frame is not None:
-                if frame.f_code.co_filename == adapter_module.__file__:
-                    names.append(frame.f_code.co_name)
-                frame = frame.f_back
-            ours_on_stack.append(names)
-            return super()._is_called_from_registered_toolkit()
+    def recording(self: Any) -> bool:
+        frame, names = sys._getframe(1), []
+        while frame is not None:
+            if frame.f_code.co_filename == adapter_module.__file__:
+                names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        ours_on_stack.append(names)
+        return walk(self)
 
-    server = model_server(lambda body: Reply(content="Hello."))
-    lone = Recording(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
-    aegis_probe.instrument(lone, tracer_provider=provider, store=False)
-    lone.step("Hi")
-    assert ours_on_stack == [["_step"]]
-    assert len(steps_of(ours(exporter))) == 1
+    monkeypatch.setattr(ChatAgent, "_is_called_from_registered_toolkit", recording)
+    if app_kind == "lone agent":
+        server = model_server(lambda body: Reply(content="Hello."))
+        app = ChatAgent(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
+        aegis_probe.instrument(app, tracer_provider=provider, store=False)
+        app.step("Hi")
+    else:
+        server = model_server(demo.policy)
+        app = demo.build_app(server.base_url, MODEL, API_KEY)
+        probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
+        if app_kind == "role playing":
+            demo.run_app(app, demo.TASK)
+        else:
+            with probe.run(demo.TASK):
+                demo.run_app(app, demo.TASK)
+    spans = ours(exporter)
+    assert ours_on_stack and ours_on_stack == [["_step"]] * len(ours_on_stack)
+    assert len(steps_of(spans)) == len(ours_on_stack) and len({s.context.trace_id for s in spans}) == 1
 
 
 # -- Workforce -------------------------------------------------------------------------------
@@ -369,7 +383,7 @@ def test_uninstrument_restores_every_patch(model_server, provider, exporter, tmp
     adapter.install()
     patched = adapter._patcher.patched()
     names = {f"{owner.__qualname__}.{name}" for owner, name, *_ in patched}
-    assert {"ChatAgent.step", "ChatAgent.astep", "ModelManager.run", "ModelManager.arun", "RolePlaying.step",
+    assert {"ChatAgent.step", "ChatAgent.astep", "ModelManager.run", "ModelManager.arun", "RolePlaying.init_chat",
             "Workforce.process_task", "ChatAgent._execute_tool_from_stream_data"} <= names
     aegis_probe.uninstrument()
     for owner, name, saved in patched:
