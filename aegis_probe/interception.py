@@ -100,8 +100,14 @@ class Interceptor(Protocol):
 
 
 def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", ModelCall]:
-    # Neutral messages are needed only to capture them or to show them to interceptors.
-    messages = codec.request(args, kwargs) if probe.config.capture_content or probe.interceptors else []
+    # Neutral messages are needed only to capture them (if the span records) or to show them to interceptors.
+    request: list[list[dict[str, Any]]] = []
+
+    def messages() -> list[dict[str, Any]]:
+        if not request:
+            request.append(codec.request(args, kwargs))
+        return request[0]
+
     model = codec.model(instance, args, kwargs)
     step, run = current_step(), current_run()
     actor = None if step else current_actor()  # e.g. a team's manager choosing the next speaker
@@ -110,7 +116,8 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent,
                       call_index=call_index, purpose=actor.purpose if actor else None,
                       attributes=codec.request_attributes(instance, args, kwargs))
-    return scope, ModelCall(run, agent, call_index, step.index if step else None, model, messages)
+    shown = messages() if probe.interceptors else request[0] if request else []
+    return scope, ModelCall(run, agent, call_index, step.index if step else None, model, shown)
 
 
 def _finish(scope: "LLMScope", response: LLMResponse) -> None:

@@ -14,7 +14,7 @@ import threading
 import traceback
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, TypeVar, Union
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aegis_probe")
 
 T = TypeVar("T")
+
+#: Message content handed to a span: the messages, or a function returning them, called only when
+#: the span records content (so a span that is not sampled costs no conversion or encoding).
+Content = Union[Sequence[ChatMessage], Callable[[], Sequence[ChatMessage]], None]
 
 _RUN_KEY = otel_context.create_key("aegis.run")
 _STEP_KEY = otel_context.create_key("aegis.step")
@@ -104,9 +108,17 @@ class _Scope:
     def detach(token: object) -> None:
         otel_context.detach(token)  # type: ignore[arg-type]
 
+    @property
+    def records_content(self) -> bool:
+        """Whether message content set on this span is kept: capture is on and the span records."""
+        return self.probe.config.capture_content and self.span.is_recording()
+
     def fail(self, exc: BaseException) -> None:
         """Mark the span as failed by the app's own exception (which the caller re-raises)."""
         if self._ended:
+            return
+        if not self.span.is_recording():  # nothing to redact and record
+            self.end()
             return
         try:
             self.record_error(exc)
@@ -128,16 +140,24 @@ class _Scope:
             self._ended = True
             self.span.end()
 
-    def content(self, key: str, messages: Sequence[ChatMessage] | None) -> None:
-        """Set a message-content attribute when content capture is on."""
-        if messages is not None and self.probe.config.capture_content:
-            self.span.set_attribute(key, encode_messages(messages, self.probe.redact))
+    def content(self, key: str, messages: Content) -> None:
+        """Set a message-content attribute when content capture is on and the span records."""
+        if messages is not None and self.records_content:
+            self.span.set_attribute(key, _encoded(self.probe, messages))
 
 
-def _add_content(probe: "Probe", attrs: dict[str, Any], key: str, messages: Sequence[ChatMessage] | None) -> None:
-    """Put a message-content attribute into a new span's ``attrs`` when content capture is on."""
-    if messages is not None and probe.config.capture_content:
-        attrs[key] = encode_messages(messages, probe.redact)
+def _encoded(probe: "Probe", messages: Content) -> str:
+    return encode_messages(messages() if callable(messages) else messages, probe.redact)  # type: ignore[arg-type]
+
+
+def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], parent: otel_context.Context,
+          late: Callable[[], dict[str, Any]] | None) -> Span:
+    """Start a span with ``attrs``, then, only if it records, add ``late()``'s attributes (content,
+    which costs conversion, encoding and redaction) after them, in that order."""
+    span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs)
+    if late is not None and span.is_recording():
+        span.set_attributes(late())
+    return span
 
 
 class RunScope(_Scope):
@@ -197,7 +217,7 @@ class StepScope(_Scope):
         self.run, self.agent, self.index = run, agent, index
         self.ctx = otel_context.set_value(_STEP_KEY, self, self.ctx)
 
-    def finish(self, output: Sequence[ChatMessage] | None = None) -> None:
+    def finish(self, output: Content = None) -> None:
         self.content(sc.OUTPUT_MESSAGES, output)
         self.end()
 
@@ -212,7 +232,7 @@ class LLMScope(_Scope):
 
     def finish(
         self,
-        output: Sequence[ChatMessage] | None = None,
+        output: Content = None,
         *,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
@@ -220,6 +240,9 @@ class LLMScope(_Scope):
         finish_reasons: Sequence[str] | None = None,
         response_id: str | None = None,
     ) -> None:
+        if not self.span.is_recording():
+            self.end()
+            return
         attrs: dict[str, Any] = {}
         if response_id:
             attrs[sc.RESPONSE_ID] = response_id
@@ -231,7 +254,8 @@ class LLMScope(_Scope):
             attrs[sc.RESPONSE_MODEL] = response_model
         if finish_reasons:
             attrs[sc.RESPONSE_FINISH_REASONS] = list(finish_reasons)
-        _add_content(self.probe, attrs, sc.OUTPUT_MESSAGES, output)
+        if output is not None and self.probe.config.capture_content:
+            attrs[sc.OUTPUT_MESSAGES] = _encoded(self.probe, output)
         self.span.set_attributes(attrs)  # one lock and one pass, not one per attribute
         self.end()
 
@@ -247,7 +271,7 @@ class ToolScope(_Scope):
     def finish(self, result: Any = None, *, is_error: bool = False) -> None:
         """End the span with the tool's ``result``; ``is_error``: status ERROR, described by the result
         text when content is captured, else by :attr:`FAILED` (the result is content)."""
-        text = self.probe.redact(str(result)) if result is not None and self.probe.config.capture_content else None
+        text = self.probe.redact(str(result)) if result is not None and self.records_content else None
         if text is not None:
             self.span.set_attribute(sc.TOOL_CALL_RESULT, text)
         if is_error:
@@ -255,11 +279,16 @@ class ToolScope(_Scope):
         self.end()
 
 
-def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> None:
-    """``gen_ai.conversation.id`` (the run's id) for a span opened inside a run."""
+def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> dict[str, Any]:
+    """``attrs`` with ``gen_ai.conversation.id`` (the run's id) for a span opened inside a run."""
     run = ctx.get(_RUN_KEY)
     if run is not None:
         attrs[sc.CONVERSATION_ID] = run.conversation_id  # type: ignore[attr-defined]
+    return attrs
+
+
+def _text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
 
 
 def start_run(
@@ -271,10 +300,9 @@ def start_run(
     op = sc.OP_AGENT if lone_agent else sc.OP_WORKFLOW
     attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
     attrs[sc.AGENT_NAME if lone_agent else sc.WORKFLOW_NAME] = name
-    if task is not None and probe.config.capture_content:
-        attrs[sc.TASK] = probe.redact(task)
+    late = (lambda: {sc.TASK: probe.redact(task)}) if task is not None and probe.config.capture_content else None  # type: ignore[arg-type]
     parent = otel_context.get_current()
-    span = probe.tracer.start_span(sc.span_name(op, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late)
     return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task, conversation_id)
 
 
@@ -286,10 +314,11 @@ def start_step(
     agent_id: str | None = None,
     description: str | None = None,
     role: str | None = None,
-    input_messages: Sequence[ChatMessage] | None = None,
+    input_messages: Content = None,
     attributes: Mapping[str, Any] | None = None,
 ) -> StepScope:
-    """Open an ``invoke_agent {agent}`` step span under the current context (``attributes``: extra ones)."""
+    """Open an ``invoke_agent {agent}`` step span under the current context (``attributes``: extra ones;
+    ``input_messages`` are encoded only if the span records content)."""
     index = run.next_step_index() if run is not None else None
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, **(attributes or {})}
     if run is not None:
@@ -303,9 +332,11 @@ def start_step(
         attrs[sc.AGENT_DESCRIPTION] = description
     if role:
         attrs[sc.AGENT_ROLE] = role
-    _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)
+    late = None
+    if input_messages is not None and probe.config.capture_content:
+        late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages)}  # noqa: E731
     parent = otel_context.get_current()
-    span = probe.tracer.start_span(sc.span_name(sc.OP_AGENT, agent), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    span = _open(probe, sc.span_name(sc.OP_AGENT, agent), SpanKind.INTERNAL, attrs, parent, late)
     return StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
 
 
@@ -314,7 +345,7 @@ def start_llm(
     model: str | None,
     *,
     provider: str,
-    input_messages: Sequence[ChatMessage] | None = None,
+    input_messages: Content = None,
     agent: str | None = None,
     call_index: int | None = None,
     purpose: str | None = None,
@@ -322,7 +353,7 @@ def start_llm(
 ) -> LLMScope:
     """Open a ``chat {model}`` span under the current context (``agent`` is the calling agent,
     ``purpose`` why an agent outside any step called, ``attributes`` the request's own, which
-    may name a more precise provider)."""
+    may name a more precise provider; ``input_messages`` are encoded only if the span records content)."""
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_CHAT, sc.PROVIDER: provider, **(attributes or {})}
     if model:
         attrs[sc.REQUEST_MODEL] = model
@@ -332,10 +363,13 @@ def start_llm(
         attrs[sc.LLM_PURPOSE] = purpose
     if call_index is not None:
         attrs[sc.AGENT_CALL_INDEX] = call_index
-    _add_content(probe, attrs, sc.INPUT_MESSAGES, input_messages)
     parent = otel_context.get_current()
-    _add_conversation(attrs, parent)
-    span = probe.tracer.start_span(sc.span_name(sc.OP_CHAT, model), context=parent, kind=SpanKind.CLIENT, attributes=attrs)
+    late = None
+    if input_messages is not None and probe.config.capture_content:  # content, then the conversation id
+        late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages)}, parent)  # noqa: E731
+    else:
+        _add_conversation(attrs, parent)
+    span = _open(probe, sc.span_name(sc.OP_CHAT, model), SpanKind.CLIENT, attrs, parent, late)
     return LLMScope(probe, span, trace.set_span_in_context(span, parent))
 
 
@@ -352,12 +386,13 @@ def start_tool(
         attrs[sc.TOOL_TYPE] = tool_type
     if call_id:
         attrs[sc.TOOL_CALL_ID] = str(call_id)
-    if arguments is not None and probe.config.capture_content:
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
-        attrs[sc.TOOL_CALL_ARGUMENTS] = probe.redact(text)
     parent = otel_context.get_current()
-    _add_conversation(attrs, parent)
-    span = probe.tracer.start_span(sc.span_name(sc.OP_TOOL, name), context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+    late = None
+    if arguments is not None and probe.config.capture_content:  # content, then the conversation id
+        late = lambda: _add_conversation({sc.TOOL_CALL_ARGUMENTS: probe.redact(_text(arguments))}, parent)  # noqa: E731
+    else:
+        _add_conversation(attrs, parent)
+    span = _open(probe, sc.span_name(sc.OP_TOOL, name), SpanKind.INTERNAL, attrs, parent, late)
     return ToolScope(probe, span, trace.set_span_in_context(span, parent))
 
 

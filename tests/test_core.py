@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 import aegis_probe
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
 from aegis_probe.redact import REDACTED, make_redactor, redact_secrets
 from aegis_probe.messages import SharedMessage, encode_messages
-from aegis_probe.spans import current_step, iterate_in_scope, start_step
+from aegis_probe.spans import attached, current_step, iterate_in_scope, start_llm, start_step
 from aegis_probe.store import TraceStore
 from toyrun import StepSpec, ToolSpec, make_probe, run_script
 
@@ -244,6 +247,43 @@ def test_spans_carry_redacted_content_or_none(tmp_path, capture):
         assert step.tool_calls[0].arguments is None and step.tool_calls[0].result is None
         assert step.llm_calls[0].output is None
         assert traj.outcome.success is True and traj.outcome.answer is None, "answers are content"
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_content_is_built_only_for_spans_that_record(sampled):
+    """A span the sampler drops costs no content work: lazy prompts are never built, nothing is
+    redacted; a recorded span gets its content once, before the conversation id, as always."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=None if sampled else ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    redacted: list[str] = []
+    probe = make_probe(provider, redact=lambda t: redacted.append(t) or t)
+    built: list[int] = []
+
+    def prompt() -> list[dict[str, str]]:
+        built.append(1)
+        return [{"role": "user", "content": "lazy question"}]
+
+    steps = [StepSpec("planner", "question", "answer", usage=[(3, 4)], tools=[ToolSpec("calc", {"x": 1}, "2", error=True)])]
+    run = run_script(probe, "a task", steps)
+    with attached(run):
+        step = start_step(probe, "coder", run=run, input_messages=prompt)
+        with attached(step):
+            llm = start_llm(probe, "m", provider="toy", input_messages=prompt)
+            llm.finish(prompt)
+        step.fail(ValueError("app error"))
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    if not sampled:
+        assert spans == {} and built == [] and redacted == []
+        return
+    assert len(built) == 3 and "lazy question" in redacted and "question" in redacted and "a task" in redacted
+    assert json.loads(spans["invoke_agent coder"].attributes["gen_ai.input.messages"])[0]["parts"][0]["content"] == "lazy question"
+    chat = list(spans["chat m"].attributes)
+    assert chat.index("gen_ai.input.messages") + 1 == chat.index("gen_ai.conversation.id")
+    tool = list(spans["execute_tool calc"].attributes)
+    assert tool.index("gen_ai.tool.call.arguments") + 1 == tool.index("gen_ai.conversation.id")
+    assert list(spans["invoke_workflow toy-team"].attributes)[:4] == ["gen_ai.operation.name", "aegis.framework",
+                                                                        "gen_ai.workflow.name", "aegis.task"]
 
 
 # -- Configuration ---------------------------------------------------------------------------
