@@ -43,17 +43,19 @@ is never consumed never ends.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 import weakref
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
-from aegis_probe.messages import content_text
+from aegis_probe.messages import SharedMessage, content_text
 from aegis_probe.spans import (
     ChatMessage,
     RunScope,
@@ -103,9 +105,48 @@ _BACKEND_PROVIDERS = (("AzureOpenAI", "azure.ai.openai"), ("OpenAI", "openai"), 
 
 def provider_of(backend: type) -> str:
     """``gen_ai.provider.name`` of a camel model backend class (else its name without ``Model``)."""
-    name = backend.__name__
+    return _provider_of(backend.__name__)
+
+
+@lru_cache(maxsize=64)
+def _provider_of(name: str) -> str:
     return next((p for prefix, p in _BACKEND_PROVIDERS if name.startswith(prefix)),
                 name.removesuffix("Model").lower() or name.lower())
+
+
+# camel builds a prompt's OpenAI message dicts anew for every call (equal dicts, new objects). The
+# last prompt of each conversation (keyed by its first message) is kept, as snapshots, with its
+# neutral form: a prompt that extends it (compared in C) converts only its new messages, and the
+# plain ones are shared (their JSON encoded once: messages.py).
+_PROMPTS: dict[tuple[int, str], tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]] = {}
+_PROMPTS_MAX = 64
+_KEY_CHARS = slice(0, 100)
+
+
+def _neutral(m: Mapping[str, Any]) -> dict[str, Any]:
+    """One OpenAI-format message in neutral form; a :class:`SharedMessage` when all its values are strings."""
+    content = m.get("content")
+    if type(content) is not str:  # a part list, or a str subclass (camel's TextPrompt): plain text
+        content = str.__str__(content) if isinstance(content, str) else content_text(content)
+    msg: dict[str, Any] = {"role": m.get("role", "user"), "content": content}
+    name, call_id, calls = m.get("name"), m.get("tool_call_id"), m.get("tool_calls")
+    if name:
+        msg["name"] = name
+    if call_id:
+        msg["tool_call_id"] = call_id
+    if calls:
+        msg["tool_calls"] = [
+            {"id": c.get("id"), "name": c.get("function", {}).get("name"), "arguments": c.get("function", {}).get("arguments")}
+            for c in calls
+        ]
+        return msg
+    return SharedMessage(msg) if all(type(v) is str for v in msg.values()) else msg
+
+
+def _snapshot(m: Mapping[str, Any]) -> dict[str, Any]:
+    """``m`` as it is now, for comparing later prompts with (nested values copied too)."""
+    flat = all(v is None or isinstance(v, (str, int, float)) for v in m.values())
+    return dict(m) if flat else copy.deepcopy(dict(m))
 
 
 class CamelCodec:
@@ -129,23 +170,29 @@ class CamelCodec:
         return list(kwargs["messages"] if "messages" in kwargs else args[0])
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
-        for m in self._messages(args, kwargs):  # the whole history, every call: kept lean
-            content = m.get("content")
-            msg: dict[str, Any] = {"role": m.get("role", "user"),
-                                   "content": content if type(content) is str else content_text(content)}
-            name, call_id, calls = m.get("name"), m.get("tool_call_id"), m.get("tool_calls")
-            if name:
-                msg["name"] = name
-            if call_id:
-                msg["tool_call_id"] = call_id
-            if calls:
-                msg["tool_calls"] = [
-                    {"id": c.get("id"), "name": c.get("function", {}).get("name"),
-                     "arguments": c.get("function", {}).get("arguments")}
-                    for c in calls
-                ]
-            out.append(msg)
+        """The prompt in neutral form, converting only what extends its conversation's last prompt."""
+        msgs = self._messages(args, kwargs)
+        first = msgs[0].get("content") if msgs else None
+        # The first message (the agent's system prompt) by its length and first characters: cheap to
+        # hash, and str's own methods (camel's TextPrompt wraps them all); the comparison decides.
+        key = (str.__len__(first), str.__getitem__(first, _KEY_CHARS)) if isinstance(first, str) else None
+        hit = _PROMPTS.get(key) if key is not None else None
+        done = 0
+        if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0]:
+            done = len(hit[0])
+        out = hit[1][:] if done else []  # type: ignore[index]
+        fresh = hit[2] if done else []  # type: ignore[index]
+        for i in fresh:  # not shared: made anew for each call, as interceptors may edit them
+            out[i] = _neutral(msgs[i])
+        tail = msgs[done:]
+        for m in tail:
+            out.append(msg := _neutral(m))
+            if type(msg) is not SharedMessage:
+                fresh = [*fresh, len(out) - 1]
+        if key is not None:
+            if len(_PROMPTS) >= _PROMPTS_MAX and key not in _PROMPTS:
+                _PROMPTS.clear()
+            _PROMPTS[key] = ((hit[0] if done else []) + [_snapshot(m) for m in tail], out[:], fresh)  # type: ignore[index]
         return out
 
     def with_request(

@@ -413,6 +413,38 @@ def test_hook_errors_never_reach_app(target, model_server, provider, monkeypatch
     assert "error in camel" in caplog.text or "error in llm" in caplog.text
 
 
+def test_prompt_conversion_converts_only_what_extends_the_conversation():
+    """camel rebuilds every prompt's message dicts: the codec converts only the new ones, shares the
+    plain ones across calls, and gives what a fresh conversion gives, also after an edit."""
+    from camel.prompts import TextPrompt
+
+    from adapters import camel as adapter_module
+    from aegis_probe.messages import SharedMessage
+
+    codec = adapter_module.CamelCodec()
+    call = {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "3+4"}'}}
+    history = [{"role": "system", "content": TextPrompt("You compute.")}, {"role": "user", "content": "3 + 4?"},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "content": "7", "tool_call_id": "c1"}, {"role": "assistant", "content": "7", "name": "Calc"}]
+
+    def convert(prompt: list[dict[str, Any]], fresh: bool = False) -> list[dict[str, Any]]:
+        if fresh:
+            adapter_module._PROMPTS.clear()
+        return codec.request(([dict(m) for m in prompt],), {})  # new dicts for every call, as camel makes them
+
+    expected = [convert(history[:n], fresh=True) for n in range(1, len(history) + 1)]
+    assert expected[-1][2] == {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "name": "calculate", "arguments": '{"expression": "3+4"}'}]}
+    assert type(expected[-1][0]["content"]) is str and expected[-1][4]["name"] == "Calc"
+    adapter_module._PROMPTS.clear()
+    seen = [convert(history[:n]) for n in range(1, len(history) + 1)]
+    assert seen == expected
+    assert all(m is seen[0][0] for m in (s[0] for s in seen)) and type(seen[0][0]) is SharedMessage
+    assert seen[-1][3] is seen[-2][3] and seen[-1][2] is not seen[-2][2]  # tool calls are made anew each call
+    edited = [*history[:1], {"role": "user", "content": "3 + 5?"}, *history[2:]]
+    assert convert(edited) == convert(edited, fresh=True) != seen[-1]
+
+
 def test_app_exceptions_propagate(model_server, provider, exporter):
     from pydantic import ValidationError
 
