@@ -78,6 +78,29 @@ _PROVIDERS = {
 _AASK_PARAMS = ("msg", "system_msgs", "format_msgs", "images", "timeout", "stream")
 
 
+#: (api type, temperature, max tokens, endpoint), each value with its type -> (provider, request attributes).
+_REQUEST_INFO: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+_REQUEST_INFO_MAX = 64
+
+
+def _request_info(config: Any) -> tuple[str, dict[str, Any]]:
+    """The API type's provider name and the request attributes of an ``LLMConfig``, built once per
+    distinct setting (every model call asks; the config may change between calls, so it is keyed by value)."""
+    api_type = getattr(getattr(config, "api_type", None), "value", None) or "openai"
+    temperature, max_token, base_url = config.temperature, config.max_token, config.base_url
+    key = (api_type, type(temperature), temperature, type(max_token), max_token, type(base_url), base_url)
+    info = _REQUEST_INFO.get(key)
+    if info is None:
+        provider = _PROVIDERS.get(api_type, api_type)
+        params = {"temperature": temperature, "max_tokens": max_token}
+        attrs = {**sc.request_attributes(params), **sc.server_attributes(base_url),
+                 sc.PROVIDER: sc.provider_name(base_url, provider)}
+        if len(_REQUEST_INFO) >= _REQUEST_INFO_MAX:
+            _REQUEST_INFO.clear()
+        info = _REQUEST_INFO[key] = (provider, attrs)
+    return info
+
+
 def _neutral(message: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": message.get("role", "user"), "content": content_text(message.get("content"))}
 
@@ -106,16 +129,12 @@ class MetaGPTCodec:
 
     @property
     def provider(self) -> str:
-        api_type = getattr(getattr(self.llm.config, "api_type", None), "value", None) or "openai"
-        return _PROVIDERS.get(api_type, api_type)
+        return _request_info(self.llm.config)[0]
 
     def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The sampling parameters metagpt's providers send (``temperature``, ``max_token``), the
         endpoint, and the provider serving it."""
-        config = self.llm.config
-        params = {"temperature": config.temperature, "max_tokens": config.max_token}
-        return {**sc.request_attributes(params), **sc.server_attributes(config.base_url),
-                sc.PROVIDER: sc.provider_name(config.base_url, self.provider)}
+        return dict(_request_info(self.llm.config)[1])
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return getattr(instance, "model", None) or getattr(instance.config, "model", None)
@@ -177,6 +196,15 @@ def _note_swallowed(exc: BaseException) -> None:
     if errors is not None:
         cause = exc.__context__
         errors.append(cause if type(exc) is Exception and cause is not None else exc)
+
+
+async def _noting_swallowed(call: Awaitable[Any]) -> Any:
+    """Await ``call``, noting its error for the team run around it (if any)."""
+    try:
+        return await call
+    except Exception as exc:
+        _note_swallowed(exc)
+        raise
 
 
 #: The codec of the ``aask`` call running in this task (for the usage hook).
@@ -280,7 +308,14 @@ class MetaGPTAdapter(Adapter):
             _note_swallowed(exc)
             raise
 
-    async def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+    def _role_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Awaitable[Any]:
+        """``Role.run``: a role of a traced team's round only has its error noted (no frame of this
+        hook's own); any other may start a lone role's run."""
+        if _SWALLOWED.get() is not None:
+            return _noting_swallowed(wrapped(*args, **kwargs))
+        return self._lone_run(wrapped, instance, args, kwargs)
+
+    async def _lone_run(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
         try:
             message = args[0] if args else kwargs.get("with_message")
             idle = not _has_input(instance, message)
@@ -289,49 +324,49 @@ class MetaGPTAdapter(Adapter):
             log_hook_error("role run start")
             run = None
         if run is None:
-            try:
-                return await wrapped(*args, **kwargs)
-            except Exception as exc:
-                _note_swallowed(exc)
-                raise
+            return await _noting_swallowed(wrapped(*args, **kwargs))
         return await _in_run(run, lambda: wrapped(*args, **kwargs))
 
     # -- steps and actions -----------------------------------------------------------------
-    async def _react(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+    # ``react`` and ``_act`` hooks return the awaitable (the wrapped coroutine, or the core's scope
+    # around it) instead of awaiting it: no frame of their own. metagpt awaits both at once, so the
+    # span starts when the awaiting starts, as before.
+    def _react(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Awaitable[Any]:
         run = current_run()
         if run is None:
-            return await wrapped(*args, **kwargs)
+            return wrapped(*args, **kwargs)
         try:
+            news = instance.rc.news
             step = start_step(
                 run.probe, instance.name, run=run, agent_id=instance.role_id or None,
                 description=instance.goal or None, role=instance.profile or None,
-                input_messages=_messages(instance.rc.news),
+                input_messages=lambda: _messages(news),
             )
         except Exception:
             log_hook_error("step start")
-            return await wrapped(*args, **kwargs)
+            return wrapped(*args, **kwargs)
 
         def finish(rsp: Any) -> None:
             content = rsp.content if isinstance(rsp, Message) else None if rsp is None else str(rsp)
-            step.finish(None if content is None else [{"role": "assistant", "name": instance.name, "content": content}])
+            step.finish(None if content is None else lambda: [{"role": "assistant", "name": instance.name, "content": content}])
             if content is not None:
                 run.answer = content
 
-        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), finish, "step")
+        return await_in_scope(step, lambda: wrapped(*args, **kwargs), finish, "step")
 
-    async def _act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+    def _act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Awaitable[Any]:
         step = current_step()
         if step is None:
-            return await wrapped(*args, **kwargs)
+            return wrapped(*args, **kwargs)
         try:
             todo = instance.rc.todo
             tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__,
                               description=getattr(todo, "desc", None) or None)
         except Exception:
             log_hook_error("action start")
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(tool, lambda: wrapped(*args, **kwargs),
-                                    lambda msg: tool.finish(msg.content if isinstance(msg, Message) else msg), "action")
+            return wrapped(*args, **kwargs)
+        return await_in_scope(tool, lambda: wrapped(*args, **kwargs),
+                              lambda msg: tool.finish(msg.content if isinstance(msg, Message) else msg), "action")
 
     # -- model calls -----------------------------------------------------------------------
     async def _aask(self, wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:
