@@ -49,7 +49,7 @@ class SpanRecord:
             name=span.name,
             start_ns=span.start_time or 0,
             end_ns=span.end_time or 0,
-            attributes=_plain(attributes if attributes is not None else span.attributes),
+            attributes=plain_attributes(attributes if attributes is not None else span.attributes),
             events=[
                 {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
                 for e in span.events
@@ -57,7 +57,7 @@ class SpanRecord:
             status=_STATUS_NAME[_STATUS_CODE[status.status_code]],
             status_message=status.description or "",
             kind=_KIND[span.kind],
-            resource=_resource(span.resource),
+            resource=resource_attributes(span.resource),
             scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
         )
 
@@ -65,7 +65,7 @@ class SpanRecord:
 _RESOURCES: dict[int, tuple[Any, dict[str, Any]]] = {}  # id -> (resource, attributes): one dict per provider
 
 
-def _resource(resource: Any) -> dict[str, Any]:
+def resource_attributes(resource: Any) -> dict[str, Any]:
     """The attributes of an SDK ``Resource`` (the same dict for every span of a provider)."""
     if resource is None:
         return {}
@@ -73,11 +73,11 @@ def _resource(resource: Any) -> dict[str, Any]:
     if hit is None or hit[0] is not resource:
         if len(_RESOURCES) >= 64:
             _RESOURCES.clear()
-        hit = _RESOURCES[id(resource)] = (resource, _plain(resource.attributes))
+        hit = _RESOURCES[id(resource)] = (resource, plain_attributes(resource.attributes))
     return hit[1]
 
 
-def _plain(attrs: Any) -> dict[str, Any]:
+def plain_attributes(attrs: Any) -> dict[str, Any]:
     """A plain dict of SDK attributes: copied from the dict inside the SDK's ``BoundedAttributes``
     when there is one (iterating that mapping runs Python code per item), else item by item."""
     inner = getattr(attrs, "_dict", None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any, MutableMapping
 
-from . import semconv as sc
 from .otlp_json import SpanRecord
 
 logger = logging.getLogger(__name__)
@@ -25,9 +24,49 @@ MIN_SHARED = 256
 Bases = dict[tuple[Any, Any, str], tuple[str, str]]
 
 
+#: Long strings their producer built from an earlier one: id(value) -> (value, base, shared
+#: length), taken by the store writer (:func:`shorten`) so that it need not compare them. Kept
+#: only once a store is in the process (:func:`want_hints`), and at most ``_HINT_CHARS`` characters.
+_HINTS: dict[int, tuple[str, str, int]] = {}
+_HINT_CHARS = 1 << 24
+_hint_chars = 0
+_wanted = False
+
+
+def want_hints() -> None:
+    """Start keeping :func:`note_extension`'s hints (a store span processor exists to take them)."""
+    global _wanted
+    _wanted = True
+
+
+def note_extension(value: str, base: str, shared: int) -> None:
+    """Tell the store that ``value[:shared] == base[:shared]``, because the caller built ``value``
+    from ``base`` (a prompt's JSON that extends the last prompt's): its delta against ``base``
+    then costs the store nothing proportional to their length."""
+    global _hint_chars
+    if _wanted and len(value) >= MIN_SHARED and shared >= MIN_SHARED:
+        if _hint_chars > _HINT_CHARS:  # hints no writer took (spans not stored): forget them
+            _HINTS.clear()
+            _hint_chars = 0
+        _HINTS[id(value)] = (value, base, shared)
+        _hint_chars += len(value)
+
+
+def _hinted_prefix(base: str, value: str) -> int | None:
+    """The shared length :func:`note_extension` gave for ``value`` built from ``base``, if any."""
+    global _hint_chars
+    hint = _HINTS.pop(id(value), None)
+    if hint is None:
+        return None
+    _hint_chars -= len(hint[0])
+    return hint[2] if hint[0] is value and hint[1] is base else None
+
+
 def common_prefix(a: str, b: str) -> int:
     """Length of a common prefix of ``a`` and ``b``: all of ``a`` but its last character when
     ``b`` extends it that way (a message list that grew), else the longest (slices compared in C)."""
+    if a is b and len(a) > 1:
+        return len(a) - 1
     if len(b) >= len(a) > 1 and b.startswith(a[:-1]):
         return len(a) - 1
     n = min(len(a), len(b))
@@ -46,20 +85,16 @@ def common_prefix(a: str, b: str) -> int:
     return n
 
 
-def shrink(rec: SpanRecord, bases: Bases) -> None:
-    """Replace ``rec``'s long string attributes that extend a remembered value by deltas (in place)."""
-    attrs = rec.attributes
-    agent = attrs.get(sc.AGENT_NAME)
-    for key, value in [(k, v) for k, v in attrs.items() if type(v) is str and len(v) >= MIN_SHARED]:
-        slot = (rec.name, agent, key)
-        base = bases.get(slot)
-        bases[slot] = (rec.span_id, value)
-        if base is None:
-            continue
-        shared = common_prefix(base[1], value)
-        if shared >= MIN_SHARED:
-            del attrs[key]
-            attrs[DELTA_PREFIX + key] = [base[0], shared, value[shared:]]
+def shorten(bases: Bases, slot: tuple[Any, Any, str], span_id: str, value: str) -> list[Any] | None:
+    """The delta ``[base span id, shared length, tail]`` of a long string attribute of span
+    ``span_id`` against the last value of its ``slot`` (span name, agent, key) in ``bases``, or
+    None to store it whole. ``value`` becomes the slot's base either way."""
+    base = bases.get(slot)
+    bases[slot] = (span_id, value)
+    if base is None:
+        return None
+    shared = (_hinted_prefix(base[1], value) if _HINTS else None) or common_prefix(base[1], value)
+    return [base[0], shared, value[shared:]] if shared >= MIN_SHARED else None
 
 
 def expand(by_span: MutableMapping[tuple[str, str], SpanRecord]) -> None:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .otlp_encode import encode_span, request_json
-from .otlp_json import SpanRecord
-from .store_delta import Bases, shrink
+from .otlp_encode import request_json, sdk_span_json
+from .otlp_json import resource_attributes
+from .store_delta import Bases, want_hints
 
 if TYPE_CHECKING:
     from .store import TraceStore
@@ -157,8 +157,7 @@ def _after_fork() -> None:
         writer._reset()
     for writer in list(_WRITERS):
         for processor in writer.processors():
-            processor._pending.clear()
-            processor._bases.clear()
+            processor._traces.clear()
 
 
 atexit.register(_flush_at_exit)
@@ -166,8 +165,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _encoded(rec: SpanRecord) -> tuple[Any, str, str]:
-    return rec.resource, rec.scope, encode_span(rec)
+#: A span encoded for its line: (resource attributes, scope name, span text).
+Encoded = tuple[dict[str, Any], str, str]
+
+
+class _Trace:
+    """Writer-thread state of a trace whose root has not been taken: its id in hex, its encoded
+    spans, and the delta bases of its long attributes."""
+
+    __slots__ = ("bases", "hex", "spans")
+
+    def __init__(self, trace_id: int) -> None:
+        self.hex = format(trace_id, "032x")
+        self.spans: list[Encoded] = []
+        self.bases: Bases = {}
+
+
+def _encoded(span: ReadableSpan, trace: _Trace | None) -> Encoded:
+    scope = span._instrumentation_scope  # ReadableSpan's fields: its properties are Python calls
+    return (resource_attributes(span._resource), scope.name if scope else "",
+            sdk_span_json(span, trace.hex, trace.bases) if trace else sdk_span_json(span, format(span.context.trace_id, "032x")))
 
 
 class StoreSpanProcessor(SpanProcessor):
@@ -184,17 +201,16 @@ class StoreSpanProcessor(SpanProcessor):
         self.dropped_spans = 0
         self._drop_lock = threading.Lock()
         self._closed = False
-        # Writer-thread state: encoded spans of unfinished traces (resource, scope, text), and
-        # the delta bases of each trace.
-        self._pending: dict[int, list[tuple[Any, str, str]]] = {}
-        self._bases: dict[int, Bases] = {}
+        # Writer-thread state: the traces whose root has not been taken, by trace id.
+        self._traces: dict[int, _Trace] = {}
+        want_hints()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._closed:  # after shutdown: write it alone, at once, on this thread
-            self._write([_encoded(SpanRecord.from_readable(span))])
+            self._write([_encoded(span, None)])
         elif not self.writer.submit(self, span, span.parent is None or span.parent.is_remote):
             self._dropped()
 
@@ -209,23 +225,25 @@ class StoreSpanProcessor(SpanProcessor):
     # -- writer thread -------------------------------------------------------------------
     def _take(self, span: ReadableSpan) -> None:
         """Encode ``span``; write its trace once the root is in."""
-        trace_id = span.context.trace_id
-        rec = SpanRecord.from_readable(span)
-        is_root = span.parent is None or span.parent.is_remote
-        shrink(rec, self._bases.pop(trace_id, {}) if is_root else self._bases.setdefault(trace_id, {}))
-        batch = self._pending.pop(trace_id, []) if is_root else self._pending.setdefault(trace_id, [])
-        batch.append(_encoded(rec))
-        if is_root:  # the trace is complete
-            self._write(batch)
+        ctx: Any = span._context  # a SpanContext is a tuple: trace id, span id, is remote, ...
+        trace_id = ctx[0]
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            trace = self._traces[trace_id] = _Trace(trace_id)
+        trace.spans.append(_encoded(span, trace))
+        parent = span._parent
+        if parent is None or parent[2]:  # the root (or a remote parent's child): the trace is complete
+            del self._traces[trace_id]
+            self._write(trace.spans)
 
     def _write_unfinished(self) -> None:
         """Write the spans of traces whose root has not ended (kept: their deltas' bases)."""
-        batches = list(self._pending.values())
-        self._pending.clear()
-        for batch in batches:
-            self._write(batch)
+        for trace in list(self._traces.values()):
+            spans, trace.spans = trace.spans, []
+            if spans:
+                self._write(spans)
 
-    def _write(self, spans: list[tuple[Any, str, str]]) -> None:
+    def _write(self, spans: list[Encoded]) -> None:
         try:
             self.store.write_line(request_json(spans))
         except Exception:  # a full disk or a removed directory must not stop the writer

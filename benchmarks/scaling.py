@@ -8,6 +8,8 @@ interleaved ``--repeats`` times; the table gives per agent step:
 
 - ``overhead us``: (default - uninstrumented) process CPU time / steps, median [p25-p75] over
   repeats: flat when aegis's cost is linear in the run's length;
+- ``writer us``: CPU time of the store's writer thread / steps (min over repeats): what encoding
+  and writing the run costs, off the app thread;
 - ``store B``: bytes the store wrote for the run / steps;
 - ``peak kB``: the largest amount of memory Python held during the run (``tracemalloc``, one
   extra run each, not timed), default minus uninstrumented, / steps.
@@ -21,31 +23,41 @@ import argparse
 import shutil
 import statistics
 import tempfile
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import aegis_probe
 from _harness import elapsed, spread, start
+from aegis_probe.store_writer import shared_writer
 from apps import APPS, App, installed
 
 
-def run_once(app: App, steps: int, store: Path | None) -> tuple[float, int]:
-    """Process CPU seconds of one run (``store``: the default configuration writing there) and
-    the bytes the store gained."""
+def writer_cpu() -> float:
+    """CPU seconds the store's writer thread has used so far (0 before it starts)."""
+    thread = shared_writer()._thread
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident)) if thread and thread.ident else 0.0
+
+
+def run_once(app: App, steps: int, store: Path | None) -> tuple[float, int, float]:
+    """Process CPU seconds of one run (``store``: the default configuration writing there), the
+    bytes the store gained and the writer thread's CPU seconds."""
     target = app.build(steps)
     probe: Any = aegis_probe.instrument(target, store=str(store)) if store is not None else None
     before = probe.store.file.stat().st_size if probe and probe.store.file.exists() else 0
     try:
+        writer = writer_cpu()
         begin = start()
         app.play(target, probe, steps)
         if probe is not None:
             assert probe.store.flush()
         seconds = elapsed(begin)["cpu"]
+        writer = writer_cpu() - writer
     finally:
         if probe is not None:
             probe.uninstrument()
-    return seconds, (probe.store.file.stat().st_size - before) if probe else 0
+    return seconds, (probe.store.file.stat().st_size - before) if probe else 0, writer
 
 
 def peak_bytes(app: App, steps: int, store: Path | None) -> int:
@@ -69,22 +81,23 @@ def main() -> None:
     try:
         print(f"Default configuration (store on, content on) by run length, {args.repeats} interleaved repeats, "
               "per agent step; overhead = process CPU, median [p25-p75]")
-        print(f"{'framework':<10}{'steps':>6}{'base us':>10}{'overhead us':>24}{'store B':>10}{'peak kB':>10}")
+        print(f"{'framework':<10}{'steps':>6}{'base us':>10}{'overhead us':>24}{'writer us':>10}{'store B':>10}{'peak kB':>10}")
         for name in installed(args.framework or list(APPS)):
             app = APPS[name]()
             run_once(app, 10, store)  # warm-up: imports and first-call costs
             run_once(app, 10, None)
             for steps in args.steps:
-                base, default, sizes = [], [], []
+                base, default, sizes, writer = [], [], [], []
                 for _ in range(args.repeats):
                     base.append(run_once(app, steps, None)[0])
-                    seconds, size = run_once(app, steps, store)
+                    seconds, size, writer_seconds = run_once(app, steps, store)
                     default.append(seconds)
                     sizes.append(size)
+                    writer.append(writer_seconds)
                 over = [(d - b) / steps * 1e6 for d, b in zip(default, base)]
                 peak = (peak_bytes(app, steps, store) - peak_bytes(app, steps, None)) / steps / 1e3
                 print(f"{name:<10}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>24}"
-                      f"{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}")
+                      f"{min(writer) / steps * 1e6:>10.1f}{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}")
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
