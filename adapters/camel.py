@@ -609,7 +609,7 @@ class CamelAdapter(Adapter):
             role = getattr(getattr(agent, "role_type", None), "value", None)
             with attached(run if society is not None else own_run):  # the step's parent
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
-                                  input_messages=[_message(message, "user")])
+                                  input_messages=lambda: [_message(message, "user")])  # only if it records
             return _Opened(own_run, step, society, agent)
         except Exception:
             log_hook_error("camel step start")
@@ -623,10 +623,10 @@ class CamelAdapter(Adapter):
             if exc is not None:
                 step.fail(exc)
             else:
-                msgs = [_message(m, "assistant") for m in getattr(result, "msgs", None) or ()]
-                if own_run is not None and msgs:
-                    own_run.answer = msgs[-1]["content"]
-                step.finish(msgs)
+                said = getattr(result, "msgs", None) or ()
+                if own_run is not None and said:
+                    own_run.answer = _message(said[-1], "assistant")["content"]
+                step.finish(lambda: [_message(m, "assistant") for m in said])  # converted only if the span records
         except Exception:
             log_hook_error("camel step end")
             step.end()
