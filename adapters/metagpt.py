@@ -272,7 +272,7 @@ class MetaGPTAdapter(Adapter):
         patcher.wrap(Role, "react", self._react)
         patcher.wrap(Role, "_act", self._act)
         patcher.wrap(BaseLLM, "aask", self._aask)
-        patcher.wrap(BaseLLM, "_update_costs", self._update_costs)
+        patcher.wrap(BaseLLM, "_update_costs", self._update_costs, enabled=_ACTIVE_CALL.get)  # only inside a traced ``aask``
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
