@@ -82,6 +82,7 @@ from aegis_probe.spans import (
     acting_context,
     attached,
     await_in_scope,
+    current_context,
     current_run,
     current_step,
     in_llm_call,
@@ -425,10 +426,10 @@ class _StepHooks:
             self.scope.fail(exc)
             return
         out = self.output
-        if out is None or not self.scope.probe.config.capture_content:
+        if out is None:
             self.scope.finish()
         else:
-            self.scope.finish([{"role": "assistant", "content": out.to_text(), "name": out.source}])
+            self.scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
 
 
 class StepWrapper(_Wrapper):
@@ -454,11 +455,9 @@ class StepWrapper(_Wrapper):
         probe = run.probe if run is not None else self.registry.get(instance)
         if probe is None:
             return None
-        inputs = None
-        if probe.config.capture_content:
-            inputs = chat_messages(args[0] if args else kwargs.get("messages", ()))
-        return start_step(probe, name, run=run, description=instance.description, input_messages=inputs,
-                          attributes=_path_attributes())
+        messages = args[0] if args else kwargs.get("messages", ())
+        return start_step(probe, name, run=run, description=instance.description,
+                          input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
 
 
 class _ClientWrapper(_Wrapper):
@@ -539,7 +538,7 @@ _WORKBENCH_CALL = otel_context.create_key("aegis.autogen.workbench_call")
 
 def _workbench_call() -> ToolScope | None:
     """The workbench call whose span is the current span (nothing opened a span since), if any."""
-    scope = otel_context.get_value(_WORKBENCH_CALL)
+    scope = current_context().get(_WORKBENCH_CALL)
     return scope if isinstance(scope, ToolScope) and trace.get_current_span() is scope.span else None
 
 
@@ -723,7 +722,7 @@ TURN_MANAGERS: tuple[type, ...] = (MagenticOneOrchestrator,)
 
 def _team_path() -> tuple[str, ...]:
     """Names of the teams the calling code runs in, outermost first."""
-    return otel_context.get_value(_TEAM_PATH) or ()  # type: ignore[return-value]
+    return current_context().get(_TEAM_PATH) or ()  # type: ignore[return-value]
 
 
 def _path_attributes() -> dict[str, Any] | None:
@@ -732,7 +731,7 @@ def _path_attributes() -> dict[str, Any] | None:
 
 
 def _manager_turn() -> "_ManagerTurn | None":
-    return otel_context.get_value(_TURN)  # type: ignore[return-value]
+    return current_context().get(_TURN)  # type: ignore[return-value]
 
 
 class _ContextScope:

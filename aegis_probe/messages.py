@@ -2,7 +2,8 @@
 
 Every LLM call's prompt repeats the conversation so far, so each message is encoded once and its
 JSON reused (kept on a :class:`SharedMessage`, else in a bounded table keyed by content); a
-prompt's JSON is then one join of cached fragments.
+prompt's JSON is then one join of cached fragments. A text is redacted and JSON-quoted once,
+whichever messages carry it (a step's output is also the next prompt's last message).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_ascii=False) uses
 from typing import Any, Callable, Iterable, Mapping
+
+from .store_delta import note_extension
 
 # A neutral chat message, as adapters hand them over: {"role", "content", optional "name",
 # optional "tool_calls": [{"id", "name", "arguments"}], optional "tool_call_id"}.
@@ -55,6 +58,11 @@ _FRAGMENTS: dict[tuple[Any, ...], str] = {}
 _FRAGMENTS_MAX = 4096  # messages
 _FRAGMENT_MAX_CHARS = 8192  # longer contents are encoded every time, not kept
 
+#: Per redactor: text -> its redacted, JSON-quoted form (texts up to _FRAGMENT_MAX_CHARS).
+_TEXTS: dict[Callable[[str], str], dict[str, str]] = {}
+_TEXTS_MAX = 4096  # texts per redactor
+_REDACTORS_MAX = 8
+
 
 #: Last JSON per conversation of :class:`SharedMessage`s: (first message id, redactor) ->
 #: (messages, JSON). A prompt that extends it is that JSON plus the new messages'.
@@ -85,6 +93,7 @@ def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str
         text = hit[1]  # type: ignore[index]
     else:
         text = hit[1][:-1] + ", " + _join(tail, redact)[1:]  # type: ignore[index]
+        note_extension(text, hit[1], len(hit[1]) - 1)  # type: ignore[index]  # the store's delta: no prefix scan
     if all(type(m) is SharedMessage for m in tail):  # only messages that never change are remembered
         if len(_PROMPTS) >= _PROMPTS_MAX and key not in _PROMPTS:
             _PROMPTS.clear()
@@ -124,10 +133,27 @@ def _fragment(m: ChatMessage, redact: Callable[[str], str]) -> str:
             or (name and type(name) is not str) or (reason and type(reason) is not str)):
         return json.dumps(_encode_message(m, redact), ensure_ascii=False)
     content = m.get("content")
-    text = '{"type": "text", "content": ' + _quote(redact(str(content))) + "}" if content else ""
-    return ('{"role": ' + _quote(role) + ', "parts": [' + text + "]"
-            + (', "name": ' + _quote(name) if name else "")
-            + (', "finish_reason": ' + _quote(reason) if reason else "") + "}")
+    text = f'{{"type": "text", "content": {_quoted(content if type(content) is str else str(content), redact)}}}' if content else ""
+    return (f'{{"role": {_quote(role)}, "parts": [{text}]'
+            + (f', "name": {_quote(name)}' if name else "")
+            + (f', "finish_reason": {_quote(reason)}' if reason else "") + "}")
+
+
+def _quoted(text: str, redact: Callable[[str], str]) -> str:
+    """``text`` redacted and JSON-quoted, once per distinct text and redactor."""
+    texts = _TEXTS.get(redact)
+    if texts is None:
+        if len(_TEXTS) >= _REDACTORS_MAX:
+            _TEXTS.clear()
+        texts = _TEXTS[redact] = {}
+    out = texts.get(text)
+    if out is None:
+        out = _quote(redact(text))
+        if len(text) <= _FRAGMENT_MAX_CHARS:
+            if len(texts) >= _TEXTS_MAX:
+                texts.clear()
+            texts[text] = out
+    return out
 
 
 def _encode_message(m: ChatMessage, redact: Callable[[str], str]) -> dict[str, Any]:

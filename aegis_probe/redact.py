@@ -5,8 +5,8 @@ Detected forms: provider keys and tokens by their shape
 keys), bearer/basic credentials, ``name = value`` / ``"name": "value"`` pairs whose name says
 secret (also with the escaped quotes of JSON inside a JSON string), secret URL query parameters
 and the password of ``user:pass@host`` URLs. Each form is searched only when one of its literal
-trigger substrings occurs (a fast scan), and results are cached, since prompts repeat earlier
-messages.
+trigger substrings occurs (substring scans in C), and results are cached, since prompts repeat
+earlier messages.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ REDACTED = "[REDACTED]"
 
 @dataclass(frozen=True)
 class _Detector:
-    """One secret form: a pattern whose ``secret`` group is replaced, run only when a trigger occurs.
+    """One secret form: a pattern whose ``secret`` group is replaced, run only when a trigger occurs
+    (:func:`_redact` checks the triggers of all forms at once).
 
     ``lower`` detectors are case-insensitive: their lower-case pattern runs on the lower-cased
     text (same offsets for ASCII). Each pattern starts with a literal, so a search is a fast scan.
@@ -38,11 +39,8 @@ class _Detector:
         pattern = self.pattern
         if self.lower and low is None:
             pattern = _insensitive(pattern)
-        else:
-            if self.lower and low is not None:
-                haystack = low
-            if not any(trigger in haystack for trigger in self.triggers):
-                return []
+        elif self.lower:
+            haystack = low  # type: ignore[assignment]
         check = self.check
         return [m.span("secret") for m in pattern.finditer(haystack)
                 if check is None or check(text[m.start("secret"):m.end("secret")])]
@@ -110,17 +108,27 @@ _DETECTORS: tuple[_Detector, ...] = (
     _shape("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),  # JWTs
 )
 _CACHED_MAX_LEN = 8192
-# Any trigger at all (lower-cased): one scan rejects most short texts faster than a scan per form.
-_ANY_TRIGGER = re.compile("|".join(dict.fromkeys(re.escape(t.lower()) for d in _DETECTORS for t in d.triggers)))
-_GATED_MAX_LEN = 512
+# (trigger, index of its form): case-sensitive forms' triggers are looked for in the text, the
+# others' in its lower-case form. A substring scan is C-speed; one regex alternation of all
+# triggers tries each of them at every position (~15x slower on a 250-character text).
+_CASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if not d.lower for t in d.triggers)
+_UNCASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if d.lower for t in d.triggers)
+_ALL_UNCASED = frozenset(i for i, d in enumerate(_DETECTORS) if d.lower)
 
 
 def _redact(text: str) -> str:
     lowered = text.lower()
     low = lowered if len(lowered) == len(text) else None  # offsets must match the text's
+    found = {i for trigger, i in _CASED if trigger in text}
+    if low is None:  # case-insensitive forms then search the text itself, whatever the triggers
+        found |= _ALL_UNCASED
+    else:
+        found.update([i for trigger, i in _UNCASED if trigger in low])
+    if not found:
+        return text
     spans: list[tuple[int, int]] = []
-    for detector in _DETECTORS:
-        spans += detector.spans(text, low)
+    for i in sorted(found):
+        spans += _DETECTORS[i].spans(text, low)
     if not spans:
         return text
     spans.sort()
@@ -144,8 +152,6 @@ def redact_secrets(text: str) -> str:
     (and lone surrogates escaped: see :func:`encodable`)."""
     if not text.isascii():
         text = encodable(text)
-    if len(text) <= _GATED_MAX_LEN and _ANY_TRIGGER.search(text.lower()) is None:
-        return text
     if len(text) <= _CACHED_MAX_LEN:
         return _redact_cached(text)  # prompts repeat earlier messages: redact each text once
     return _redact(text)

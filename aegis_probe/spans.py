@@ -14,9 +14,11 @@ import threading
 import traceback
 import uuid
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, TypeVar, Union
 
 from opentelemetry import context as otel_context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -41,6 +43,20 @@ _LLM_KEY = otel_context.create_key("aegis.llm")
 _ACTOR_KEY = otel_context.create_key("aegis.actor")
 
 
+def _context_getter() -> Callable[[], otel_context.Context]:
+    """``otel_context.get_current``, or the same read without its two Python calls when the
+    runtime context is OpenTelemetry's default (a ``ContextVar``): patched calls read it often."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime) is ContextVarsRuntimeContext and isinstance(var, ContextVar):
+        return var.get
+    return otel_context.get_current
+
+
+#: The current OpenTelemetry context (see :func:`_context_getter`).
+current_context = _context_getter()
+
+
 def log_hook_error(where: str) -> None:
     """Log (never raise) an exception caught inside instrumentation code."""
     logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
@@ -52,21 +68,22 @@ def instrumentation_suppressed(ctx: otel_context.Context | None = None) -> bool:
     The keys ``opentelemetry.instrumentation.utils.is_instrumentation_enabled`` reads: the API's
     (set by ``suppress_instrumentation()`` and by the SDK's export threads) and the legacy string key.
     """
-    ctx = otel_context.get_current() if ctx is None else ctx
+    ctx = current_context() if ctx is None else ctx
     return bool(ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
 
 
 def current_run() -> "RunScope | None":
     """The run the calling code belongs to, or None outside instrumented runs (and while suppressed)."""
-    ctx = otel_context.get_current()  # one context read: this runs on every patched call
-    if instrumentation_suppressed(ctx):
-        return None
-    return ctx.get(_RUN_KEY)  # type: ignore[return-value]
+    ctx = current_context()  # one context read: this runs on every patched call
+    run = ctx.get(_RUN_KEY)
+    if run is None or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN):
+        return None  # (instrumentation_suppressed, inlined)
+    return run  # type: ignore[return-value]
 
 
 def current_step() -> "StepScope | None":
     """The agent step the calling code belongs to, if any."""
-    return otel_context.get_value(_STEP_KEY)  # type: ignore[return-value]
+    return current_context().get(_STEP_KEY)  # type: ignore[return-value]
 
 
 class Actor(NamedTuple):
@@ -78,19 +95,19 @@ class Actor(NamedTuple):
 
 def current_actor() -> Actor | None:
     """The actor set by :func:`acting_context` for the calling code, if any (steps take precedence)."""
-    return otel_context.get_value(_ACTOR_KEY)  # type: ignore[return-value]
+    return current_context().get(_ACTOR_KEY)  # type: ignore[return-value]
 
 
 def acting_context(actor: Actor, ctx: otel_context.Context | None = None) -> otel_context.Context:
     """``ctx`` (default: the current one) with no step current and ``actor`` making its model calls:
     their ``chat`` spans name ``actor.agent`` and ``actor.purpose``, and replay keys them by it."""
-    ctx = otel_context.get_current() if ctx is None else ctx
+    ctx = current_context() if ctx is None else ctx
     return otel_context.set_value(_ACTOR_KEY, actor, otel_context.set_value(_STEP_KEY, None, ctx))
 
 
 def in_llm_call() -> bool:
     """Whether the calling code runs inside a traced model call (a client delegating to another)."""
-    return otel_context.get_value(_LLM_KEY) is not None
+    return current_context().get(_LLM_KEY) is not None
 
 
 class _Scope:
@@ -301,7 +318,7 @@ def start_run(
     attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
     attrs[sc.AGENT_NAME if lone_agent else sc.WORKFLOW_NAME] = name
     late = (lambda: {sc.TASK: probe.redact(task)}) if task is not None and probe.config.capture_content else None  # type: ignore[arg-type]
-    parent = otel_context.get_current()
+    parent = current_context()
     span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late)
     return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task, conversation_id)
 
@@ -335,7 +352,7 @@ def start_step(
     late = None
     if input_messages is not None and probe.config.capture_content:
         late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages)}  # noqa: E731
-    parent = otel_context.get_current()
+    parent = current_context()
     span = _open(probe, sc.span_name(sc.OP_AGENT, agent), SpanKind.INTERNAL, attrs, parent, late)
     return StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
 
@@ -363,7 +380,7 @@ def start_llm(
         attrs[sc.LLM_PURPOSE] = purpose
     if call_index is not None:
         attrs[sc.AGENT_CALL_INDEX] = call_index
-    parent = otel_context.get_current()
+    parent = current_context()
     late = None
     if input_messages is not None and probe.config.capture_content:  # content, then the conversation id
         late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages)}, parent)  # noqa: E731
@@ -386,7 +403,7 @@ def start_tool(
         attrs[sc.TOOL_TYPE] = tool_type
     if call_id:
         attrs[sc.TOOL_CALL_ID] = str(call_id)
-    parent = otel_context.get_current()
+    parent = current_context()
     late = None
     if arguments is not None and probe.config.capture_content:  # content, then the conversation id
         late = lambda: _add_conversation({sc.TOOL_CALL_ARGUMENTS: probe.redact(_text(arguments))}, parent)  # noqa: E731
