@@ -140,13 +140,16 @@ def _neutral(m: Mapping[str, Any]) -> dict[str, Any]:
             for c in calls
         ]
         return msg
-    return SharedMessage(msg) if all(type(v) is str for v in msg.values()) else msg
+    plain = type(msg["role"]) is str and (not name or type(name) is str) and (not call_id or type(call_id) is str)
+    return SharedMessage(msg) if plain else msg
 
 
 def _snapshot(m: Mapping[str, Any]) -> dict[str, Any]:
     """``m`` as it is now, for comparing later prompts with (nested values copied too)."""
-    flat = all(v is None or isinstance(v, (str, int, float)) for v in m.values())
-    return dict(m) if flat else copy.deepcopy(dict(m))
+    for v in m.values():
+        if v is not None and not isinstance(v, (str, int, float)):
+            return copy.deepcopy(dict(m))
+    return dict(m)
 
 
 class CamelCodec:
