@@ -114,6 +114,35 @@ _CACHED_MAX_LEN = 8192
 _CASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if not d.lower for t in d.triggers)
 _UNCASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if d.lower for t in d.triggers)
 _ALL_UNCASED = frozenset(i for i, d in enumerate(_DETECTORS) if d.lower)
+_TRIGGER_MAX = max(len(t) for t, _ in _CASED + _UNCASED)
+# Recent long ASCII texts in which no trigger occurs, newest last: a prompt that repeats the
+# conversation so far in one text (MetaGPT) extends the last one, and only its new part (plus
+# the last _TRIGGER_MAX - 1 characters before it) can hold a trigger.
+_CLEAN: tuple[str, ...] = ()  # replaced whole: readers in other threads keep a consistent snapshot
+_CLEAN_MAX = 8
+_CLEAN_MIN_LEN = 1024
+
+
+def _trigger_free(text: str) -> bool:
+    """Whether no form's trigger occurs in ASCII ``text`` (then none can match)."""
+    if any(trigger in text for trigger, _ in _CASED):
+        return False
+    low = text.lower()
+    return not any(trigger in low for trigger, _ in _UNCASED)
+
+
+def _clean_extension(text: str) -> bool:
+    """Whether long ASCII ``text`` is trigger-free, scanning only what it adds to a recent clean text."""
+    global _CLEAN
+    for old in reversed(_CLEAN):
+        if text.startswith(old):
+            free = _trigger_free(text[max(len(old) - _TRIGGER_MAX + 1, 0):])
+            break
+    else:
+        free = _trigger_free(text)
+    if free:
+        _CLEAN = (*_CLEAN[1 - _CLEAN_MAX:], text)
+    return free
 
 
 def _redact(text: str) -> str:
@@ -152,6 +181,8 @@ def redact_secrets(text: str) -> str:
     (and lone surrogates escaped: see :func:`encodable`)."""
     if not text.isascii():
         text = encodable(text)
+    elif len(text) >= _CLEAN_MIN_LEN and _clean_extension(text):
+        return text
     if len(text) <= _CACHED_MAX_LEN:
         return _redact_cached(text)  # prompts repeat earlier messages: redact each text once
     return _redact(text)

@@ -223,3 +223,17 @@ def test_redaction_is_idempotent():
     text = "\n".join(make("Ab12Cd34Ef56Gh78Ij90")[0] for make in FORMS.values())
     once = redact_secrets(text)
     assert redact_secrets(once) == once
+
+
+@pytest.mark.parametrize(("form", "make"), list(FORMS.items()), ids=list(FORMS))
+def test_a_growing_conversation_is_redacted_where_it_grows(form, make):
+    """A long trigger-free text is remembered, and its extensions are scanned from where they
+    grow: a secret added later is still found, also one whose trigger straddles the old end."""
+    text, core = make("Ab12Cd34Ef56Gh78Ij90")
+    conversation = "Conversation:\n" + "".join(f"alice: reply number {i}, all good\n" for i in range(60))
+    assert redact_secrets(conversation) == conversation
+    for cut in (0, 1, 3, len(text) // 2):
+        old = conversation + text[:cut]
+        redact_secrets(old)  # clean or not, whichever the cut gives
+        grown = old + text[cut:] + "\nbob: done"
+        assert core not in redact_secrets(grown) and redact_secrets(grown).endswith("\nbob: done"), cut
