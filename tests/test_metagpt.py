@@ -375,3 +375,18 @@ def test_swallowed_budget_error_fails_the_run(server, provider, exporter, tmp_pa
     assert root.status.status_code == StatusCode.ERROR and root.attributes[sc.ERROR_TYPE] == "NoMoneyException"
     traj = probe.trajectory()
     assert traj.outcome.success is False and traj.steps == []
+
+
+def test_request_attributes_follow_the_llm_config_of_each_call(server, provider, exporter, tmp_path):
+    role = _lone_calculator(server)
+    _instrument(role, provider, tmp_path)
+
+    async def two_runs() -> None:  # one event loop: the role's openai client is bound to it
+        await role.run("Please evaluate (2 + 3) * 4.")
+        role.llm.config.temperature, role.llm.config.max_token = 0.5, 99  # changed between calls: read anew
+        await role.run("Please evaluate (2 + 3) * 4.")
+
+    asyncio.run(two_runs())
+    chats = sorted((s for s in _ours(exporter) if s.attributes[sc.OPERATION] == sc.OP_CHAT), key=lambda s: s.start_time)
+    assert [(s.attributes[sc.REQUEST_TEMPERATURE], s.attributes[sc.REQUEST_MAX_TOKENS]) for s in chats] == [(0.0, 4096), (0.5, 99)]
+    assert all(s.attributes[sc.PROVIDER] == "openai" and s.attributes[sc.SERVER_ADDRESS] == "127.0.0.1" for s in chats)
