@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 SPANS_FILE = "spans.jsonl"
 
 _BAD_RECORD = (ValueError, KeyError, TypeError, AttributeError)
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
 
 class TraceFileError(AegisProbeError, ValueError):
@@ -162,6 +163,7 @@ class TraceStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._file = self.path / SPANS_FILE
         self._lock = threading.Lock()
 
     @property
@@ -181,16 +183,21 @@ class TraceStore:
 
     def write_line(self, line: str) -> None:
         """Append one encoded export request (no newline) as a line; safe across threads and processes."""
-        data = utf8(line + "\n")  # lone surrogates escaped, never a lost trace
+        data = utf8(line)  # lone surrogates escaped, never a lost trace
         with self._lock:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self._file, _APPEND, 0o644)
+            except FileNotFoundError:  # no directory yet (or it was removed)
+                self.path.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self._file, _APPEND, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                _end_last_line(fd, self.file)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                _end_last_line(fd, self._file)
+                written = os.writev(fd, (data, b"\n"))  # the line and its newline, without joining them
+                if written < len(data) + 1:  # a short write (a full disk): the rest, or the error
+                    view = memoryview(data + b"\n")[written:]
+                    while view:
+                        view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
 
