@@ -26,7 +26,8 @@ coroutine scheduled on the blocked outer loop; so that thread is not handled her
 ~20 us per Python frame on it. So ``RolePlaying.step`` is not wrapped (the conversation's run is
 attached by the step wrapper itself), and the step wrappers (``_step``/``_astep``) and
 ``_process_task`` keep their attach/call/finish inline instead of using ``spans.call_in_scope``:
-``_step`` is aegis's only frame under camel's stack walk.
+``_step`` is aegis's only frame under camel's stack walk (a workforce's steps add ``_process_task``:
+``process_task_async`` inside a run, as ``process_task`` runs it, is not entered).
 
 Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
 ``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
@@ -352,6 +353,10 @@ class _Opened(NamedTuple):
     agent: Any
 
 
+def _outside_runs() -> bool:
+    return current_run() is None
+
+
 def _society_name(society: Any) -> str:
     """A ``RolePlaying``'s app name: its two roles."""
     return f"{society.assistant_agent.role_name} & {society.user_agent.role_name}"
@@ -420,8 +425,9 @@ class CamelAdapter(Adapter):
 
         patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
         patcher.wrap(RolePlaying, "ainit_chat", self._new_conversation)
-        patcher.wrap(Workforce, "process_task", self._process_task)
-        patcher.wrap(Workforce, "process_task_async", self._aprocess_task)
+        # Inside a run they pass straight through: no frame (``process_task`` runs ``process_task_async``).
+        patcher.wrap(Workforce, "process_task", self._process_task, enabled=_outside_runs)
+        patcher.wrap(Workforce, "process_task_async", self._aprocess_task, enabled=_outside_runs)
         patcher.wrap(ChatAgent, "step", self._step)
         patcher.wrap(ChatAgent, "astep", self._astep)
         patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread, enabled=self._handoff.__len__)

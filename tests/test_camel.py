@@ -223,10 +223,11 @@ def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
     assert len({s.context.trace_id for s in spans}) == 1
 
 
-@pytest.mark.parametrize("app_kind", ["lone agent", "role playing", "role playing in probe.run"])
+@pytest.mark.parametrize("app_kind", ["lone agent", "role playing", "role playing in probe.run", "workforce"])
 def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_server, provider, exporter, monkeypatch):
     """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper
-    is on it (a conversation's run is attached by the step wrapper, not by wrapping ``RolePlaying.step``)."""
+    is on it (a conversation's run is attached by the step wrapper, not by wrapping ``RolePlaying.step``;
+    a workforce's run by ``process_task`` alone, ``process_task_async`` inside it passing straight through)."""
     import sys
 
     from camel.agents import ChatAgent
@@ -252,6 +253,14 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
         app = ChatAgent(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
         aegis_probe.instrument(app, tracer_provider=provider, store=False)
         app.step("Hi")
+    elif app_kind == "workforce":
+        from camel.tasks import Task
+
+        app = build_workforce(model_server(workforce_policy))
+        aegis_probe.instrument(app, tracer_provider=provider, store=False)
+        assert EXPECTED in app.process_task(Task(content=demo.TASK, id="0")).result
+        assert {tuple(names) for names in ours_on_stack} == {("_step", "_process_task"), ("_astep", "_process_task")}
+        return
     else:
         server = model_server(demo.policy)
         app = demo.build_app(server.base_url, MODEL, API_KEY)
