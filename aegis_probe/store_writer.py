@@ -108,21 +108,25 @@ class SpanWriter:
             wake.wait()
             wake.clear()
             while items:
-                self._work(items.popleft())
+                item = items.popleft()
+                if type(item) is tuple:  # (processor, span)
+                    try:
+                        item[0]._take(item[1])
+                    except Exception:  # never let the writer thread die
+                        logger.exception("aegis-probe: trace store writer error")
+                else:
+                    self._work(item)
 
     @staticmethod
-    def _work(item: "tuple[StoreSpanProcessor, ReadableSpan] | _Flush") -> None:
+    def _work(marker: _Flush) -> None:
+        """Write the unfinished traces ``marker`` asks for, then tell its waiter."""
         try:
-            if type(item) is tuple:
-                item[0]._take(item[1])
-                return
-            for processor in item.partial:  # type: ignore[union-attr]
+            for processor in marker.partial:
                 processor._write_unfinished()
         except Exception:  # never let the writer thread die
             logger.exception("aegis-probe: trace store writer error")
         finally:
-            if type(item) is _Flush:
-                item.done.set()
+            marker.done.set()
 
     def processors(self) -> list["StoreSpanProcessor"]:
         with self._lock:
@@ -209,9 +213,10 @@ class StoreSpanProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        parent: Any = span._parent  # on the app thread: no property calls (a SpanContext is a tuple)
         if self._closed:  # after shutdown: write it alone, at once, on this thread
             self._write([_encoded(span, None)])
-        elif not self.writer.submit(self, span, span.parent is None or span.parent.is_remote):
+        elif not self.writer.submit(self, span, parent is None or parent[2]):
             self._dropped()
 
     def _dropped(self) -> None:
