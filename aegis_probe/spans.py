@@ -169,8 +169,13 @@ def _encoded(probe: "Probe", messages: Content) -> str:
 
 def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], parent: otel_context.Context,
           late: Callable[[], dict[str, Any]] | None) -> Span:
-    """Start a span with ``attrs``, then, only if it records, add ``late()``'s attributes (content,
-    which costs conversion, encoding and redaction) after them, in that order."""
+    """Start a span with ``attrs`` followed by ``late()``'s (content: conversion, encoding and
+    redaction), which are only built for a span that records. Under a recording parent (children of
+    a sampled span are sampled) they go in with the others; else the span is started without them
+    and gets them afterwards only if it records (e.g. a root span, or a sampler of its own)."""
+    if late is not None and trace.get_current_span(parent).is_recording():
+        attrs.update(late())
+        late = None
     span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs)
     if late is not None and span.is_recording():
         span.set_attributes(late())
