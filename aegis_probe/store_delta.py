@@ -20,6 +20,9 @@ DELTA_PREFIX = "aegis.store.delta/"
 #: Values shorter than this are stored as they are; a shared prefix shorter than this is not used.
 MIN_SHARED = 256
 
+#: Common endings longer than this are not looked for (:func:`common_prefix`).
+_SUFFIX_MAX = 32
+
 #: Per trace: (span name, agent, attribute key) -> (span id, last value).
 Bases = dict[tuple[Any, Any, str], tuple[str, str]]
 
@@ -64,19 +67,33 @@ def _hinted_prefix(base: str, value: str) -> int | None:
 
 def common_prefix(a: str, b: str) -> int:
     """Length of a common prefix of ``a`` and ``b``: all of ``a`` but its last character when
-    ``b`` extends it that way (a message list that grew), else the longest (slices compared in C)."""
-    if a is b and len(a) > 1:
-        return len(a) - 1
-    if len(b) >= len(a) > 1 and b.startswith(a[:-1]):
-        return len(a) - 1
+    ``b`` extends it that way (a message list that grew), else the longest.
+
+    A value that grew inside its closing characters (a message list's ``]``, or a single
+    message's text: ``..."}]}]``) costs one comparison in C: the prefix before the two strings'
+    common ending is compared at once, then the few characters after it one by one. Otherwise
+    slices of ``a`` are compared with ``b`` in doubling chunks (no copies of ``b``).
+    """
+    last = len(a) - 1
+    if a is b and last > 0:
+        return last
+    if len(b) > last > 0:
+        limit, j = min(_SUFFIX_MAX, last), 0
+        while j < limit and a[-1 - j] == b[-1 - j]:
+            j += 1
+        shared = last + 1 - max(j, 1)
+        if b.startswith(a[:shared]):
+            while shared < last and a[shared] == b[shared]:
+                shared += 1
+            return shared
     n = min(len(a), len(b))
     lo, size = 0, 4096
     while lo < n:
         hi = min(n, lo + size)
-        if a[lo:hi] != b[lo:hi]:
+        if not b.startswith(a[lo:hi], lo):
             while hi - lo > 1:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
                 mid = (lo + hi) // 2
-                if a[lo:mid] == b[lo:mid]:
+                if b.startswith(a[lo:mid], lo):
                     lo = mid
                 else:
                     hi = mid

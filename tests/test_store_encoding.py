@@ -57,7 +57,8 @@ def _spans() -> list[ReadableSpan]:
     root = tracer.start_span("invoke_workflow t", attributes={"n": 1, "f": 0.5, "b": True})
     ctx = set_span_in_context(root)
     long_text = "[" + ", ".join(f'{{"m": "message {i} é ü 😀 \\"q\\" \\n"}}' for i in range(30)) + "]"
-    for i, value in enumerate([1, True, 1.0, "1", False, 0, (1,), (True,), ("1",), (1.0,), (), ("a", "b\n\"c\"\\")]):
+    values: list[Any] = [1, True, 1.0, "1", False, 0, (1,), (True,), ("1",), (1.0,), (), ("a", "b\n\"c\"\\")]
+    for i, value in enumerate(values):
         span = tracer.start_span("step", context=ctx, kind=SpanKind.CLIENT if i % 2 else SpanKind.INTERNAL,
                                  attributes={"x": value, "k\"ey é": "v\x00\x1f\x7f\u2028\t", sc.AGENT_NAME: "a"})
         span.end()
@@ -114,3 +115,29 @@ def test_a_prompt_built_from_the_last_is_stored_as_delta_without_comparing(tmp_p
     assert raw.count("message 39") == 1 and store_delta.DELTA_PREFIX in raw, "the second prompt is a delta"
     got = {s.span_id: s.attributes.get(sc.INPUT_MESSAGES) for s in store.trace(format(root.get_span_context().trace_id, "032x"))}
     assert [got[i] for i in ids] == [first, second]
+
+
+def test_common_prefix_is_the_longest_or_all_but_the_closing_character():
+    """The shared length of a delta, on strings that grew at the end, inside their closing
+    characters, anywhere, or not at all (random, seeded)."""
+    import random
+
+    def spec(a: str, b: str) -> int:
+        if len(b) >= len(a) > 1 and b.startswith(a[:-1]):
+            return len(a) - 1
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    rng = random.Random(7)
+    text = lambda lo, hi: "".join(rng.choice('ab"}]\n') for _ in range(rng.randint(lo, hi)))  # noqa: E731
+    for _ in range(3000):
+        a = text(0, 70)
+        cut = rng.randint(0, len(a))
+        for b in (a[:-1] + text(0, 8) + a[-1:], a[:cut] + text(0, 12) + a[cut:][-rng.randint(0, 6):], a + text(0, 4),
+                  a, text(0, 70), a[:cut]):
+            assert store_delta.common_prefix(a, b) == spec(a, b), (a, b)
+            assert store_delta.common_prefix(b, a) == spec(b, a), (b, a)
+    grown = "m" * 50_000 + '"}]}]'
+    assert store_delta.common_prefix(grown, grown[:-5] + 'new"}]}]') == 50_000
