@@ -152,7 +152,10 @@ class _Prepared:
 
     def complete(self, probe: "Probe", codec: LLMCodec, raw: Any | None) -> Any:
         if raw is not None and not probe.interceptors:
-            _finish(self.scope, codec.response(raw))
+            if self.scope.span.is_recording():
+                _finish(self.scope, codec.response(raw))
+            else:  # nothing would be kept: no response conversion
+                self.scope.end()
             return raw
         response = self.short_circuit if raw is None else codec.response(raw)
         changed = raw is None
@@ -321,7 +324,10 @@ class _PassingChunks:
             self.scope.fail(exc)
             return
         try:
-            _finish(self.scope, self.codec.from_chunks(self.chunks))
+            if self.scope.span.is_recording():
+                _finish(self.scope, self.codec.from_chunks(self.chunks))
+            else:
+                self.scope.end()
         except Exception:
             log_hook_error("llm stream end")
             self.scope.end()

@@ -145,14 +145,35 @@ def _quoted(text: str, redact: Callable[[str], str]) -> str:
     if texts is None:
         if len(_TEXTS) >= _REDACTORS_MAX:
             _TEXTS.clear()
+            _LONG.clear()
         texts = _TEXTS[redact] = {}
     out = texts.get(text)
     if out is None:
+        if len(text) > _FRAGMENT_MAX_CHARS:
+            return _quoted_long(text, redact)
         out = _quote(redact(text))
-        if len(text) <= _FRAGMENT_MAX_CHARS:
-            if len(texts) >= _TEXTS_MAX:
-                texts.clear()
-            texts[text] = out
+        if len(texts) >= _TEXTS_MAX:
+            texts.clear()
+        texts[text] = out
+    return out
+
+
+#: Per redactor: recent long texts that redaction left as they were, with their JSON (newest last).
+_LONG: dict[Callable[[str], str], tuple[tuple[str, str], ...]] = {}
+_LONG_MAX = 4
+
+
+def _quoted_long(text: str, redact: Callable[[str], str]) -> str:
+    """A long text (a prompt holding the conversation so far in one message, as MetaGPT's) quoted
+    from the JSON of a recent text it extends, when redaction changes neither: JSON escaping is per
+    character, so only the new part is escaped."""
+    redacted = redact(text)
+    if redacted is not text:
+        return _quote(redacted)
+    recent = _LONG.get(redact, ())
+    old = next((item for item in reversed(recent) if text.startswith(item[0])), None)
+    out = _quote(text) if old is None else old[1][:-1] + _quote(text[len(old[0]):])[1:]
+    _LONG[redact] = (*recent[1 - _LONG_MAX:], (text, out))
     return out
 
 

@@ -51,3 +51,17 @@ def test_another_redactor_never_sees_the_first_ones_json():
         return text.replace("Alice", "<name>")
 
     assert "<name> 3" in encode_messages(prompt + [SharedMessage(role="user", content="x")], other)
+
+
+def test_a_long_growing_single_message_prompt_is_encoded_exactly():
+    """MetaGPT's prompt is one message holding the conversation so far: its JSON is built from the
+    last one's, and stays exact with escapes at the seam, a secret appearing later, and another
+    conversation interleaved."""
+    text = "Conversation:\n" + "".join(f"alice: reply number {i}, all \"good\"\n" for i in range(400))
+    other = "Other conversation:\n" + "x\t" * 5000
+    for i in range(12):
+        text += ["bob: \"q\"\\", "\n\u00e9\u0001", "tab\there", "api_key=hunter2hunter2 ", "ok\n"][i % 5]
+        other += f"y{i}"
+        for prompt in ([{"role": "user", "content": text}], [{"role": "user", "content": other}]):
+            assert encode_messages(prompt, redact_secrets) == reference(prompt), i
+    assert "hunter2" not in encode_messages([{"role": "user", "content": text}], redact_secrets)
