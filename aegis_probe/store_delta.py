@@ -69,37 +69,47 @@ def common_prefix(a: str, b: str) -> int:
     """Length of a common prefix of ``a`` and ``b``: all of ``a`` but its last character when
     ``b`` extends it that way (a message list that grew), else the longest.
 
-    A value that grew inside its closing characters (a message list's ``]``, or a single
-    message's text: ``..."}]}]``) costs one comparison in C: the prefix before the two strings'
-    common ending is compared at once, then the few characters after it one by one. Otherwise
-    slices of ``a`` are compared with ``b`` in doubling chunks (no copies of ``b``).
+    A list that grew (``b`` extends all of ``a`` but its ``]``) or a value that grew inside its
+    closing characters (a single message's text: ``..."}]}]``) costs one comparison in C: the
+    prefix before the two strings' common ending is compared at once, and the few characters
+    after it by bisection. Otherwise slices of ``a`` are compared with ``b`` in doubling chunks.
     """
     last = len(a) - 1
     if a is b and last > 0:
         return last
     if len(b) > last > 0:
-        limit, j = min(_SUFFIX_MAX, last), 0
-        while j < limit and a[-1 - j] == b[-1 - j]:
-            j += 1
-        shared = last + 1 - max(j, 1)
+        k = max(0, last - _SUFFIX_MAX)  # the characters before a's last first: b extends all of a but it?
+        if b.startswith(a[k:last], k) and b.startswith(a[:k]):
+            return last
+        lo, hi = 0, min(_SUFFIX_MAX, last)  # the common ending's length (each shorter one is common too)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if b.endswith(a[-mid:]):
+                lo = mid
+            else:
+                hi = mid - 1
+        shared = last + 1 - max(lo, 1)
         if b.startswith(a[:shared]):
-            while shared < last and a[shared] == b[shared]:
-                shared += 1
-            return shared
+            return _shared_up_to(a, b, shared, last)
     n = min(len(a), len(b))
     lo, size = 0, 4096
     while lo < n:
         hi = min(n, lo + size)
         if not b.startswith(a[lo:hi], lo):
-            while hi - lo > 1:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-                mid = (lo + hi) // 2
-                if b.startswith(a[lo:mid], lo):
-                    lo = mid
-                else:
-                    hi = mid
-            return lo if a[lo] != b[lo] else hi
+            return _shared_up_to(a, b, lo, hi - 1)
         lo, size = hi, size * 2
     return n
+
+
+def _shared_up_to(a: str, b: str, lo: int, hi: int) -> int:
+    """The largest ``m <= hi`` with ``a[:m] == b[:m]``, given ``a[:lo] == b[:lo]`` (bisection in C)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.startswith(a[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def shorten(bases: Bases, slot: tuple[Any, Any, str], span_id: str, value: str) -> list[Any] | None:
