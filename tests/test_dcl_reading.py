@@ -82,6 +82,30 @@ def test_bad_input_is_one_clear_error():
     assert tuple(ex.features.shape) == (2, len(FEATURES))
 
 
+def test_a_long_run_with_odd_bytes_keeps_the_definitions():
+    """Hundreds of steps with NULs, lone surrogates and emoji: every value in [0, 1], and the
+    overlap features equal their plain definitions (Jaccard with earlier steps, later steps reusing
+    a new token), whatever indexing computes them."""
+    import random
+
+    from aegis_probe.train.dcl.reading import NAME_PLACEHOLDER, tokens
+
+    rng = random.Random(3)
+    vocab = [f"part{i}" for i in range(60)] + [str(i) for i in range(30)] + ["\x00", "\ud800", "🙂", "errors", "sorry"]
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12))) for _ in range(300)]
+    speakers = [f"agent_{i % 5}" for i in range(300)]
+    rows = step_features(texts, speakers, task="part1 part2")
+    assert len(rows) == 300 and all(len(r) == len(FEATURES) and all(0.0 <= v <= 1.0 for v in r) for r in rows)
+    sets = [set(tokens(t)) - {NAME_PLACEHOLDER} for t in texts]  # the texts name no agent
+    for i in (0, 1, 150, 299):
+        jaccard = max((len(sets[i] & x) / len(sets[i] | x) for x in sets[:i] if sets[i] | x), default=0.0)
+        assert column(rows, "repeats_earlier")[i] == jaccard
+        new = sets[i] - set(tokens("part1 part2")).union(*sets[:i])
+        later = sets[i + 1:]
+        depending = sum(bool(new & x) for x in later) / len(later) if new and later else 0.0
+        assert column(rows, "steps_depending")[i] == depending
+
+
 def test_benchmark_with_reading_features_end_to_end(tmp_path, capsys):
     """Features only: trained on one tiny system, scored on another (other names, longer runs),
     without the encoder ever being called; the saved model reloads and reads a new trace."""

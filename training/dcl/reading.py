@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from itertools import chain
 from typing import Sequence
 
 #: Feature names, in the order of each step's vector.
@@ -127,11 +129,12 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
     toks = [tokens(t) for t in clean]
     sets = [set(t) - {NAME_PLACEHOLDER} for t in toks]
     task_set = set(tokens(strip_names(task, names))) - {NAME_PLACEHOLDER}
-    common = {w for w in set().union(*sets) if sum(w in s for s in sets) > max(2, n // 2)}  # boilerplate
-    first_seen: dict[str, int] = {}
+    holders: dict[str, list[int]] = {}  # token -> the steps holding it, in order
     for i, s in enumerate(sets):
         for w in s:
-            first_seen.setdefault(w, i)
+            holders.setdefault(w, []).append(i)
+    common = {w for w, h in holders.items() if len(h) > max(2, n // 2)}  # boilerplate
+    first_seen = {w: h[0] for w, h in holders.items()}
     answer = _answer_index(toks, clean)
     distinctive = sets[answer] - task_set - common - set(tokens("final answer terminate"))
     numbers = {w for w in distinctive if is_number(w)}
@@ -144,17 +147,17 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
     errors = [_cues(_ERROR, t) for t in clean]
     corrections = [_cues(_CORRECTION, t) for t in clean]
     longest = max(len(t) for t in toks) or 1
-    counts = {s: sum(x == s for x in speakers) for s in names}
-    after: list[set[str]] = [set()] * (n + 1)  # after[i]: every token of steps i..n-1
-    for i in range(n - 1, -1, -1):
-        after[i] = after[i + 1] | sets[i]
+    counts = Counter(map(str, speakers))
     rows = []
     seen = set(task_set)
     spoken: set[str] = set()
+    before: dict[str, list[int]] = {}  # token -> the steps before this one holding it
     for i, s in enumerate(sets):
-        new = s - seen
-        later = sets[i + 1:]
+        new = s - seen  # tokens first seen here: every other step holding one comes later
+        later = n - i - 1
         prev = sets[i - 1] - task_set if i else set()
+        shared = Counter(chain.from_iterable(before.get(w, ()) for w in s))  # earlier step -> tokens in common
+        dependants = len(set(chain.from_iterable(holders[w] for w in new))) - 1  # later steps reusing a new token
         speaker = str(speakers[i])
         rows.append([
             _first_share(numbers, first_seen, i),
@@ -166,14 +169,14 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
             corrections[i],
             _cues(_GUESS, clean[i]),
             errors[i + 1] if i + 1 < n else 0.0,
-            sum(errors[i + 1:]) / len(later) if later else 0.0,
-            sum(corrections[i + 1:]) / len(later) if later else 0.0,
+            sum(errors[i + 1:]) / later if later else 0.0,
+            sum(corrections[i + 1:]) / later if later else 0.0,
             len(new) / len(s) if s else 0.0,
             1.0 - math.exp(-sum(is_number(w) for w in new) / 2),
-            len(new & after[i + 1]) / len(new) if new else 0.0,
-            sum(bool(new & x) for x in later) / len(later) if new and later else 0.0,
+            sum(len(holders[w]) > 1 for w in new) / len(new) if new else 0.0,
+            dependants / later if new and later else 0.0,
             len(prev & s) / len(prev) if prev else 0.0,
-            max((len(s & x) / len(s | x) for x in sets[:i] if s | x), default=0.0),
+            max((k / (len(s) + len(sets[j]) - k) for j, k in shared.items()), default=0.0),  # Jaccard
             len(s & task_set) / len(s) if s else 0.0,
             len(toks[i]) / longest,
             counts[speaker] / n,
@@ -181,4 +184,6 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
         ])
         seen |= s
         spoken.add(speaker)
+        for w in s:
+            before.setdefault(w, []).append(i)
     return rows
