@@ -3,7 +3,6 @@ turned into the tensors the head and the losses read."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -11,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..answers import normalize_agent
-from .reading import step_features
+from .reading import name_pattern, step_features
 
 
 @dataclass
@@ -46,13 +45,11 @@ def name_text(agent: str) -> str:
 def anonymise(agents: Sequence[str], text: str) -> str:
     """``text`` with every mention of an agent's name (as written, or with ``_`` as spaces) replaced
     by ``agent k`` (k: the agent's order of first appearance, from 1); names match case-sensitively."""
-    names = sorted(((n, f"agent {i + 1}") for i, a in enumerate(agents) for n in {a, name_text(a)} if n.strip()),
-                   key=lambda x: -len(x[0]))
-    if not names:
+    pattern = name_pattern(agents)
+    if pattern is None:
         return text
-    pattern = re.compile("|".join(rf"(?<!\w){re.escape(n)}(?!\w)" for n, _ in names))
-    lookup = dict(names)
-    return pattern.sub(lambda m: lookup[m.group(0)], text)
+    label = {n: f"agent {i + 1}" for i, a in enumerate(agents) for n in (a, name_text(a))}
+    return pattern.sub(lambda m: label[m.group(0)], text)
 
 
 def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int = 0, anonymise_agents: bool = False,

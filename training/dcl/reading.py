@@ -85,13 +85,17 @@ def is_number(token: str) -> bool:
     return token[0].isdigit()
 
 
+def name_pattern(names: Sequence[str], flags: int = 0) -> re.Pattern[str] | None:
+    """A regex matching any of ``names`` as a whole word, as written or with ``_`` as spaces
+    (longest first); None without names."""
+    variants = sorted({v for n in names for v in (n, n.replace("_", " ")) if v.strip()}, key=len, reverse=True)
+    return re.compile("|".join(rf"(?<!\w){re.escape(v)}(?!\w)" for v in variants), flags) if variants else None
+
+
 def strip_names(text: str, names: Sequence[str]) -> str:
     """``text`` with every agent name (as written, or with ``_`` as spaces) replaced by one placeholder."""
-    variants = sorted({v for n in names for v in (n, n.replace("_", " ")) if v.strip()}, key=len, reverse=True)
-    if not variants:
-        return text
-    pattern = re.compile("|".join(rf"(?<!\w){re.escape(v)}(?!\w)" for v in variants), re.IGNORECASE)
-    return pattern.sub(NAME_PLACEHOLDER, text)
+    pattern = name_pattern(names, re.IGNORECASE)
+    return pattern.sub(NAME_PLACEHOLDER, text) if pattern else text
 
 
 def _cues(pattern: re.Pattern[str], text: str) -> float:
