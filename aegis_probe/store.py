@@ -168,7 +168,7 @@ class TraceStore:
 
     @property
     def file(self) -> Path:
-        return self.path / SPANS_FILE
+        return self._file
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until the spans this process finished so far are written (the writer works off
