@@ -162,8 +162,10 @@ def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     done = 0
     if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] and contents[: len(hit[0])] == hit[1]:
         done = len(hit[0])
-    out = _neutral(msgs[done:], hit[2][:] if done else [])  # type: ignore[index]
-    if msgs and all(type(m) is SharedMessage for m in out[len(hit[2]) if done else 0:]):  # type: ignore[index]
+    known = hit[2][:] if done else []  # type: ignore[index]
+    start = len(known)
+    out = _neutral(msgs[done:], known)
+    if msgs and all(type(m) is SharedMessage for m in out[start:]):
         if len(_PROMPTS) >= _PROMPTS_MAX and id(msgs[0]) not in _PROMPTS:
             _PROMPTS.clear()
         _PROMPTS[id(msgs[0])] = (msgs, contents, out[:])
