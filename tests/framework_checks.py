@@ -1,17 +1,20 @@
 """Checks every newer framework's demo passes the same way (tests/test_langgraph.py,
-test_openai_agents.py, test_ag2.py): a planted failure blamed on the calculator's step, and an
-injection campaign that keeps labelled failures. Against the loopback model server."""
+test_openai_agents.py, test_ag2.py, test_crewai.py): a planted failure blamed on the calculator's
+step, an injection campaign that keeps labelled failures, ``uninstrument()`` restoring every
+patched original, and a policy whose calculator tool raises. Against the loopback model server."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 import aegis_probe
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame
 from aegis_probe.demos.task import judge
 from aegis_probe.injection.campaign import run_campaign
+from aegis_probe.modelserver import Policy, Reply
 from aegis_probe.store import TraceStore
 from aegis_probe.trajectory import load_trajectories
 from test_replay import _planted_failure, _record
@@ -53,3 +56,23 @@ def campaign_keeps_labelled_failures(example: str, demo: ModuleType, tmp_path: P
         assert traj.framework == demo.FRAMEWORK and traj.outcome.success is False
         fault = traj.labels.faults[0]
         assert fault.agent in demo.AGENTS and traj.steps[fault.step].agent == fault.agent
+
+
+def uninstrument_restores_originals(names: list[tuple[Any, str]], instrument: Callable[[], object]) -> None:
+    """``instrument()`` replaces every ``owner.name`` in ``names``; ``aegis_probe.uninstrument()`` restores each exactly."""
+    before = {(owner, name): vars(owner)[name] for owner, name in names}
+    instrument()
+    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
+    aegis_probe.uninstrument()
+    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+def raising_tool_policy(demo: ModuleType) -> Policy:
+    """The demo's policy, except each call of its calculator tool gets an expression the tool raises on."""
+    def policy(body):
+        reply = demo.policy(body)
+        if reply.tool_calls and reply.tool_calls[0][0] == demo.TOOL:
+            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
+        return reply
+
+    return policy

@@ -26,7 +26,8 @@ if HERE:
     from aegis_probe import semconv as sc
     from aegis_probe.demos import ag2 as demo
     from aegis_probe.modelserver import Reply
-    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
+    from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
+                                  uninstrument_restores_originals)
 
 
 def _instrumented(model_server, provider, tmp_path, policy=None, app=None):
@@ -122,11 +123,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
                                              "execute_function", "a_execute_function")]
     names += [(GroupChat, "select_speaker"), (GroupChat, "a_select_speaker"), (Completions, "create"),
               (AsyncCompletions, "create")]
-    before = {(owner, name): vars(owner)[name] for owner, name in names}
-    _, probe = _instrumented(model_server, provider, tmp_path)
-    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
-    aegis_probe.uninstrument()
-    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+    uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
 @needs_ag2

@@ -38,7 +38,8 @@ if HERE:
     from aegis_probe.demos import crewai as demo
     from aegis_probe.demos.task import request_texts
     from aegis_probe.modelserver import Reply
-    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
+    from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
+                                  raising_tool_policy, uninstrument_restores_originals)
 
 MANAGER = "Crew Manager"
 
@@ -147,13 +148,7 @@ def test_hierarchical_crew_manager_turns_are_steps(model_server, provider, expor
 
 @needs_crewai
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
-    def policy(body):
-        reply = demo.policy(body)
-        if reply.tool_calls:
-            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
-        return reply
-
-    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     demo.run_app(app, demo.TASK)  # CrewAI hands the error to the model as the tool's output
     probe.flush()
     tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
@@ -168,11 +163,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
 
     names = [(Crew, "kickoff"), (Crew, "akickoff"), (Agent, "execute_task"), (Agent, "aexecute_task"), (BaseTool, "run"),
              (Tool, "run"), (Completions, "create"), (AsyncCompletions, "create")]
-    before = {(owner, name): vars(owner)[name] for owner, name in names}
-    _, probe = _instrumented(model_server, provider, tmp_path)
-    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
-    aegis_probe.uninstrument()
-    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+    uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
 @needs_crewai

@@ -17,8 +17,8 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe import semconv as sc  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
-from aegis_probe.modelserver import Reply  # noqa: E402
-from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures  # noqa: E402
+from framework_checks import (  # noqa: E402
+    blame_finds_planted_step, campaign_keeps_labelled_failures, raising_tool_policy, uninstrument_restores_originals)
 
 
 @pytest.fixture(autouse=True)
@@ -65,13 +65,7 @@ def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
 
 
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
-    def policy(body):
-        reply = demo.policy(body)
-        if reply.tool_calls:
-            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
-        return reply
-
-    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     with pytest.raises(SyntaxError):  # ToolNode re-raises tool errors by default: unchanged through us
         demo.run_app(app, demo.TASK)
     probe.flush()
@@ -85,14 +79,10 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from langchain_core.tools import BaseTool
     from langgraph.pregel import Pregel, _runner
 
-    before = {(owner, name): vars(owner)[name] for owner, name in [
-        (Pregel, "stream"), (Pregel, "astream"), (_runner, "run_with_retry"), (_runner, "arun_with_retry"),
-        (BaseChatModel, "_generate_with_cache"), (BaseChatModel, "_agenerate_with_cache"),
-        (BaseTool, "run"), (BaseTool, "arun")]}
-    _, probe = _instrumented(model_server, provider, tmp_path)
-    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
-    aegis_probe.uninstrument()
-    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+    names = [(Pregel, "stream"), (Pregel, "astream"), (_runner, "run_with_retry"), (_runner, "arun_with_retry"),
+             (BaseChatModel, "_generate_with_cache"), (BaseChatModel, "_agenerate_with_cache"),
+             (BaseTool, "run"), (BaseTool, "arun")]
+    uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
 def test_blame_finds_planted_step(model_server, tmp_path):

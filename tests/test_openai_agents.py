@@ -29,8 +29,8 @@ if HERE:
     import aegis_probe
     from aegis_probe import semconv as sc
     from aegis_probe.demos import openai_agents as demo
-    from aegis_probe.modelserver import Reply
-    from framework_checks import blame_finds_planted_step, campaign_keeps_labelled_failures
+    from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
+                                  raising_tool_policy, uninstrument_restores_originals)
 
 class _Collector:
     """The SDK's own trace processor interface; records which spans the SDK itself started."""
@@ -125,13 +125,7 @@ def test_streamed_run_is_traced_like_a_run(model_server, provider, exporter, tmp
 
 @needs_sdk
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
-    def policy(body):
-        reply = demo.policy(body)
-        if reply.tool_calls and reply.tool_calls[0][0] == demo.TOOL:
-            return Reply(tool_calls=[(demo.TOOL, {"expression": "(17 + 25) * 3 ++"})])  # the tool raises
-        return reply
-
-    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     demo.run_app(app, demo.TASK)  # the SDK hands the error to the model as the tool's output
     probe.flush()
     tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
@@ -147,11 +141,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
 
     names = [(AgentRunner, "run"), (run_module, "run_single_turn"),
              (tool_execution, "_invoke_function_tool_with_metadata"), (AsyncCompletions, "create")]
-    before = {(owner, name): vars(owner)[name] for owner, name in names}
-    _, probe = _instrumented(model_server, provider, tmp_path)
-    assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
-    aegis_probe.uninstrument()
-    assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+    uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
 @needs_sdk
