@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from aegis_probe.trajectory import Step, Trajectory
 
 SUSPICIOUS = "suspicious"
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as surrogateescape keeps them
 
 
 @dataclass
@@ -65,11 +67,12 @@ def data_files(path: str | os.PathLike[str], suffixes: tuple[str, ...] = (".json
 
 def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     """``(record name, parsed JSON)`` of a file: each line of JSON lines, each item of a JSON list,
-    or the one JSON object. An undecodable record yields ``(name, ValueError)``; the rest still reads."""
-    text = file.read_text(encoding="utf-8")
+    or the one JSON object. An undecodable record (bad JSON, bytes that are not UTF-8) yields
+    ``(name, ValueError)``; the rest still reads."""
+    text = file.read_bytes().decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
     if file.suffix != ".jsonl":
         try:
-            data = json.loads(text)
+            data = _json(text)
         except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
             if text.count("\n{") == 0:
                 yield "file", ValueError(f"invalid JSON: {exc}")
@@ -83,11 +86,18 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     for no, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                record = json.loads(line)
+                record = _json(line)
             except (ValueError, RecursionError) as exc:
                 yield f"line {no}", ValueError(f"invalid JSON: {exc or 'nested too deeply'}")
             else:
                 yield f"line {no}", record
+
+
+def _json(text: str) -> Any:
+    bad = _UNDECODABLE.search(text)
+    if bad:
+        raise ValueError(f"not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start()}")
+    return json.loads(text)
 
 
 def import_records(
