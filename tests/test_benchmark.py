@@ -108,6 +108,26 @@ def test_dcl_example_reads_every_turn_and_hides_agent_names():
     assert cut.step is None and cut.n_turns == 150
 
 
+def test_benchmark_inputs_with_bad_records(tmp_path, capsys):
+    """A malformed JSON line and a line of bytes that are not UTF-8 are skipped, each named (file,
+    line) on stderr; a trace without steps stops the command with one line naming file and trace."""
+    from aegis_probe.train.benchmark import load_sets
+    from aegis_probe.train.cli import main
+
+    good = write_trajs(tmp_path / "good.jsonl", system_runs(["alpha", "beta"], 3, "a", 0)).read_bytes().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join([good[0], b'{"run_id": "x", "steps": [', good[1], b"\xff\xfe{}", good[2]]) + b"\n")
+    sets = load_sets([str(bad)])
+    assert [t.run_id for t in sets[str(bad)]] == ["a-0", "a-1", "a-2"]
+    err = capsys.readouterr().err
+    assert f"{bad} [line 2]: invalid JSON" in err and f"{bad} [line 4]: invalid JSON: not UTF-8 text: byte 0xff" in err
+
+    empty = write_trajs(tmp_path / "empty.jsonl", [*system_runs(["alpha", "beta"], 2, "a", 0), traj([], rid="no-steps")])
+    assert main(["benchmark", "--train", str(empty), "--test", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert f"error: {empty}: trajectory 'no-steps' has no steps to attribute" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     """Trained on one system, scored on another with other agent names and longer runs: DCL reads
     the turns (the corrupting one), decodes agent and step as one answer, beats every floor."""

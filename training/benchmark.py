@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,16 +39,19 @@ INPUTS = {
 
 
 def load_sets(paths: Sequence[str], fmt: str = "auto") -> dict[str, list[Trajectory]]:
-    """Each path's trajectories (any import format), with the import summary on stderr."""
-    from .importers import load
+    """Each path's trajectories (any import format), with the import summary and the first
+    records that failed on stderr; a trajectory without steps is an error naming it."""
+    from .cli import load_source
 
     sets = {}
     for path in paths:
-        result = load(path, fmt)
-        print(f"{path}: {result.summary()}", file=sys.stderr)
-        if not result.trajectories:
+        trajs = load_source(argparse.Namespace(source=path, format=fmt)).trajectories
+        if not trajs:
             raise ValueError(f"{path}: no trajectories imported")
-        sets[path] = result.trajectories
+        empty = next((t for t in trajs if not t.steps), None)
+        if empty is not None:
+            raise ValueError(f"{path}: trajectory {row_id(empty)!r} has no steps to attribute")
+        sets[path] = trajs
     return sets
 
 
