@@ -41,10 +41,10 @@ from aegis_probe.spans import (
     StepScope,
     acting_context,
     await_in_scope,
-    call_in_scope,
     current_actor,
     current_run,
     log_hook_error,
+    scoped_wrappers,
     start_run,
     start_step,
     start_tool,
@@ -94,6 +94,9 @@ class AG2Adapter(Adapter):
         #: id(agent) -> the context of its async step, for the executor thread ``a_generate_oai_reply``
         #: runs ``generate_oai_reply`` in (``run_in_executor`` does not carry the caller's context)
         self._handoff: dict[int, otel_context.Context] = {}
+        self._chat, self._achat = scoped_wrappers(self._start, self._chat_finisher, "ag2 run")
+        self._reply = scoped_wrappers(self._open_step, self._reply_finisher, "ag2 step")[0]
+        self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "ag2 tool")
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -152,18 +155,6 @@ class AG2Adapter(Adapter):
 
         return finish
 
-    def _chat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._start(instance, args, kwargs)
-        if run is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(run, lambda: wrapped(*args, **kwargs), self._chat_finisher(run), "ag2 run")
-
-    async def _achat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._start(instance, args, kwargs)
-        if run is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), self._chat_finisher(run), "ag2 run")
-
     # -- steps (messages) ------------------------------------------------------------------
     def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> StepScope | None:
         from autogen import GroupChatManager
@@ -194,12 +185,6 @@ class AG2Adapter(Adapter):
             step.finish(output)
 
         return finish
-
-    def _reply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_step(instance, args, kwargs)
-        if step is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(step, lambda: wrapped(*args, **kwargs), self._reply_finisher(step), "ag2 step")
 
     async def _areply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         step = self._open_step(instance, args, kwargs)
@@ -261,7 +246,7 @@ class AG2Adapter(Adapter):
             otel_context.detach(token)
 
     # -- tools -----------------------------------------------------------------------------
-    def _open_tool(self, args: tuple, kwargs: dict) -> Any:
+    def _open_tool(self, agent: Any, args: tuple, kwargs: dict) -> Any:
         run = current_run()
         if run is None or run.framework != self.name or not run.probe.active:
             return None
@@ -281,15 +266,3 @@ class AG2Adapter(Adapter):
             scope.finish(content_text(result.get("content")) if isinstance(result, dict) else result, is_error=not ok)
 
         return finish
-
-    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        scope = self._open_tool(args, kwargs)
-        if scope is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "ag2 tool")
-
-    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        scope = self._open_tool(args, kwargs)
-        if scope is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "ag2 tool")

@@ -29,10 +29,10 @@ from aegis_probe.adapters.openai_client import OpenAIClientSeam
 from aegis_probe.spans import (
     RunScope,
     StepScope,
-    await_in_scope,
     call_in_scope,
     current_run,
     log_hook_error,
+    scoped_wrappers,
     start_run,
     start_step,
     start_tool,
@@ -65,6 +65,8 @@ class CrewAIAdapter(Adapter):
         super().__init__()
         self.seam = OpenAIClientSeam(FRAMEWORK)
         self._tool_name: Callable[[str], str] = str
+        self._kickoff, self._akickoff = scoped_wrappers(self._start, self._run_finisher, "crewai run")
+        self._turn, self._aturn = scoped_wrappers(self._open_step, self._turn_finisher, "crewai step")
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -115,18 +117,6 @@ class CrewAIAdapter(Adapter):
 
         return finish
 
-    def _kickoff(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._start(instance, args, kwargs)
-        if run is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(run, lambda: wrapped(*args, **kwargs), self._run_finisher(run), "crewai run")
-
-    async def _akickoff(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = self._start(instance, args, kwargs)
-        if run is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), self._run_finisher(run), "crewai run")
-
     # -- steps (an agent's turn on a task) -------------------------------------------------
     def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> StepScope | None:
         run = current_run()
@@ -150,18 +140,6 @@ class CrewAIAdapter(Adapter):
             step.finish([{"role": "assistant", "content": str(result)}])
 
         return finish
-
-    def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_step(instance, args, kwargs)
-        if step is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "crewai step")
-
-    async def _aturn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_step(instance, args, kwargs)
-        if step is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "crewai step")
 
     # -- tools -----------------------------------------------------------------------------
     def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

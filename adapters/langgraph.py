@@ -36,13 +36,12 @@ from aegis_probe.spans import (
     ChatMessage,
     RunScope,
     StepScope,
-    await_in_scope,
-    call_in_scope,
     current_run,
     current_step,
     iterate_in_scope,
     iterate_sync_in_scope,
     log_hook_error,
+    scoped_wrappers,
     start_run,
     start_step,
     start_tool,
@@ -267,6 +266,7 @@ class LangGraphAdapter(Adapter):
         self.codec = LangChainCodec()
         #: run id -> node -> how many of the state's messages the node has seen (its step input is the rest)
         self._seen: dict[str, dict[str, int]] = {}
+        self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "langgraph tool")
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -446,15 +446,3 @@ class LangGraphAdapter(Adapter):
             scope.finish(_text(getattr(result, "content", result)), is_error=is_error)
 
         return finish
-
-    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        scope = self._open_tool(instance, args, kwargs)
-        if scope is None:
-            return wrapped(*args, **kwargs)
-        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "langgraph tool")
-
-    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        scope = self._open_tool(instance, args, kwargs)
-        if scope is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), self._tool_finisher(scope), "langgraph tool")

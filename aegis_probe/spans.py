@@ -476,6 +476,34 @@ async def await_in_scope(scope: _Scope, call: Callable[[], Awaitable[T]], finish
     return result
 
 
+def scoped_wrappers(
+    open_scope: Callable[[Any, tuple, dict], _Scope | None],
+    finisher: Callable[[Any], Callable[[Any], None]],
+    where: str,
+) -> tuple[Callable[..., Any], Callable[..., Awaitable[Any]]]:
+    """The ``(sync, async)`` wrapt wrappers ``(wrapped, instance, args, kwargs)`` of one hook point.
+
+    Each opens ``open_scope(instance, args, kwargs)``; on None it calls the original untouched,
+    otherwise it runs it in :func:`call_in_scope` / :func:`await_in_scope` with
+    ``finisher(scope)`` and ``where``. The returned functions are the wrappers themselves (no
+    extra frame); build them once per adapter so a re-wrap finds the very same wrapper.
+    """
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = open_scope(instance, args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        return call_in_scope(scope, lambda: wrapped(*args, **kwargs), finisher(scope), where)
+
+    async def async_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = open_scope(instance, args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+        return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), finisher(scope), where)
+
+    return wrapper, async_wrapper
+
+
 async def iterate_in_scope(
     agen: AsyncIterator[Any],
     scope: _Scope,
