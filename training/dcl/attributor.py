@@ -64,7 +64,7 @@ class DCLAttributor(nn.Module):
 
     def example(self, row: dict[str, Any], modes_known: bool = True) -> Example:
         return example_from_row(row, self.modes, int(self.spec["max_turns"]), bool(self.spec["anonymise_agents"]),
-                                modes_known)
+                                modes_known, bool(self.spec["reading_features"]))
 
     def chunks(self, text: str) -> list[str]:
         """The windows of ``text`` the encoder reads (about ``max_length`` tokens each, at most

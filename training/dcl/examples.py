@@ -29,7 +29,7 @@ class Example:
     step: int | None
     positive: bool | None
     n_turns: int  # turns in the row (all of them are read unless max_turns cut the trace)
-    features: Tensor  # [T, len(FEATURES)]: the reading features of each turn (reading.py)
+    features: Tensor | None  # [T, len(FEATURES)]: the reading features of each turn (reading.py); None: not read
 
 
 def turn_text(agent: str, text: str) -> str:
@@ -53,11 +53,12 @@ def anonymise(agents: Sequence[str], text: str) -> str:
 
 
 def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int = 0, anonymise_agents: bool = False,
-                     modes_known: bool = True) -> Example:
+                     modes_known: bool = True, reading_features: bool = True) -> Example:
     """Index one DCL row. Every turn is kept unless ``max_turns`` > 0 (then the first ``max_turns``;
     a label pointing past them is dropped and ``n_turns`` tells how many there were).
     With ``anonymise_agents`` the encoder never sees agent names: each becomes ``agent k`` in the
-    turn prefixes, in the turn texts and in the agent prototypes.
+    turn prefixes, in the turn texts and in the agent prototypes. ``reading_features`` false: the
+    turns' reading features are not computed (``features`` is None).
 
     Agent targets are known when the row names agents or is a clean run; mode and pair targets
     when it names modes (aligned with the agents), or when it is a clean run and ``modes_known``
@@ -73,10 +74,12 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     if not turns:
         raise ValueError(f"DCL row {row.get('id')!r} has no turns")
     texts = [str(t.get("text") or "") for t in turns]
-    try:
-        features = torch.tensor(step_features(texts, [str(t["agent"]) for t in turns], str(row.get("task") or "")))
-    except ValueError as exc:
-        raise ValueError(f"DCL row {row.get('id')!r}: {exc}") from None
+    features = None
+    if reading_features:  # only for a model that reads them
+        try:
+            features = torch.tensor(step_features(texts, [str(t["agent"]) for t in turns], str(row.get("task") or "")))
+        except ValueError as exc:
+            raise ValueError(f"DCL row {row.get('id')!r}: {exc}") from None
     agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
     index = {normalize_agent(a): i for i, a in enumerate(agents)}
     mode_index = {m: i for i, m in enumerate(modes)}
