@@ -127,6 +127,13 @@ def test_benchmark_inputs_with_bad_records(tmp_path, capsys):
     assert f"error: {empty}: trajectory 'no-steps' has no steps to attribute" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "dcl_config.json").write_text('{"modes": [')
+    test = write_trajs(tmp_path / "test.jsonl", system_runs(["gamma"], 2, "b", 1))
+    assert main(["benchmark", "--train", str(bad), "--test", str(test), "--model", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert f"error: {broken / 'dcl_config.json'}: not a DCL model config" in capsys.readouterr().err
+
 
 def test_benchmark_transfers_to_a_system_with_other_names(tmp_path, capsys):
     """Trained on one system, scored on another with other agent names and longer runs: DCL reads

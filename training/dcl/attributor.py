@@ -204,7 +204,13 @@ class DCLAttributor(nn.Module):
     @classmethod
     def load(cls, directory: str | Path) -> "DCLAttributor":
         """An attributor saved by :meth:`save` (safetensors only; nothing is unpickled)."""
-        spec = json.loads((Path(directory) / SPEC_FILE).read_text(encoding="utf-8"))
+        spec_file = Path(directory) / SPEC_FILE
+        try:
+            spec = json.loads(spec_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"{spec_file}: not a DCL model config ({exc})") from None
+        if not isinstance(spec, dict):
+            raise ValueError(f"{spec_file}: not a DCL model config (a JSON {type(spec).__name__}, not an object)")
         spec.setdefault("anonymise_agents", False)  # saved before names were anonymised
         spec.setdefault("reading_features", False)  # saved before reading features
         spec.setdefault("text_embeddings", True)
