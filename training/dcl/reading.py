@@ -107,12 +107,12 @@ def _first_share(pool: set[str], first_seen: dict[str, int], step: int) -> float
     return sum(first_seen[w] == step for w in pool) / len(pool) if pool else 0.0
 
 
-def _answer_index(toks: list[list[str]], texts: Sequence[str]) -> int:
+def _answer_index(texts: Sequence[str]) -> int:
     """The last step that says something beyond a termination signal (the run's final claims)."""
-    for i in range(len(toks) - 1, -1, -1):
-        if set(tokens(_DONE.sub(" ", texts[i]))):
+    for i in range(len(texts) - 1, -1, -1):
+        if tokens(_DONE.sub(" ", texts[i])):
             return i
-    return len(toks) - 1
+    return len(texts) - 1
 
 
 def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "") -> list[list[float]]:
@@ -139,7 +139,7 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
             holders.setdefault(w, []).append(i)
     common = {w for w, h in holders.items() if len(h) > max(2, n // 2)}  # boilerplate
     first_seen = {w: h[0] for w, h in holders.items()}
-    answer = _answer_index(toks, clean)
+    answer = _answer_index(clean)
     distinctive = sets[answer] - task_set - common - set(tokens("final answer terminate"))
     numbers = {w for w in distinctive if is_number(w)}
     words = distinctive - numbers
