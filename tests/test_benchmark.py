@@ -205,3 +205,30 @@ def test_stderr_goes_to_the_log_while_progress_stays(tmp_path, capfd):
     err = capfd.readouterr().err
     assert "progress 1/1" in err and "after" in err and "chatter" not in err and "fd-level" not in err
     assert (tmp_path / "log.txt").read_text() == "framework chatter\nfd-level traceback\n"
+
+
+def test_benchmark_compares_runs_not_ids_across_data_sets(tmp_path, capsys):
+    """Who&When's two subsets both name their files 1.json, 2.json, ...: training on one and testing
+    on the other runs (it was refused as 'also in the training sets'); a test set holding a copy of
+    a training run under another file name is still refused."""
+    from aegis_probe.train.cli import main
+
+    def whowhen_dir(name: str, runs: list[Trajectory]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        for i, run in enumerate(runs, 1):
+            fault = run.labels.faults[0]
+            history = [{"content": s.output, "role": s.agent} for s in run.steps]  # Hand-Crafted shape: no name
+            (folder / f"{i}.json").write_text(json.dumps({"question": run.task, "history": history, "is_corrected": False,
+                                                          "mistake_agent": fault.agent, "mistake_step": str(fault.step)}))
+        return folder
+
+    train = whowhen_dir("Algorithm-Generated", system_runs(["alpha", "beta"], 6, "a", 0))
+    test = whowhen_dir("Hand-Crafted", system_runs(["Orchestrator", "WebSurfer"], 4, "b", 1))
+    options = ["--epochs", "1", "--bootstrap", "10", "--inputs", "features"]
+    assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(tmp_path / "b"), *options]) == 0
+    assert json.loads((tmp_path / "b" / "benchmark.json").read_text())["tests"][str(test)]["n"] == 4
+    (test / "9.json").write_bytes((train / "3.json").read_bytes())
+    assert main(["benchmark", "--train", str(train), "--test", str(test), "--model", str(tmp_path / "b" / "model"),
+                 "--out", str(tmp_path / "c"), *options]) == 2
+    assert f"{test}: 1 trajectories are also in the training sets" in capsys.readouterr().err

@@ -55,6 +55,12 @@ def load_sets(paths: Sequence[str], fmt: str = "auto") -> dict[str, list[Traject
     return sets
 
 
+def content_key(traj: Trajectory) -> str:
+    """What makes two imported trajectories the same run: their task and steps (not their ids,
+    which repeat across data sets: Who&When's subsets both name their files ``1.json``, ...)."""
+    return traj.model_dump_json(include={"task", "steps"})
+
+
 def labelled(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     """The trajectories with a gold agent or step (the failures an attributor is scored on)."""
     return [t for t in trajs if (g := gold_attribution(t)).agent is not None or g.step is not None]
@@ -124,11 +130,12 @@ def run(args: argparse.Namespace) -> int:
 
     train_sets, test_sets = load_sets(args.train, args.format), load_sets(args.test, args.format)
     train = [t for ts in train_sets.values() for t in ts]
-    seen = {row_id(t) for t in train}
+    seen = {content_key(t) for t in train}
     for path, trajs in test_sets.items():
-        overlap = sum(row_id(t) in seen for t in trajs)
+        overlap = sum(content_key(t) in seen for t in trajs)
         if overlap:
-            raise ValueError(f"{path}: {overlap} trajectories are also in the training sets; a test set must be unseen")
+            raise ValueError(f"{path}: {overlap} trajectories are also in the training sets (same task and steps); "
+                             "a test set must be unseen")
     out = Path(args.out)
     if args.model:
         model = DCLAttributor.load(args.model)
