@@ -12,12 +12,17 @@ from typing import Any, Iterable
 def read_jsonl(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped).
 
-    Raises ``ValueError`` naming the file and line of a record that is not a JSON object or lacks
-    one of the ``required`` fields.
+    Raises ``ValueError`` naming the file and line of a record that is not UTF-8 JSON, not a JSON
+    object or lacks one of the ``required`` fields. A UTF-8 byte order mark at the start is ignored.
     """
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8-sig" if no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{no}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start} "
+                                 "of the line)") from None
             if not line.strip():
                 continue
             try:

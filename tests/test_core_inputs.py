@@ -1,0 +1,29 @@
+"""Bad input a user hands the core command line (real-use sweep): each is one ``error:`` line
+naming the file and record, exit status 2, and nothing already written is touched."""
+
+from __future__ import annotations
+
+import json
+
+from aegis_probe import cli
+
+TASK = {"id": "a", "task": "What is 2 + 3?", "type": "math", "expected": "5"}
+
+
+def test_tasks_file_with_bytes_that_are_not_utf8_names_file_and_line(tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(json.dumps(TASK).encode() + b"\n\n{\"id\": \"b\", \"task\": \"caf\xe9\"}\n")
+    code = cli.main(["inject", "--app", "aegis_probe.demos.autogen:build_app", "--tasks", str(tasks),
+                     "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{tasks}:3: not UTF-8 text (byte 0xe9" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_jsonl_reader_ignores_a_byte_order_mark(tmp_path):
+    from aegis_probe.jsonl import read_jsonl
+
+    tasks = tmp_path / "tasks.jsonl"  # as PowerShell's Out-File -Encoding utf8 writes it
+    tasks.write_bytes(b"\xef\xbb\xbf" + json.dumps(TASK).encode() + b"\r\n")
+    assert read_jsonl(tasks, required=("task",)) == [TASK]
