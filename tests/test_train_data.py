@@ -171,6 +171,32 @@ def test_whowhen_both_layouts_flags_and_bad_records(tmp_path):
     assert "missing field" in errors["5.json"].message
 
 
+def test_whowhen_file_variations_of_real_exports(tmp_path):
+    """What other tools' exports of Who&When-shaped data hold: a UTF-8 byte order mark, a lone
+    surrogate escape in scraped web text, a null mistake_agent, is_correct as text, mistake_step
+    from a float column. Each imports as the plain record would (before: the BOM failed the file,
+    the surrogate failed the whole import when written, null became the agent "None", "False"
+    became a success, 2.0 was not an integer)."""
+    d = tmp_path / "ww"
+    d.mkdir()
+    (d / "1.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(whowhen_record()).encode())
+    web = whowhen_record()
+    web["history"][2]["content"] = "page text \ud83d\ude00 and a cut \ud83d"
+    write_json(d / "2.json", web)
+    write_json(d / "3.json", whowhen_record(mistake_agent=None, mistake_step="2"))
+    write_json(d / "4.json", whowhen_record(is_correct="False", mistake_step=1.0))
+    result = importers.load(d)
+    assert not result.errors and [t.run_id for t in result.trajectories] == [f"whowhen:{i}" for i in range(1, 5)]
+    bom, web_traj, no_agent, text_flag = result.trajectories
+    assert bom.labels.faults == [Fault(agent="Coder", step=1, reason="off by one")]
+    assert web_traj.steps[2].output == "page text \U0001f600 and a cut \\ud83d"
+    assert no_agent.labels.faults == [Fault(agent=None, step=2, reason="off by one")] and not no_agent.labels.flags
+    assert text_flag.outcome.success is False and text_flag.labels.faults[0].step == 1
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["import", str(d), "-o", str(out)]) == 0
+    assert [json.loads(line)["run_id"] for line in out.read_text(encoding="utf-8").splitlines()] == [t.run_id for t in result.trajectories]
+
+
 @needs_whowhen
 def test_whowhen_algorithm_generated_real_files():
     result = importers.load(WHOWHEN)

@@ -11,10 +11,12 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
+from aegis_probe.redact import encodable
 from aegis_probe.trajectory import Step, Trajectory
 
 SUSPICIOUS = "suspicious"
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as surrogateescape keeps them
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a surrogate (maybe a lone one)
 
 
 @dataclass
@@ -70,6 +72,7 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     or the one JSON object. An undecodable record (bad JSON, bytes that are not UTF-8) yields
     ``(name, ValueError)``; the rest still reads."""
     text = file.read_bytes().decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors, Excel exports)
     if file.suffix != ".jsonl":
         try:
             data = _json(text)
@@ -97,7 +100,21 @@ def _json(text: str) -> Any:
     bad = _UNDECODABLE.search(text)
     if bad:
         raise ValueError(f"not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start()}")
-    return json.loads(text)
+    data = json.loads(text)
+    return _encodable(data) if _SURROGATE_ESCAPE.search(text) else data
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with lone surrogates (JSON escapes such as ``\\ud800`` without their pair, common in
+    scraped web text) in its strings escaped as the text ``\\udxxx``, as the core escapes them, so
+    the record can be written out again as UTF-8."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {encodable(k): _encodable(v) for k, v in value.items()}
+    return value
 
 
 def import_records(

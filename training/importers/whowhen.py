@@ -43,13 +43,9 @@ def trajectory_from_record(record: Any, *, source: str, record_id: str, file: st
         if not isinstance(entry, dict):
             raise ValueError(f"history[{i}] is not an object")
         steps.append(Step(index=i, agent=agent_of(entry), role=entry.get("role"), output=str(entry.get("content") or "")))
-    raw_step = record["mistake_step"]
-    try:
-        step = int(str(raw_step).strip()) if raw_step not in (None, "") else None
-    except ValueError:
-        raise ValueError(f"mistake_step {raw_step!r} is not an integer") from None
-    agent = str(record["mistake_agent"]).strip() or None
-    correct = record.get("is_correct", record.get("is_corrected"))
+    step = _step(record["mistake_step"])
+    agent = str(record["mistake_agent"] if record["mistake_agent"] is not None else "").strip() or None
+    correct = _flag(record.get("is_correct", record.get("is_corrected")))
     metadata = {k: record[k] for k in ("question_ID", "level", "mistake_type") if record.get(k) not in (None, "")}
     if file:
         metadata["file"] = file
@@ -57,7 +53,7 @@ def trajectory_from_record(record: Any, *, source: str, record_id: str, file: st
         run_id=record_id,
         task=record.get("question"),
         steps=steps,
-        outcome=Outcome(success=bool(correct) if correct is not None else False, expected=_text(record.get("ground_truth"))),
+        outcome=Outcome(success=correct if correct is not None else False, expected=_text(record.get("ground_truth"))),
         labels=Labels(
             faults=[Fault(agent=agent, step=step, reason=record.get("mistake_reason"))] if agent or step is not None else [],
             source=source,
@@ -66,6 +62,25 @@ def trajectory_from_record(record: Any, *, source: str, record_id: str, file: st
         source="import",
         metadata=metadata,
     )
+
+
+def _step(raw: Any) -> int | None:
+    """``mistake_step`` as an int: a number or its text (``"3"``, ``3``, ``3.0`` from a float column)."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"mistake_step {raw!r} is not an integer") from None
+
+
+def _flag(value: Any) -> bool | None:
+    """``is_correct`` / ``is_corrected``: a JSON boolean, or ``"true"``/``"false"`` text (CSV, parquet)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None if value is None or value == "" else bool(value)
 
 
 def _text(value: Any) -> str | None:
