@@ -81,11 +81,13 @@ def read_span_file(path: Path) -> Iterator[SpanRecord]:
 
 
 def _reason(exc: BaseException) -> str:
-    """A short reason for a bad line: JSON too deeply nested, a number out of range, or the message."""
+    """A short reason for a bad line: JSON too deeply nested, a number out of range, a missing field, or the message."""
     if isinstance(exc, RecursionError):
         return "JSON nested too deeply"
     if isinstance(exc, OverflowError):
         return f"number out of range ({exc})"
+    if isinstance(exc, KeyError) and exc.args:
+        return f"missing field {exc.args[0]!r}"
     return str(exc) or type(exc).__name__
 
 

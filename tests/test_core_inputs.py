@@ -27,3 +27,18 @@ def test_jsonl_reader_ignores_a_byte_order_mark(tmp_path):
     tasks = tmp_path / "tasks.jsonl"  # as PowerShell's Out-File -Encoding utf8 writes it
     tasks.write_bytes(b"\xef\xbb\xbf" + json.dumps(TASK).encode() + b"\r\n")
     assert read_jsonl(tasks, required=("task",)) == [TASK]
+
+
+def test_report_of_a_json_file_that_is_not_otlp_says_which_field_is_missing(tmp_path, capsys):
+    other = tmp_path / "metrics.json"  # valid JSON, some other tool's output
+    other.write_text('{"hello": 1}\n')
+    assert cli.main(["report", str(other), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {other}:1: not an OTLP/JSON trace record (missing field 'resourceSpans')\n"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_of_a_missing_file_says_the_file_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "run.jsonl"]) == 2
+    assert capsys.readouterr().err == "error: no file run.jsonl (and not a trace id: those are hexadecimal)\n"

@@ -10,6 +10,7 @@ or Phoenix are added when ``--jaeger-url``/``--phoenix-url`` (or ``$AEGIS_JAEGER
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from ..config import ProbeConfig
@@ -44,6 +45,8 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
     path = Path(target)
     if path.exists():
         return _select(load_trajectories(path), trace, str(path))
+    if not re.fullmatch(r"[0-9a-fA-F]+", target):
+        raise FileNotFoundError(f"no file {target} (and not a trace id: those are hexadecimal)")
     store = TraceStore(store_dir or ProbeConfig.resolve().trace_dir)
     return Trajectory.from_spans(store.trace(target))
 
