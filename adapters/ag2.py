@@ -188,16 +188,22 @@ class AG2Adapter(Adapter):
 
     async def _areply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         step = self._open_step(instance, args, kwargs)
-        if step is None:
+        run = current_run()
+        if step is None and (run is None or run.framework != self.name):
             return await wrapped(*args, **kwargs)
+        # Not a step but inside a run (automatic speaker selection's helper agents): hand over the
+        # current context, so their model calls are still the run's.
+        ctx = step.ctx if step is not None else otel_context.get_current()
 
         async def reply() -> Any:
-            self._handoff[id(instance)] = step.ctx  # for a_generate_oai_reply's executor thread
+            self._handoff[id(instance)] = ctx  # for a_generate_oai_reply's executor thread
             try:
                 return await wrapped(*args, **kwargs)
             finally:
                 self._handoff.pop(id(instance), None)
 
+        if step is None:
+            return await reply()
         return await await_in_scope(step, reply, self._reply_finisher(step), "ag2 step")
 
     def _in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -69,7 +69,11 @@ def test_async_chat_model_calls_are_in_their_steps(model_server, provider, expor
 
 
 @needs_ag2
-def test_auto_speaker_selection_is_the_managers_not_a_step(model_server, provider, exporter, tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_auto_speaker_selection_is_the_managers_not_a_step(mode, model_server, provider, exporter, tmp_path):
+    """Also in ``a_initiate_chat``: the selector's ``a_generate_oai_reply`` calls the model in an executor thread."""
+    import asyncio
+
     names = iter(["calculator", "reviewer", "reviewer"])
 
     def policy(body):
@@ -86,7 +90,11 @@ def test_auto_speaker_selection_is_the_managers_not_a_step(model_server, provide
     app = GroupChatManager(chat, name="arithmetic", llm_config=chat.agents[1].llm_config, silent=True,
                            is_termination_msg=lambda m: demo.TERMINATION in str(m.get("content")))
     probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
-    demo.run_app(app, demo.TASK)
+    if mode == "sync":
+        demo.run_app(app, demo.TASK)
+    else:
+        user = next(a for a in chat.agents if a.name == "user")
+        asyncio.run(user.a_initiate_chat(app, message=demo.TASK, silent=True))
     probe.flush()
     agents = [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)]
     assert set(agents) <= set(demo.AGENTS) and "calculator" in agents
