@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from .redact import redact_secrets
+
 #: command name -> "module:function" that adds the command's sub-parser.
 COMMANDS: dict[str, str] = {
     "demo": "aegis_probe.commands.demo:add_parser",
@@ -164,6 +166,7 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
     """Run a parsed command: bad input is one ``error:`` line and status 2, never a traceback.
 
     Other errors are one line and status 1 (with ``-v``/``--verbose``, also their traceback);
+    secrets in an error's message (a key in a user function's exception) are redacted;
     Ctrl-C is 130; a closed output pipe ends quietly.
     """
     try:
@@ -187,13 +190,13 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         if isinstance(exc, (RecursionError, OverflowError)):  # raised deep in a parser: name what was read
             inputs = [str(p) for p in _paths(args, INPUT_DESTS).values() if p.exists()]
             message = f"{', '.join(inputs)}: {message}" if inputs else message
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {redact_secrets(message)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - a bug or an app's own error: one line, traceback on -v
         if verbose:
             traceback.print_exc()
         hint = "" if verbose else " (run with -v for the traceback)"
-        print(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}{hint}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {redact_secrets(' '.join(str(exc).split()))}{hint}", file=sys.stderr)
         return 1
 
 

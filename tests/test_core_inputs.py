@@ -4,6 +4,7 @@ naming the file and record, exit status 2, and nothing already written is touche
 from __future__ import annotations
 
 import json
+import re
 
 from aegis_probe import cli
 
@@ -42,3 +43,29 @@ def test_report_of_a_missing_file_says_the_file_is_missing(tmp_path, capsys, mon
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", "run.jsonl"]) == 2
     assert capsys.readouterr().err == "error: no file run.jsonl (and not a trace id: those are hexadecimal)\n"
+
+
+SECRET = "sk-proj-" + "Q7xVb2Lm9Tz4Rk8Wn3Hd6Jf1Pc5Ys0Ga"
+
+
+def test_blame_with_a_fixer_of_the_wrong_kind_is_one_line_and_secrets_stay_out(tmp_path, capsys):
+    assert cli.main(["demo", "--inject", "FM-2.6"]) == 0
+    trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1)
+    fixers = tmp_path / "fixers.py"
+    fixers.write_text("def number(traj, step):\n    return 126\n\n"
+                      f"def broken(traj, step):\n    raise RuntimeError('analyzer refused key {SECRET}')\n")
+    store = (tmp_path / "aegis-traces" / "spans.jsonl")
+    before = store.read_bytes()
+
+    def blame(fixer: str) -> tuple[int, str]:
+        code = cli.main(["blame", "--trace", trace_id, "--app", "aegis_probe.demos.autogen",
+                         "--fixer", f"{fixers}:{fixer}", "--no-progress"])
+        return code, capsys.readouterr().err
+
+    code, err = blame("number")  # was: a pydantic traceback per agent, then "no correction flipped the run"
+    assert code == 2 and err == ("error: the fixer returned int 126 for step 0; it must return the corrected "
+                                 "text (str) or None\n"), err
+    code, err = blame("broken")
+    assert code == 1 and err.startswith("error: RuntimeError: analyzer refused key [REDACTED]"), err
+    assert SECRET not in err
+    assert store.read_bytes() == before, "a failed blame writes nothing onto the trace"

@@ -86,6 +86,9 @@ class _Search:
     def correction(self, t: int) -> str | None:
         """The fixer's correction of step t; None when there is nothing to replay."""
         correction = self.fixer(self.original, t)
+        if correction is not None and not isinstance(correction, str):
+            raise ValueError(f"the fixer returned {type(correction).__name__} {correction!r:.40} for step {t}; "
+                            "it must return the corrected text (str) or None")
         return None if correction is None or correction == self.original.steps[t].output else correction
 
     def record(self, t: int, correction: str, success: bool | None, answer: str | None, error: str | None,
