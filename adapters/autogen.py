@@ -413,25 +413,30 @@ class RunWrapper(_Wrapper):
 
 
 class _StepHooks:
-    __slots__ = ("scope", "output")
+    """A step's stream callbacks. The step ends at its ``Response`` (the stream's last item): ``on_messages``
+    and ``run`` stop reading there and leave the stream to the garbage collector, which would end it
+    only later, after the run (and its trace) had ended."""
+
+    __slots__ = ("scope", "ended")
 
     def __init__(self, scope: StepScope) -> None:
         self.scope = scope
-        self.output: BaseChatMessage | None = None
+        self.ended = False
 
     def item(self, item: Any) -> None:
-        if isinstance(item, Response):
-            self.output = item.chat_message
+        if isinstance(item, Response) and not self.ended:
+            self.ended = True
+            out = item.chat_message
+            self.scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
 
     def done(self, exc: BaseException | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
         if exc is not None:
             self.scope.fail(exc)
-            return
-        out = self.output
-        if out is None:
-            self.scope.finish()
         else:
-            self.scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
+            self.scope.finish()
 
 
 class StepWrapper(_Wrapper):

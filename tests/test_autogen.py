@@ -191,6 +191,31 @@ def test_lone_assistant_agent_with_tools(model_server, provider, exporter, entry
     assert len(spans) == 5
 
 
+def test_lone_agent_step_ends_at_its_response(model_server, provider, exporter, tmp_path):
+    """``run`` and ``on_messages`` stop reading the step's stream at its ``Response`` and leave it to the
+    garbage collector: the step still ends right there, inside the run, so the stored trace has it."""
+    from autogen_agentchat.messages import TextMessage
+    from autogen_core import CancellationToken
+
+    server = model_server(calculator_policy)
+    agent = lone_calculator(server.base_url)
+    probe = aegis_probe.instrument(agent, tracer_provider=provider, store=tmp_path / "store")
+
+    async def go() -> tuple[Any, list[ReadableSpan], list[ReadableSpan]]:
+        await agent.run(task=demo.TASK)
+        traj, in_run = probe.trajectory(), exporter.get_finished_spans()
+        exporter.clear()
+        await agent.on_messages([TextMessage(content=demo.TASK, source="user")], CancellationToken())
+        return traj, in_run, exporter.get_finished_spans()
+
+    traj, in_run, alone = asyncio.run(go())
+    assert [(s.index, s.agent, s.output) for s in traj.steps] == [(0, "calculator", "The total is 126 coins.")]
+    (root,) = [s for s in in_run if s.parent is None]
+    (step,) = steps_of(in_run)
+    assert parent_of(step, in_run) is root and step.end_time <= root.end_time
+    assert [s.name for s in alone if s.parent is None] == ["invoke_agent calculator"]  # a step outside any run
+
+
 def test_other_model_clients_and_cache_wrapper(provider, exporter):
     """Any ChatCompletionClient class is traced; a cache wrapping a client makes one span per call."""
     replies = [CreateResult(finish_reason="stop", content=f"answer {i}", usage=RequestUsage(prompt_tokens=7, completion_tokens=2), cached=False)
