@@ -19,9 +19,11 @@ Class-level patches, installed once:
   ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged.
   ``a_generate_oai_reply`` runs the sync client in an executor thread, which does not inherit
   the caller's context: ``a_generate_reply`` hands its step over to ``generate_oai_reply`` there
-  (keyed by the agent);
+  (keyed by the agent), also outside steps (automatic speaker selection's helper agents);
 - tool call: ``ConversableAgent.execute_function/a_execute_function`` -> ``execute_tool {tool}``
-  (an unsuccessful execution fails the span).
+  (an unsuccessful execution fails the span). A sync chat runs an async tool's
+  ``a_execute_function`` on a new loop in a new thread (``_run_async_in_thread``): the caller's
+  context goes with it.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class AG2Adapter(Adapter):
         patcher.wrap(ConversableAgent, "execute_function", self._tool)
         patcher.wrap(ConversableAgent, "a_execute_function", self._atool)
         patcher.wrap(ConversableAgent, "generate_oai_reply", self._in_thread, enabled=self._handoff.__len__)
+        patcher.wrap(ConversableAgent, "_run_async_in_thread", self._in_new_loop)
         patcher.wrap(GroupChat, "select_speaker", self._select)
         patcher.wrap(GroupChat, "a_select_speaker", self._aselect)
         self.seam.install(patcher)
@@ -216,6 +219,24 @@ class AG2Adapter(Adapter):
             return wrapped(*args, **kwargs)
         finally:
             otel_context.detach(token)
+
+    def _in_new_loop(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_run_async_in_thread(coro)`` (a sync chat's async tools) awaits ``coro`` on a new loop in a
+        new thread: the coroutine attaches the caller's context there."""
+        run = current_run()
+        if run is None or run.framework != self.name:
+            return wrapped(*args, **kwargs)
+        coro = kwargs.pop("coro") if "coro" in kwargs else args[0]
+        ctx = otel_context.get_current()
+
+        async def attached() -> Any:
+            token = otel_context.attach(ctx)
+            try:
+                return await coro
+            finally:
+                otel_context.detach(token)
+
+        return wrapped(attached(), *args[1:], **kwargs)
 
     # -- speaker selection -----------------------------------------------------------------
     @staticmethod

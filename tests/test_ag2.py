@@ -54,6 +54,26 @@ def test_each_message_is_a_step(model_server, provider, exporter, tmp_path):
 
 
 @needs_ag2
+@pytest.mark.filterwarnings("ignore:Function 'calculate' is being overridden")
+def test_async_tool_in_a_sync_chat_is_traced(model_server, provider, exporter, tmp_path):
+    """A sync chat runs an async tool's ``a_execute_function`` on a new loop in a new thread: still the step's tool."""
+    from autogen import register_function
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    calculator = next(a for a in app.groupchat.agents if a.name == "calculator")
+
+    async def calculate(expression: str) -> str:
+        return demo.calculate(expression)
+
+    register_function(calculate, caller=calculator, executor=calculator, name=demo.TOOL, description="Evaluate.")
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
+    probe.flush()
+    traj = probe.trajectory()
+    assert [s.agent for s in traj.steps] == ["planner", "calculator", "calculator", "reviewer"]
+    assert [t.result for t in traj.steps[2].tool_calls] == ["126"]
+
+
+@needs_ag2
 def test_async_chat_model_calls_are_in_their_steps(model_server, provider, exporter, tmp_path):
     """a_generate_oai_reply runs the client in an executor thread: the step is handed over there."""
     import asyncio
@@ -128,7 +148,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
     names = [(ConversableAgent, n) for n in ("initiate_chat", "a_initiate_chat", "generate_reply", "a_generate_reply",
-                                             "execute_function", "a_execute_function")]
+                                             "execute_function", "a_execute_function", "_run_async_in_thread")]
     names += [(GroupChat, "select_speaker"), (GroupChat, "a_select_speaker"), (Completions, "create"),
               (AsyncCompletions, "create")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
