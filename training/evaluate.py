@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .answers import Attribution
+from .importers.base import step_number
 from aegis_probe.jsonl import read_jsonl
 
 METHODS = ["random", "majority", "majority-present", "majority-step", "all-at-once", "step-by-step", "binary-search"]
@@ -39,7 +40,11 @@ def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Att
         pairs = [_pair(p) for p in raw]
     except (TypeError, ValueError):
         raise ValueError(f"{path}: prediction {row['id']!r}: pairs must be [agent, mode] or {{agent, mode}}") from None
-    return Attribution(row.get("agent"), row.get("step"), pairs)  # type: ignore[arg-type]
+    try:
+        step = step_number(row.get("step"))  # also "3" (a parsed answer) or 3.0 (a float column)
+    except ValueError as exc:
+        raise ValueError(f"{path}: prediction {row['id']!r}: {exc}") from None
+    return Attribution(row.get("agent"), step, pairs)
 
 
 def read_predictions(path: str | Path) -> dict[str, Attribution]:

@@ -153,6 +153,19 @@ def require(record: Any, *keys: str) -> None:
         raise ValueError(f"missing field(s) {', '.join(missing)}")
 
 
+def step_number(raw: Any, name: str = "step") -> int | None:
+    """A step index as an int: a number or its text (``3``, ``"3"``, ``3.0`` from a float column);
+    ``None`` for null or empty; ``ValueError`` naming ``name`` otherwise."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{name} {raw!r} is not an integer") from None
+
+
 def label_flags(steps: list[Step], agent: str | None, step: int | None) -> list[str]:
     """Flags for a label whose named agent does not act at its named step (prefix match on roles)."""
     if agent is None or step is None:

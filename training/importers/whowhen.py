@@ -16,7 +16,7 @@ from typing import Any
 
 from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
 
-from .base import ImportResult, import_records, label_flags, require
+from .base import ImportResult, import_records, label_flags, require, step_number
 
 SOURCE = "whowhen"
 _ROLE_AGENT = re.compile(r"^\s*(.*?)\s*\(.*\)\s*$")
@@ -43,7 +43,7 @@ def trajectory_from_record(record: Any, *, source: str, record_id: str, file: st
         if not isinstance(entry, dict):
             raise ValueError(f"history[{i}] is not an object")
         steps.append(Step(index=i, agent=agent_of(entry), role=entry.get("role"), output=str(entry.get("content") or "")))
-    step = _step(record["mistake_step"])
+    step = step_number(record["mistake_step"], "mistake_step")
     agent = str(record["mistake_agent"] if record["mistake_agent"] is not None else "").strip() or None
     correct = _flag(record.get("is_correct", record.get("is_corrected")))
     metadata = {k: record[k] for k in ("question_ID", "level", "mistake_type") if record.get(k) not in (None, "")}
@@ -62,18 +62,6 @@ def trajectory_from_record(record: Any, *, source: str, record_id: str, file: st
         source="import",
         metadata=metadata,
     )
-
-
-def _step(raw: Any) -> int | None:
-    """``mistake_step`` as an int: a number or its text (``"3"``, ``3``, ``3.0`` from a float column)."""
-    if raw is None or raw == "":
-        return None
-    if isinstance(raw, float) and raw.is_integer():
-        return int(raw)
-    try:
-        return int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"mistake_step {raw!r} is not an integer") from None
 
 
 def _flag(value: Any) -> bool | None:
