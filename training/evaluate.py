@@ -139,7 +139,7 @@ def add_eval(subparsers: Any) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from . import baselines, importers
+    from . import baselines
     from .answers import gold_attribution
     from .builders import row_id
     from .cli import load_source
@@ -163,7 +163,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if method == "random":
             attributor = baselines.RandomBaseline(args.seed)
         elif method in FITTED:
-            fit = importers.load(args.fit_on).trajectories if args.fit_on else trajs
+            fit = load_source(argparse.Namespace(source=args.fit_on, format="auto")).trajectories if args.fit_on else trajs
             if not fit:
                 raise ValueError(f"--fit-on {args.fit_on}: no trajectories")
             attributor = (baselines.MostFrequentStep(fit) if method == "majority-step"

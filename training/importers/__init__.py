@@ -74,6 +74,8 @@ def detect(path: str | os.PathLike[str]) -> str:
 def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:
     """Import ``path`` (file, directory or, for Jaeger, URL) with the named or detected importer."""
     fmt = detect(path) if format == "auto" else format
+    if options.get("labels_dir") and fmt != "trail":
+        raise ValueError(f"labels_dir (--labels-dir) is for TRAIL traces only; {path} is {fmt}")
     src = path if str(path).startswith(("http://", "https://")) else Path(path)
     return importer(fmt)(src, **options)
 
