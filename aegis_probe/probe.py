@@ -84,7 +84,7 @@ class Probe:
 
         While the run is open the attributes go on its root span; afterwards they are appended
         to the trace store as an amendment of the root span (OTLP backends only see outcomes
-        reported before the run ended, or given by a ``judge``).
+        reported before the run ended, or given by a ``judge``). A run the sampler dropped is left alone.
         """
         attrs = self._outcome_attributes(Outcome(success=success, answer=answer, expected=expected))
         run = current_run()
@@ -94,9 +94,16 @@ class Probe:
         target = trace_id or self.last_trace_id
         if target is None:
             raise RuntimeError("set_outcome: no run has happened yet")
+        if self._dropped(target):  # a run the sampler dropped has no trace to amend
+            return
         if self.store is None:
             raise RuntimeError("set_outcome after the run ended needs the trace store (store=False was given)")
         self.store.amend(target, attributes=attrs)
+
+    def _dropped(self, trace_id: str) -> bool:
+        """Whether ``trace_id`` is the most recent run and the tracer provider's sampler dropped it."""
+        run = self.last_run
+        return run is not None and trace_id == run.trace_id and not run.span.get_span_context().trace_flags.sampled
 
     def _outcome_attributes(self, outcome: Outcome) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
@@ -111,12 +118,19 @@ class Probe:
         return attrs
 
     def trajectory(self, trace_id: str | None = None) -> Trajectory:
-        """The stored trajectory of a run (default: the most recent)."""
+        """The stored trajectory of a run (default: the most recent).
+
+        ``LookupError`` when the run was not sampled (never recorded), ``KeyError`` when it is not stored.
+        """
         if self.store is None:
             raise RuntimeError("no trace store configured (store=False)")
         target = trace_id or self.last_trace_id
         if target is None:
             raise RuntimeError("no run has happened yet")
+        if self._dropped(target):
+            sampler = os.environ.get("OTEL_TRACES_SAMPLER")
+            raise LookupError(f"run {target} was not recorded: the tracer provider's sampler dropped it"
+                              f"{f' (OTEL_TRACES_SAMPLER={sampler})' if sampler else ''}; sample every run to read it back")
         return Trajectory.from_spans(self.store.trace(target))
 
     @contextmanager

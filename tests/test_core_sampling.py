@@ -1,0 +1,44 @@
+"""Runs a sampler drops (``OTEL_TRACES_SAMPLER``, real-use sweep): the host app is never broken by
+them, reading one back says why it is missing, and an injection campaign records every run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import aegis_probe
+from aegis_probe.demos import autogen as demo
+from aegis_probe.injection.campaign import read_records, run_campaign
+from aegis_probe.modelserver import ModelServer
+
+TASK = "A shop sells pens at 17 coins and notebooks at 25 coins. What do 3 pens and 3 notebooks cost in total?"
+
+
+def test_a_dropped_run_leaves_the_app_alone_and_reading_it_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    with ModelServer(demo.policy) as server:
+        app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+        probe = aegis_probe.instrument(app, store=tmp_path / "store")
+        answer = demo.run_app(app, TASK)
+    assert "126" in answer and probe.last_trace_id
+    probe.set_outcome(True, answer=answer)  # was: KeyError "no trace matching ..." raised into the app
+    with pytest.raises(LookupError, match=r"was not recorded: the tracer provider's sampler dropped it "
+                                          r"\(OTEL_TRACES_SAMPLER=always_off\)"):
+        probe.trajectory()
+    assert not (tmp_path / "store").exists()
+
+
+def test_campaign_records_every_run_whatever_the_env_sampler(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "pens", "type": "math", "task": TASK, "expected": "126"}) + "\n")
+    out = tmp_path / "campaign"
+    run_campaign("aegis_probe.demos.autogen:build_app", tasks, out, plans_per_run=2, seed=0, progress=False,
+                 modes=("FM-2.6",), strategies=("response_corruption",))
+    records = list(read_records(out).values())
+    assert [r["success"] for r in records if r["kind"] == "baseline"] == [True]  # was: "the run produced no trace"
+    injected = [r for r in records if r["kind"] == "injected"]
+    assert injected and all(r.get("error") is None for r in injected), injected
+    kept = {t.trace_id for t in aegis_probe.load_trajectories(out / "traces")}
+    assert kept == {r["trace_id"] for r in injected if r["kept"]} and kept
