@@ -15,8 +15,9 @@ Class-level patches, installed once:
 - tool call: ``ChatAgent._execute_tool/_aexecute_tool`` -> ``execute_tool {tool}``.
 
 ``step_timeout`` runs ``ChatAgent._step_impl`` in a pool thread that does not inherit the
-caller's context: ``step`` hands its step scope over, keyed by the agent, and the ``_step_impl``
-wrapper attaches it there (switched off while no step is handed over, so that it adds no frame
+caller's context: ``step`` hands its step scope over, keyed by the agent and the input message the
+pool thread is given (so steps of one agent in several threads at once each find their own), and
+the ``_step_impl`` wrapper attaches it there (switched off while no step is handed over, so that it adds no frame
 to the stack camel walks with ``inspect.stack()`` on every step). ``Workforce.process_task``
 without a running loop uses ``asyncio.run``, whose task copies the context. (Called inside a
 running loop, camel 0.2.90's ``process_task`` deadlocks by itself: ``reset()`` waits on a
@@ -37,7 +38,7 @@ return a chunk stream, traced by :func:`~aegis_probe.interception.call_llm_chunk
 calls, usage of the last chunk, finish reason); replayed and injected responses reach camel as
 chunks too. Tools camel runs while streaming: ``_execute_tool_from_stream_data`` (in the pool
 threads of ``_execute_tools_sync_with_status_accumulator``, which hands them the step like
-``step_timeout`` does) and ``_aexecute_tool_from_stream_data``. Not covered: structured output
+``step_timeout`` does, keyed by each tool call's data) and ``_aexecute_tool_from_stream_data``. Not covered: structured output
 (``response_format``) streams get a ``chat`` span without content; a streaming step whose response
 is never consumed never ends.
 """
@@ -46,11 +47,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 import time
 import weakref
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
 from aegis_probe import semconv as sc
@@ -374,7 +376,9 @@ class CamelAdapter(Adapter):
         self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
         self._societies: "WeakKeyDictionary[Any, weakref.ref[Any]]" = WeakKeyDictionary()  # agent -> its RolePlaying
         self._said_done: "WeakSet[Any]" = WeakSet()  # societies whose run ends with this round's assistant step
-        self._handoff: dict[int, StepScope] = {}  # id(agent) -> its step, for step_timeout's thread
+        # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
+        self._handoff: dict[tuple[int, int], list[StepScope]] = {}
+        self._handoff_lock = threading.Lock()
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -465,13 +469,30 @@ class CamelAdapter(Adapter):
             log_hook_error("camel run end")
 
     @contextmanager
-    def _handed_over(self, agent: Any, step: StepScope) -> Iterator[None]:
-        """Make ``step`` available to the pool thread ``step_timeout`` runs ``agent``'s step in."""
-        self._handoff[id(agent)] = step
+    def _handed_over(self, agent: Any, handed: Iterable[Any], step: StepScope) -> Iterator[None]:
+        """Make ``step`` available to the pool threads camel runs ``agent``'s work in, keyed by the
+        object each thread is handed (the step's input message, a tool call's data)."""
+        keys = [(id(agent), id(obj)) for obj in handed]
+        with self._handoff_lock:
+            for key in keys:
+                self._handoff.setdefault(key, []).append(step)
         try:
             yield
         finally:
-            self._handoff.pop(id(agent), None)
+            with self._handoff_lock:
+                for key in keys:
+                    waiting = self._handoff.get(key, [])
+                    if any(s is step for s in waiting):
+                        waiting.remove(step)
+                    if not waiting:
+                        self._handoff.pop(key, None)
+
+    def _claim(self, agent: Any, obj: Any) -> StepScope | None:
+        """The step handed over with ``obj`` for ``agent``, taken (the first, if several steps
+        were handed the same object)."""
+        with self._handoff_lock:
+            waiting = self._handoff.get((id(agent), id(obj)))
+            return waiting.pop(0) if waiting else None
 
     # -- RolePlaying -----------------------------------------------------------------------
     def _adopt(self, society: Any) -> list[Any]:
@@ -653,7 +674,8 @@ class CamelAdapter(Adapter):
                 if getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
                     result = wrapped(*args, **kwargs)
                 else:
-                    with self._handed_over(instance, opened[1]):
+                    message = kwargs["input_message"] if "input_message" in kwargs else args[0]
+                    with self._handed_over(instance, (message,), opened[1]):
                         result = wrapped(*args, **kwargs)
         except BaseException as exc:
             self._close_step(opened, None, exc)
@@ -692,8 +714,8 @@ class CamelAdapter(Adapter):
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_step_impl`` in ``step_timeout``'s pool thread: attach the step handed over by ``step``."""
-        handed = self._handoff.get(id(instance))
-        if handed is None or current_step() is handed:
+        handed = self._claim(instance, kwargs["input_message"] if "input_message" in kwargs else args[0])
+        if handed is None:
             return wrapped(*args, **kwargs)
         with attached(handed):
             return wrapped(*args, **kwargs)
@@ -739,10 +761,16 @@ class CamelAdapter(Adapter):
         step = current_step()
         if step is None:
             return wrapped(*args, **kwargs)
-        return self._handing_over(instance, step, wrapped(*args, **kwargs))
+        try:
+            calls = kwargs["accumulated_tool_calls"] if "accumulated_tool_calls" in kwargs else args[0]
+            handed = list(calls.values())  # each pool thread is handed one of them
+        except Exception:
+            log_hook_error("camel tool handover")
+            return wrapped(*args, **kwargs)
+        return self._handing_over(instance, handed, step, wrapped(*args, **kwargs))
 
-    def _handing_over(self, agent: Any, step: StepScope, items: Iterator[Any]) -> Iterator[Any]:
-        with self._handed_over(agent, step):  # a table entry, not a context: fine across yields
+    def _handing_over(self, agent: Any, handed: list[Any], step: StepScope, items: Iterator[Any]) -> Iterator[Any]:
+        with self._handed_over(agent, handed, step):  # table entries, not a context: fine across yields
             yield from items
 
     def _open_stream_tool(self, args: tuple, kwargs: dict) -> Any:
@@ -759,7 +787,7 @@ class CamelAdapter(Adapter):
 
     def _stream_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_execute_tool_from_stream_data`` in a pool thread: a tool span in the step handed over."""
-        with attached(self._handoff.get(id(instance))):
+        with attached(self._claim(instance, kwargs["tool_call_data"] if "tool_call_data" in kwargs else args[0])):
             scope = self._open_stream_tool(args, kwargs)
         if scope is None:
             return wrapped(*args, **kwargs)

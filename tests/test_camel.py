@@ -223,6 +223,47 @@ def test_step_timeout_thread_keeps_context(model_server, provider, exporter):
     assert len({s.context.trace_id for s in spans}) == 1
 
 
+@pytest.mark.parametrize("pool_call", ["_step_impl", "_execute_tool_from_stream_data"])
+def test_one_agent_stepped_from_two_threads_at_once(pool_call, model_server, provider, exporter, monkeypatch):
+    """Two steps of one agent at once, each handing work to a pool thread (``step_timeout``'s step,
+    a streamed tool call): both hand over before either pool thread starts, and each pool thread's
+    spans still land in its own step's run."""
+    import concurrent.futures
+
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+    both_handed_over = threading.Barrier(2, timeout=20)
+
+    def submit_together(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", None) == pool_call:
+            both_handed_over.wait()
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_together)
+    server = model_server(tool_policy)
+    if pool_call == "_step_impl":
+        calc = agent(server, "Calculator", "You compute.", tools=[calculate], step_timeout=30)
+    else:
+        calc = streaming_calculator(server.base_url)
+    aegis_probe.instrument(calc, tracer_provider=provider, store=False)
+    streamed = pool_call != "_step_impl"
+    threads = [threading.Thread(target=lambda task: consume(calc.step(task)) if streamed else calc.step(task),
+                                args=(f"{STREAM_TASK} (customer {i})",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans = ours(exporter)
+    runs = {}
+    for s in spans:
+        runs.setdefault(s.context.trace_id, []).append(s)
+    assert len(runs) == 2
+    for trace in runs.values():
+        (step,) = steps_of(trace)
+        tools, chats = op(trace, sc.OP_TOOL), op(trace, sc.OP_CHAT)
+        assert len(chats) == len(tools) + 1  # each tool result answered (the memory is shared)
+        assert all(parent_of(s, trace) is step for s in tools + chats)
+
+
 @pytest.mark.parametrize("app_kind", ["lone agent", "role playing", "role playing in probe.run", "workforce"])
 def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_server, provider, exporter, monkeypatch):
     """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper
