@@ -5,7 +5,8 @@ Class-level patches, installed once:
 - run entry: ``Crew.kickoff`` (``kickoff_async`` runs it in a thread that inherits the caller's
   context) and the native async ``Crew.akickoff`` of a registered crew: one run per call, ``invoke_workflow {crew.name}``, its task what
   the kickoff was given (:func:`run_task`), its answer the ``CrewOutput``'s ``raw`` text. A kickoff inside a run
-  opens no run;
+  opens no run. ``Crew.copy`` of a registered crew registers the copy with the same probe
+  (``kickoff_for_each``/``kickoff_for_each_async``/``akickoff_for_each`` kick off a copy per input);
 - agent step: ``Agent.execute_task/aexecute_task``, one agent's turn on a task ->
   ``invoke_agent {agent.role}``; its input the task's description (and the context handed to it),
   its output the agent's result. In a hierarchical crew the manager agent's turns are steps, and
@@ -89,6 +90,7 @@ class CrewAIAdapter(Adapter):
 
         patcher.wrap(Crew, "kickoff", self._kickoff)
         patcher.wrap(Crew, "akickoff", self._akickoff)
+        patcher.wrap(Crew, "copy", self._copy)
         patcher.wrap(Agent, "execute_task", self._turn)
         patcher.wrap(Agent, "aexecute_task", self._aturn)
         patcher.wrap(BaseTool, "run", self._tool)
@@ -106,6 +108,17 @@ class CrewAIAdapter(Adapter):
         except Exception:
             log_hook_error("crewai run start")
             return None
+
+    def _copy(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``Crew.copy``: a registered crew's copy (``kickoff_for_each*`` kick off one per input) is registered too."""
+        copied = wrapped(*args, **kwargs)
+        probe = self.registry.get(instance)
+        if probe is not None:
+            try:
+                self.registry.add(copied, probe)
+            except Exception:
+                log_hook_error("crewai crew copy")
+        return copied
 
     @staticmethod
     def _run_finisher(run: RunScope) -> Callable[[Any], None]:

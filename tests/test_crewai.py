@@ -110,6 +110,24 @@ def test_async_kickoff_is_one_run(kickoff, model_server, provider, exporter, tmp
     assert [len(s.llm_calls) for s in probe.trajectory().steps] == [1, 2, 1]
 
 
+@needs_crewai
+@pytest.mark.parametrize("kickoff", ["kickoff_for_each", "kickoff_for_each_async", "akickoff_for_each"])
+def test_kickoff_for_each_is_one_run_per_input(kickoff, model_server, provider, exporter, tmp_path):
+    """``kickoff_for_each*`` kick off a copy of the crew per input: each copy's kickoff is a run."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    inputs = [{"task": demo.TASK}, {"task": demo.TASK.replace("17", "18")}]
+    outputs = getattr(app, kickoff)(inputs=inputs)
+    if asyncio.iscoroutine(outputs):
+        outputs = asyncio.run(outputs)
+    assert demo.EXPECTED in outputs[0].raw
+    probe.flush()
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert sorted(s.attributes[sc.TASK] for s in roots) == sorted(i["task"] for i in inputs)
+    for root in roots:
+        steps = [s for s in _steps(exporter) if s.context.trace_id == root.context.trace_id]
+        assert [s.attributes[sc.AGENT_NAME] for s in steps] == list(demo.AGENTS)
+
+
 def _delegating(body):
     """Scripted manager: delegates each task to the one coworker its tool names, then returns the answer."""
     system, seen = request_texts(body)
@@ -161,7 +179,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from crewai.tools.base_tool import BaseTool, Tool
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    names = [(Crew, "kickoff"), (Crew, "akickoff"), (Agent, "execute_task"), (Agent, "aexecute_task"), (BaseTool, "run"),
+    names = [(Crew, "kickoff"), (Crew, "akickoff"), (Crew, "copy"), (Agent, "execute_task"), (Agent, "aexecute_task"), (BaseTool, "run"),
              (Tool, "run"), (Completions, "create"), (AsyncCompletions, "create")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
