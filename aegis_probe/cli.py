@@ -155,6 +155,9 @@ def check_outputs(args: argparse.Namespace) -> None:
                              "trace files); choose another path")
 
 
+_EMBEDDED_TRACEBACK = re.compile(r"\s*(?:Traceback:\s*)?Traceback \(most recent call last\):.*$")
+
+
 def _quiet_stdout() -> None:
     """After a closed pipe (``... | head``): send what is left to /dev/null, so exit is silent."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -196,7 +199,8 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         if verbose:
             traceback.print_exc()
         hint = "" if verbose else " (run with -v for the traceback)"
-        print(f"error: {type(exc).__name__}: {redact_secrets(' '.join(str(exc).split()))}{hint}", file=sys.stderr)
+        text = _EMBEDDED_TRACEBACK.sub("", " ".join(str(exc).split()))  # autogen, Ray: the cause's traceback in the message
+        print(f"error: {type(exc).__name__}: {redact_secrets(text)}{hint}", file=sys.stderr)
         return 1
 
 

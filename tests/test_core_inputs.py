@@ -69,3 +69,18 @@ def test_blame_with_a_fixer_of_the_wrong_kind_is_one_line_and_secrets_stay_out(t
     assert code == 1 and err.startswith("error: RuntimeError: analyzer refused key [REDACTED]"), err
     assert SECRET not in err
     assert store.read_bytes() == before, "a failed blame writes nothing onto the trace"
+
+
+def test_demo_against_an_endpoint_that_fails_is_one_redacted_line(model_server, tmp_path, capsys, monkeypatch):
+    def refuse(body):
+        raise PermissionError(f"Incorrect API key provided: {SECRET}")
+
+    server = model_server(refuse)
+    monkeypatch.setenv("DEMO_KEY", SECRET)
+    code = cli.main(["demo", "--base-url", server.base_url, "--model", "m", "--api-key-env", "DEMO_KEY"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert code == 1 and err.startswith("error: RuntimeError: InternalServerError: Error code: 500"), err
+    assert "Incorrect API key provided: [REDACTED]" in err and SECRET not in err
+    assert "Traceback" not in err and err.endswith("(run with -v for the traceback)"), err
+    stored = (tmp_path / "aegis-traces" / "spans.jsonl").read_text()
+    assert "Incorrect API key provided: [REDACTED]" in stored and SECRET not in stored
