@@ -5,7 +5,8 @@ Class-level patches, installed once:
 - run entry: ``Crew.kickoff`` (``kickoff_async`` runs it in a thread that inherits the caller's
   context) and the native async ``Crew.akickoff`` of a registered crew: one run per call, ``invoke_workflow {crew.name}``, its task what
   the kickoff was given (:func:`run_task`), its answer the ``CrewOutput``'s ``raw`` text. A kickoff inside a run
-  opens no run. ``Crew.copy`` of a registered crew registers the copy with the same probe
+  opens no run, and neither does the kickoff of a streaming crew (``stream=True``): iterating its
+  streaming output kicks the crew off again, and that is the run. ``Crew.copy`` of a registered crew registers the copy with the same probe
   (``kickoff_for_each``/``kickoff_for_each_async``/``akickoff_for_each`` kick off a copy per input);
 - agent step: ``Agent.execute_task/aexecute_task``, one agent's turn on a task ->
   ``invoke_agent {agent.role}``; its input the task's description (and the context handed to it),
@@ -100,7 +101,9 @@ class CrewAIAdapter(Adapter):
     # -- runs ------------------------------------------------------------------------------
     def _start(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
         probe = self.run_probe(crew)
-        if probe is None or current_run() is not None:
+        # A streaming crew's kickoff only returns its streaming output; iterating it kicks the crew
+        # off again with ``stream`` off, and that kickoff is the run.
+        if probe is None or current_run() is not None or crew.stream:
             return None
         try:
             task = run_task(crew, _arg(args, kwargs, "inputs", 0))

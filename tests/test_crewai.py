@@ -128,6 +128,34 @@ def test_kickoff_for_each_is_one_run_per_input(kickoff, model_server, provider, 
         assert [s.attributes[sc.AGENT_NAME] for s in steps] == list(demo.AGENTS)
 
 
+@needs_crewai
+@pytest.mark.parametrize("kickoff", ["kickoff", "akickoff"])
+def test_streaming_crew_is_one_run(kickoff, model_server, provider, exporter, tmp_path):
+    """``Crew(stream=True)``: the kickoff returns a streaming output whose iteration kicks the crew off again."""
+    from crewai import Crew
+
+    def streaming(base_url):
+        base = demo.build_app(base_url, "aegis-scripted", "sk-test")
+        return Crew(name="streamed", agents=base.agents, tasks=base.tasks, stream=True)
+
+    app, probe = _instrumented(model_server, provider, tmp_path, app=streaming)
+
+    async def consume():
+        streamed = await app.akickoff(inputs={"task": demo.TASK})
+        return [chunk async for chunk in streamed], streamed
+
+    if kickoff == "kickoff":
+        streamed = app.kickoff(inputs={"task": demo.TASK})
+        chunks = list(streamed)
+    else:
+        chunks, streamed = asyncio.run(consume())
+    assert chunks and demo.EXPECTED in streamed.result.raw
+    probe.flush()
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert len(roots) == 1 and roots[0].attributes[sc.TASK] == demo.TASK
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == list(demo.AGENTS)
+
+
 def _delegating(body):
     """Scripted manager: delegates each task to the one coworker its tool names, then returns the answer."""
     system, seen = request_texts(body)
