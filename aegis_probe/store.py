@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 SPANS_FILE = "spans.jsonl"
 
 _BAD_RECORD = (ValueError, KeyError, TypeError, AttributeError)
+#: Store file -> the error of this process's last failed write to it (cleared by a write that succeeds).
+_failed_writes: dict[Path, str] = {}
 _APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
 
@@ -188,20 +190,28 @@ class TraceStore:
         data = utf8(line)  # lone surrogates escaped, never a lost trace
         with self._lock:
             try:
-                fd = os.open(self._file, _APPEND, 0o644)
-            except FileNotFoundError:  # no directory yet (or it was removed)
-                self.path.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self._file, _APPEND, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                _end_last_line(fd, self._file)
-                written = os.writev(fd, (data, b"\n"))  # the line and its newline, without joining them
-                if written < len(data) + 1:  # a short write (a full disk): the rest, or the error
-                    view = memoryview(data + b"\n")[written:]
-                    while view:
-                        view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+                self._write(data)
+            except OSError as exc:  # kept for readers of this process: why a trace is missing
+                _failed_writes[self._file] = f"{type(exc).__name__}: {exc}"
+                raise
+            _failed_writes.pop(self._file, None)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            fd = os.open(self._file, _APPEND, 0o644)
+        except FileNotFoundError:  # no directory yet (or it was removed)
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._file, _APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _end_last_line(fd, self._file)
+            written = os.writev(fd, (data, b"\n"))  # the line and its newline, without joining them
+            if written < len(data) + 1:  # a short write (a full disk): the rest, or the error
+                view = memoryview(data + b"\n")[written:]
+                while view:
+                    view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     def traces(self) -> dict[str, list[SpanRecord]]:
         """All traces of the store, merged, keyed by trace id (in file order)."""
@@ -216,7 +226,9 @@ class TraceStore:
         matches = [t for t in traces if t.startswith(trace_id.lower())]
         if len(matches) != 1:
             what = "no trace" if not matches else f"{len(matches)} traces"
-            raise KeyError(f"{what} matching {trace_id!r} in {self.path}")
+            failed = _failed_writes.get(self._file) if not matches else None
+            raise KeyError(f"{what} matching {trace_id!r} in {self.path}"
+                           + (f" (the last write to it failed: {failed})" if failed else ""))
         return traces[matches[0]]
 
     def amend(

@@ -251,7 +251,9 @@ class StoreSpanProcessor(SpanProcessor):
     def _write(self, spans: list[Encoded]) -> None:
         try:
             self.store.write_line(request_json(spans))
-        except Exception:  # a full disk or a removed directory must not stop the writer
+        except OSError as exc:  # a full disk, a read-only or removed directory: one line, the writer goes on
+            logger.error("aegis-probe: could not write %d spans to %s: %s", len(spans), self.store.path, exc)
+        except Exception:  # a bug: with its traceback, the writer goes on
             logger.exception("aegis-probe: could not write %d spans to %s", len(spans), self.store.path)
 
     # -- SpanProcessor -------------------------------------------------------------------

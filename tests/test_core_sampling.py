@@ -1,9 +1,11 @@
-"""Runs a sampler drops (``OTEL_TRACES_SAMPLER``, real-use sweep): the host app is never broken by
-them, reading one back says why it is missing, and an injection campaign records every run."""
+"""Runs that are not stored (real-use sweep): dropped by a sampler (``OTEL_TRACES_SAMPLER``) or
+written to a full disk. The host app is never broken by them, reading one back says why it is
+missing, and an injection campaign records every run whatever the sampler."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -42,3 +44,19 @@ def test_campaign_records_every_run_whatever_the_env_sampler(tmp_path, monkeypat
     assert injected and all(r.get("error") is None for r in injected), injected
     kept = {t.trace_id for t in aegis_probe.load_trajectories(out / "traces")}
     assert kept == {r["trace_id"] for r in injected if r["kept"]} and kept
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill the disk")
+def test_a_store_on_a_full_disk_leaves_the_app_alone_and_says_why_a_run_is_missing(tmp_path, caplog):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "spans.jsonl").symlink_to("/dev/full")  # every write: ENOSPC, as on a full disk
+    with ModelServer(demo.policy) as server:
+        app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+        probe = aegis_probe.instrument(app, store=store)
+        assert "126" in demo.run_app(app, TASK)
+    with pytest.raises(KeyError, match=r"no trace matching '\w+' in .*store \(the last write to it failed: "
+                                       r"OSError: \[Errno 28\] No space left on device\)"):
+        probe.trajectory()
+    [logged] = [r for r in caplog.records if "could not write" in r.getMessage()]
+    assert logged.exc_info is None and "No space left on device" in logged.getMessage()
