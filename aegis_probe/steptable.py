@@ -43,9 +43,9 @@ def summary(traj: Trajectory) -> str:
         for f in label.faults:
             if source.startswith(ATTRIBUTION_SOURCE + ":"):  # a trained attributor's verdict
                 by = source.partition(":")[2]
-                lines.append(f"verdict  agent={f.agent} step={f.step} mode={f.mode} by {by}" + (f" ({f.reason})" if f.reason else ""))
+                lines.append(f"verdict  agent={f.agent} step={f.step} mode={f.mode or '-'} by {by}" + (f" ({f.reason})" if f.reason else ""))
             else:
-                lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode} strategy={f.strategy} source={source}")
+                lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode or '-'} strategy={f.strategy or '-'} source={source}")
     return "\n".join(lines)
 
 

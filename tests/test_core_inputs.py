@@ -84,3 +84,15 @@ def test_demo_against_an_endpoint_that_fails_is_one_redacted_line(model_server, 
     assert "Traceback" not in err and err.endswith("(run with -v for the traceback)"), err
     stored = (tmp_path / "aegis-traces" / "spans.jsonl").read_text()
     assert "Incorrect API key provided: [REDACTED]" in stored and SECRET not in stored
+
+
+def test_traces_show_prints_a_blame_label_without_none():
+    from aegis_probe import semconv as sc
+    from aegis_probe.otlp_json import SpanRecord
+    from aegis_probe.steptable import summary
+    from aegis_probe.trajectory import Fault, Trajectory, label_attributes
+
+    root = SpanRecord("ab" * 16, "cd" * 8, None, "invoke_workflow team", 1, 2, attributes={sc.OUTCOME_SUCCESS: False})
+    root.attributes.update(label_attributes([root], "blame:scan", [Fault(agent="calculator", step=1)]))
+    text = summary(Trajectory.from_spans([root]))
+    assert "fault    agent=calculator step=1 mode=- strategy=- source=blame:scan" in text, text
