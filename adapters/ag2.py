@@ -2,8 +2,10 @@
 
 Class-level patches, installed once:
 
-- run entry: ``ConversableAgent.initiate_chat/a_initiate_chat`` where the initiator or the
-  recipient is registered: one run per chat, ``invoke_workflow {recipient.name}`` (a
+- run entry: ``ConversableAgent.initiate_chat/a_initiate_chat`` where the initiator, the
+  recipient or one of a recipient ``GroupChatManager``'s agents is registered (so a chat of
+  ``initiate_group_chat(pattern=...)``, whose manager the pattern builds, is traced when one of
+  its agents is instrumented): one run per chat, ``invoke_workflow {recipient.name}`` (a
   ``GroupChatManager``'s name for a group chat), its answer the last message a step produced.
   Chats started inside a run (nested chats, ``initiate_chats``, CaptainAgent-style experts)
   open no run: their messages are steps of the outer run;
@@ -136,7 +138,11 @@ class AG2Adapter(Adapter):
         if current_run() is not None:
             return None
         recipient = kwargs["recipient"] if "recipient" in kwargs else args[0] if args else None
-        probe = self.run_probe(initiator) or (self.run_probe(recipient) if recipient is not None else None)
+        # A group chat's participants count too: ``initiate_group_chat(pattern=...)`` builds the
+        # manager itself and starts the chat from its user agent.
+        members = getattr(getattr(recipient, "groupchat", None), "agents", None) or ()
+        candidates = (initiator, *(() if recipient is None else (recipient,)), *members)
+        probe = next((p for p in map(self.run_probe, candidates) if p is not None), None)
         if probe is None:
             return None
         try:

@@ -123,6 +123,30 @@ def test_auto_speaker_selection_is_the_managers_not_a_step(mode, model_server, p
 
 
 @needs_ag2
+def test_pattern_group_chat_of_an_instrumented_agent_is_a_run(model_server, provider, exporter, tmp_path):
+    """``initiate_group_chat(pattern=...)`` builds its own manager and starts the chat from the user agent:
+    instrumenting a participant traces the chat."""
+    from autogen import ConversableAgent
+    from autogen.agentchat import initiate_group_chat
+    from autogen.agentchat.group.patterns import RoundRobinPattern
+
+    server = model_server(demo.policy)
+    base = demo.build_app(server.base_url, "aegis-scripted", "sk-test").groupchat
+    agents = {a.name: a for a in base.agents}
+    planner, calculator, reviewer = (agents[n] for n in ("planner", "calculator", "reviewer"))
+    user = ConversableAgent("user", human_input_mode="NEVER", llm_config=False)
+    pattern = RoundRobinPattern(initial_agent=planner, agents=[planner, calculator, reviewer], user_agent=user)
+    probe = aegis_probe.instrument(planner, tracer_provider=provider, store=tmp_path / "store")
+    initiate_group_chat(pattern=pattern, messages=demo.TASK, max_rounds=5)
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.task == demo.TASK
+    # The pattern's own tool executor agent runs the calculator's tool call.
+    assert [s.agent for s in traj.steps][:3] == ["planner", "calculator", "_Group_Tool_Executor"]
+    assert [t.result for t in traj.steps[2].tool_calls] == ["126"]
+
+
+@needs_ag2
 def test_nested_chat_messages_are_steps_inside_the_outer_step(model_server, provider, exporter, tmp_path):
     from autogen import AssistantAgent
 
