@@ -105,6 +105,16 @@ class Probe:
         run = self.last_run
         return run is not None and trace_id == run.trace_id and not run.span.get_span_context().trace_flags.sampled
 
+    def _why_dropped(self) -> str:
+        run = self.last_run
+        if run is not None and run.span.get_span_context().is_valid:
+            sampler = os.environ.get("OTEL_TRACES_SAMPLER")
+            return (f"the tracer provider's sampler dropped it{f' (OTEL_TRACES_SAMPLER={sampler})' if sampler else ''}; "
+                    "sample every run to read it back")
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return "tracing is off (OTEL_SDK_DISABLED=true)"
+        return "the tracer provider records nothing (a no-op provider)"
+
     def _outcome_attributes(self, outcome: Outcome) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
         if outcome.success is not None:
@@ -128,9 +138,7 @@ class Probe:
         if target is None:
             raise RuntimeError("no run has happened yet")
         if self._dropped(target):
-            sampler = os.environ.get("OTEL_TRACES_SAMPLER")
-            raise LookupError(f"run {target} was not recorded: the tracer provider's sampler dropped it"
-                              f"{f' (OTEL_TRACES_SAMPLER={sampler})' if sampler else ''}; sample every run to read it back")
+            raise LookupError(f"run {target} was not recorded: {self._why_dropped()}")
         return Trajectory.from_spans(self.store.trace(target))
 
     @contextmanager

@@ -60,3 +60,14 @@ def test_a_store_on_a_full_disk_leaves_the_app_alone_and_says_why_a_run_is_missi
         probe.trajectory()
     [logged] = [r for r in caplog.records if "could not write" in r.getMessage()]
     assert logged.exc_info is None and "No space left on device" in logged.getMessage()
+
+
+def test_a_run_with_the_sdk_disabled_says_tracing_is_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    with ModelServer(demo.policy) as server:
+        app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+        probe = aegis_probe.instrument(app, store=tmp_path / "store")
+        assert "126" in demo.run_app(app, TASK)
+    probe.set_outcome(True)
+    with pytest.raises(LookupError, match=r"was not recorded: tracing is off \(OTEL_SDK_DISABLED=true\)"):
+        probe.trajectory()
