@@ -21,7 +21,7 @@ Class-level patches, installed once:
   ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged.
   ``a_generate_oai_reply`` runs the sync client in an executor thread, which does not inherit
   the caller's context: ``a_generate_reply`` hands its step over to ``generate_oai_reply`` there
-  (keyed by the agent), also outside steps (automatic speaker selection's helper agents);
+  (keyed by the agent and its sender), also outside steps (automatic speaker selection's helper agents);
 - tool call: ``ConversableAgent.execute_function/a_execute_function`` -> ``execute_tool {tool}``
   (an unsuccessful execution fails the span). A sync chat runs an async tool's
   ``a_execute_function`` on a new loop in a new thread (``_run_async_in_thread``): the caller's
@@ -81,6 +81,10 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     return out
 
 
+def _arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
+    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
+
+
 def _unseen(messages: list[Any]) -> list[Any]:
     """The messages after the agent's own last one (``role == "assistant"`` in its own history)."""
     last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
@@ -95,9 +99,10 @@ class AG2Adapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self.seam = OpenAIClientSeam(FRAMEWORK)
-        #: id(agent) -> the context of its async step, for the executor thread ``a_generate_oai_reply``
-        #: runs ``generate_oai_reply`` in (``run_in_executor`` does not carry the caller's context)
-        self._handoff: dict[int, otel_context.Context] = {}
+        #: (id(agent), id(sender)) -> the context of its async step, for the executor thread
+        #: ``a_generate_oai_reply`` runs ``generate_oai_reply`` in (``run_in_executor`` does not carry
+        #: the caller's context); keyed by the sender too, as one agent may serve several chats at once
+        self._handoff: dict[tuple[int, int], otel_context.Context] = {}
         self._chat, self._achat = scoped_wrappers(self._start, self._chat_finisher, "ag2 run")
         self._reply = scoped_wrappers(self._open_step, self._reply_finisher, "ag2 step")[0]
         self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "ag2 tool")
@@ -203,13 +208,14 @@ class AG2Adapter(Adapter):
         # Not a step but inside a run (automatic speaker selection's helper agents): hand over the
         # current context, so their model calls are still the run's.
         ctx = step.ctx if step is not None else otel_context.get_current()
+        key = (id(instance), id(_arg(args, kwargs, "sender", 1)))
 
         async def reply() -> Any:
-            self._handoff[id(instance)] = ctx  # for a_generate_oai_reply's executor thread
+            self._handoff[key] = ctx  # for a_generate_oai_reply's executor thread
             try:
                 return await wrapped(*args, **kwargs)
             finally:
-                self._handoff.pop(id(instance), None)
+                self._handoff.pop(key, None)
 
         if step is None:
             return await reply()
@@ -217,7 +223,7 @@ class AG2Adapter(Adapter):
 
     def _in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``generate_oai_reply`` in ``a_generate_oai_reply``'s executor thread: attach the handed-over context."""
-        ctx = self._handoff.get(id(instance))
+        ctx = self._handoff.get((id(instance), id(_arg(args, kwargs, "sender", 1))))
         if ctx is None or current_run() is not None:
             return wrapped(*args, **kwargs)
         token = otel_context.attach(ctx)

@@ -89,6 +89,38 @@ def test_async_chat_model_calls_are_in_their_steps(model_server, provider, expor
 
 
 @needs_ag2
+def test_concurrent_async_chats_with_one_shared_agent_keep_their_model_calls(model_server, provider, exporter, tmp_path):
+    """One assistant serving several users at once: each chat's model calls stay in its own run's steps."""
+    import asyncio
+
+    from autogen import AssistantAgent, UserProxyAgent
+
+    server = model_server(lambda body: Reply(content="noted: " + str(body["messages"][-1].get("content"))))
+    entry = {"model": "aegis-scripted", "base_url": server.base_url, "api_key": "sk-test", "max_retries": 0,
+             "price": [0, 0]}
+    assistant = AssistantAgent("assistant", llm_config={"config_list": [entry], "cache_seed": None})
+    users = [UserProxyAgent(f"user{i}", human_input_mode="NEVER", code_execution_config=False,
+                            default_auto_reply=f"more {i}") for i in range(4)]
+    aegis_probe.instrument(assistant, tracer_provider=provider, store=False)
+
+    async def chats():
+        await asyncio.gather(*(u.a_initiate_chat(assistant, message=f"hello {i}", silent=True, max_turns=3)
+                               for i, u in enumerate(users)))
+
+    asyncio.run(chats())
+    by_trace: dict = {}
+    for span in exporter.get_finished_spans():
+        by_trace.setdefault(span.context.trace_id, []).append(span)
+    assert len(by_trace) == len(users)
+    for trace in by_trace.values():
+        task = next(s for s in trace if s.parent is None).attributes[sc.TASK]
+        calls = [s for s in trace if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
+        turns = [s for s in trace if s.attributes.get(sc.AGENT_NAME) == "assistant" and sc.STEP_INDEX in s.attributes]
+        assert len(calls) == len(turns) == 3, task
+        assert all(f"more {task[-1]}" in s.attributes[sc.INPUT_MESSAGES] for s in calls[1:]), task
+
+
+@needs_ag2
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_auto_speaker_selection_is_the_managers_not_a_step(mode, model_server, provider, exporter, tmp_path):
     """Also in ``a_initiate_chat``: the selector's ``a_generate_oai_reply`` calls the model in an executor thread."""
