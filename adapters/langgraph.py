@@ -5,7 +5,8 @@ Class- and module-level patches, installed once:
 - run entry: ``Pregel.stream/astream`` of a registered graph (``invoke``/``ainvoke`` go through
   them): one run per call, ``invoke_workflow {graph.name}``, its conversation id the checkpointer's
   ``thread_id`` when the config names one. A graph invoked inside a run (a subgraph node, a graph
-  a node calls) opens no run of its own;
+  a node calls) opens no run of its own. A registered graph's ``copy`` (what ``with_config``
+  returns) is registered too;
 - agent step: ``langgraph.pregel._runner.run_with_retry/arun_with_retry``, one node execution of
   the run's outermost graph -> ``invoke_agent {node}`` (retries of a node are one step). Nodes
   inside a step (a ``create_react_agent`` subgraph's ``agent``/``tools`` nodes) belong to that
@@ -286,6 +287,7 @@ class LangGraphAdapter(Adapter):
 
         patcher.wrap(Pregel, "stream", self._stream)
         patcher.wrap(Pregel, "astream", self._astream)
+        patcher.wrap(Pregel, "copy", self._copy)
         patcher.wrap(_runner, "run_with_retry", self._node)
         patcher.wrap(_runner, "arun_with_retry", self._anode)
         patcher.wrap(BaseChatModel, "_generate_with_cache", self._llm)
@@ -306,6 +308,17 @@ class LangGraphAdapter(Adapter):
         except Exception:
             log_hook_error("langgraph run start")
             return None
+
+    def _copy(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``Pregel.copy`` (``with_config`` makes one): a registered graph's copy is registered too."""
+        copied = wrapped(*args, **kwargs)
+        probe = self.registry.get(instance)
+        if probe is not None:
+            try:
+                self.registry.add(copied, probe)
+            except Exception:
+                log_hook_error("langgraph graph copy")
+        return copied
 
     def _ender(self, run: RunScope) -> Callable[[BaseException | None], None]:
         def done(exc: BaseException | None) -> None:

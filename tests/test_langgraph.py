@@ -64,6 +64,17 @@ def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
     assert sum(s.attributes.get(sc.OPERATION) == sc.OP_TOOL for s in spans) == 1
 
 
+def test_graph_with_config_is_the_instrumented_graph(model_server, provider, exporter, tmp_path):
+    """``with_config`` (``recursion_limit``, tags, ...) returns a copy of the graph: it is traced like the graph."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    configured = app.with_config(recursion_limit=50, tags=["web"])
+    assert configured is not app
+    assert demo.EXPECTED in demo.run_app(configured, demo.TASK)
+    probe.flush()
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == ["planner", "calculator", "reviewer"]
+    assert probe.trajectory().task == demo.TASK
+
+
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     with pytest.raises(SyntaxError):  # ToolNode re-raises tool errors by default: unchanged through us
@@ -79,7 +90,7 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from langchain_core.tools import BaseTool
     from langgraph.pregel import Pregel, _runner
 
-    names = [(Pregel, "stream"), (Pregel, "astream"), (_runner, "run_with_retry"), (_runner, "arun_with_retry"),
+    names = [(Pregel, "stream"), (Pregel, "astream"), (Pregel, "copy"), (_runner, "run_with_retry"), (_runner, "arun_with_retry"),
              (BaseChatModel, "_generate_with_cache"), (BaseChatModel, "_agenerate_with_cache"),
              (BaseTool, "run"), (BaseTool, "arun")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
