@@ -235,6 +235,44 @@ def test_dcl_resume_matches_uninterrupted_run(dcl_ckpt, dcl_data, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_fresh_run_never_trains_over_an_earlier_one(sft_out, sft_rows, tiny_qwen, dcl_ckpt, dcl_data, capsys):
+    """Rerunning a training command without --resume into a directory holding checkpoints is one
+    error (it overwrote the model, and the new run's first checkpoint was rotated away for the old,
+    higher-numbered ones, which a later --resume then picked up); nothing there changes."""
+    from aegis_probe.train.cli import main
+
+    before = {p: p.read_bytes() for out in (sft_out, dcl_ckpt) for p in out.rglob("*") if p.is_file()}
+    assert main(["sft", "--data", str(sft_rows), "--model", str(tiny_qwen), "--out", str(sft_out), "--max_steps", "1"]) == 2
+    assert f"error: {sft_out} holds the checkpoints of an earlier run (checkpoint-" in capsys.readouterr().err
+    assert main(["dcl", "--data", str(dcl_data), "--out", str(dcl_ckpt), "--epochs", "1", *DCL_ARGS]) == 2
+    assert f"error: {dcl_ckpt} holds the checkpoints of an earlier run (checkpoint-120): continue it with --resume" in capsys.readouterr().err
+    assert {p: p.read_bytes() for out in (sft_out, dcl_ckpt) for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_dcl_interrupted_while_saving_resumes(dcl_data, tmp_path, monkeypatch):
+    """Ctrl-C while a checkpoint is being written leaves the earlier checkpoints only (no half-written
+    checkpoint-N that --resume then failed to read), and --resume continues from them."""
+    from aegis_probe.train.dcl import train as dcl_train
+
+    real, saves = dcl_train.save_file, []
+
+    def interrupted(tensors, path, **kw):
+        saves.append(path)
+        if len(saves) == 2:  # epoch 2's optimizer state, after its weights
+            raise KeyboardInterrupt
+        return real(tensors, path, **kw)
+
+    monkeypatch.setattr(dcl_train, "save_file", interrupted)
+    common = ["--data", dcl_data, "--out", tmp_path, *DCL_ARGS, "--text_embeddings", "false"]
+    with pytest.raises(KeyboardInterrupt):
+        dcl_train.train(parser("dcl").parse_args(["dcl", *map(str, common), "--epochs", "3"]))
+    assert [p.name for p in dcl_train.checkpoints(tmp_path)] == ["checkpoint-2"]  # 2 batches an epoch
+    monkeypatch.setattr(dcl_train, "save_file", real)
+    cli("dcl", *common, "--epochs", "3", "--resume")
+    assert [p.name for p in dcl_train.checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    assert any(r.get("event") == "resume" and r["epoch"] == 1 for r in read_log(tmp_path))
+
+
 def test_benchmark_injection_campaign_is_cached_and_split_by_task_group(tmp_path):
     """The DCL benchmark's injected data: labelled failures plus clean baselines, reused on rerun,
     held out by whole (task, framework) groups, deterministically."""

@@ -128,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
     from .dcl.attributor import DCLAttributor
     from .dcl.train import DCLConfig, fit
 
+    out = Path(args.out)
+    earlier = [p for p in (out / "benchmark.json", None if args.model else out / "model") if p and p.exists()]
+    if earlier:
+        raise ValueError(f"{out} holds an earlier benchmark run ({', '.join(p.name for p in earlier)}): "
+                         "choose another --out, or remove it")
     train_sets, test_sets = load_sets(args.train, args.format), load_sets(args.test, args.format)
     train = [t for ts in train_sets.values() for t in ts]
     seen = {content_key(t) for t in train}
@@ -136,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
         if overlap:
             raise ValueError(f"{path}: {overlap} trajectories are also in the training sets (same task and steps); "
                              "a test set must be unseen")
-    out = Path(args.out)
     if args.model:
         model = DCLAttributor.load(args.model)
         if args.embedding_cache:
@@ -184,7 +188,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--test", nargs="+", required=True, metavar="SOURCE", help="test sets, each scored on its own")
     p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="input format (default: sniffed)")
     p.add_argument("--model", help="a trained DCL directory to score instead of training one (floors still fit on --train)")
-    p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json)")
+    p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json); "
+                                                       "one holding an earlier run is refused")
     p.add_argument("--epochs", type=int, default=30, help="DCL training epochs")
     p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")

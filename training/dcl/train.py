@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from aegis_probe.jsonl import read_jsonl
 from ..modes import MODE_IDS
-from ..trainers.config import add_trainer_parser, resolve_configs
+from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_configs
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
 from .examples import Example
@@ -71,13 +71,20 @@ def _optimizer(model: DCLAttributor, cfg: DCLConfig) -> torch.optim.Optimizer:
 
 
 def save_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory: Path, state: dict[str, Any]) -> None:
-    """Weights, optimizer state and RNG state as safetensors; counters as JSON."""
-    model.save(directory)
+    """Weights, optimizer state and RNG state as safetensors; counters as JSON. Written into
+    ``<directory>.partial`` and renamed when complete, so an interrupted save leaves no
+    ``checkpoint-N`` that ``--resume`` would fail to read."""
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier interrupted save
+    model.save(partial)
     sd = opt.state_dict()
     tensors = {f"state.{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items()}
     tensors["rng.torch"] = torch.get_rng_state()
-    save_file(tensors, directory / OPTIMIZER_FILE, metadata={"param_groups": json.dumps(sd["param_groups"])})
-    (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    save_file(tensors, partial / OPTIMIZER_FILE, metadata={"param_groups": json.dumps(sd["param_groups"])})
+    (partial / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    if directory.exists():  # the same step saved again: replaced whole, as its files would be
+        shutil.rmtree(directory)
+    partial.rename(directory)
 
 
 def load_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory: Path) -> dict[str, Any]:
@@ -114,6 +121,8 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at
     the top); a progress bar on stderr unless ``progress`` is false."""
     out = Path(out)
+    found = checkpoints(out)
+    check_fresh_run(out, found[-1] if found else None, resume)
     torch.manual_seed(cfg.seed)
     modes_known = any(r.get("label_modes") for r in rows)
     model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
@@ -127,8 +136,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     opt = _optimizer(model, cfg)
     log = JsonlLog(out)
     state = {"epoch": 0, "global_step": 0}
-    found = checkpoints(out) if resume else []
-    checkpoint = found[-1] if found else None
+    checkpoint = found[-1] if found and resume else None
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})

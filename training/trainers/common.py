@@ -10,6 +10,7 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, get_peft_config
 
+from .config import check_fresh_run
 from .logs import JsonlLog, JsonlLogCallback
 from .modelio import load_causal_lm
 
@@ -35,8 +36,10 @@ def run_trl(trainer_cls: type, args: argparse.Namespace, train_args: Any, model_
     ``--model`` is loaded here (LoRA adapters added when ``use_peft``); with ``--resume`` training
     continues from the last checkpoint in ``--out``.
     """
+    found = last_checkpoint(args.out)
+    check_fresh_run(args.out, found, args.resume)
     model, tokenizer = load_causal_lm(args.model, model_args.dtype)
-    resume = last_checkpoint(args.out) if args.resume else None
+    resume = found if args.resume else None
     if args.resume and resume is None:
         logger.warning("--resume: no checkpoint in %s, starting from scratch", args.out)
     trainer = trainer_cls(

@@ -37,6 +37,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def check_fresh_run(out: str | Path, last_checkpoint: str | Path | None, resume: bool) -> None:
+    """Refuse to start over (no ``--resume``) in a directory holding an earlier run's checkpoints:
+    the new run would overwrite its model and mix its checkpoints with the old ones (a later
+    ``--resume`` could pick an old one up)."""
+    if last_checkpoint is not None and not resume:
+        raise ValueError(f"{out} holds the checkpoints of an earlier run ({Path(last_checkpoint).name}): continue it "
+                         "with --resume, or train into another directory (or remove them)")
+
+
 def add_trainer_parser(
     subparsers: argparse._SubParsersAction,
     name: str,
