@@ -366,6 +366,16 @@ def test_commands_are_registered_in_the_cli(capsys):
         assert name in listing and "unavailable" not in listing
 
 
+def test_help_shows_defaults_and_what_no_options_do():
+    """Every config field's --help gives its default (they were suppressed, so none showed), and
+    --no_<field> says it turns the field off (it repeated the field's own help: the opposite)."""
+    dcl = " ".join(parser("dcl")._subparsers._group_actions[0].choices["dcl"].format_help().split())
+    assert "passes over the data (default: 30)" in dcl and "head learning rate (default: 0.001)" in dcl
+    assert "--no_reading_features, --no-reading-features the same as --reading_features false" in dcl
+    sft = " ".join(parser("sft")._subparsers._group_actions[0].choices["sft"].format_help().split())
+    assert "The initial learning rate for AdamW. (default: 2e-05)" in sft
+
+
 # --- one real model --------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -188,11 +188,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--test", nargs="+", required=True, metavar="SOURCE", help="test sets, each scored on its own")
     p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="input format (default: sniffed)")
     p.add_argument("--model", help="a trained DCL directory to score instead of training one (floors still fit on --train)")
-    p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json); "
-                                                       "one holding an earlier run is refused")
-    p.add_argument("--epochs", type=int, default=30, help="DCL training epochs")
-    p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json; default: "
+                                                       "%(default)s); one holding an earlier run is refused")
+    p.add_argument("--epochs", type=int, default=30, help="DCL training epochs (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap (default: %(default)s)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--inputs", default="features", choices=list(INPUTS),
                    help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
     p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")

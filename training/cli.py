@@ -141,8 +141,8 @@ def add_build(subparsers: Any) -> None:
     p.add_argument("kind", choices=["sft", "grpo", "dcl"], help="row type")
     add_source_args(p)
     p.add_argument("-o", "--out", required=True, help="output .jsonl")
-    p.add_argument("--target", choices=["pairs", "agent_step"], default="pairs", help="answer format (sft, grpo)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="prompt token budget (sft, grpo)")
+    p.add_argument("--target", choices=["pairs", "agent_step"], default="pairs", help="answer format (sft, grpo; default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="prompt token budget (sft, grpo; default: %(default)s)")
     p.add_argument("--tokenizer", help="local path of a Hugging Face tokenizer for the budget (default: "
                                                  "words, a long run without spaces one per 20 characters)")
     p.add_argument("--reasoning", action="store_true", help="sft agent_step: <think>reason</think> before the answer")

@@ -123,18 +123,18 @@ def add_eval(subparsers: Any) -> None:
                               description=f"Score an attributor on labelled trajectories. Methods: {', '.join(METHODS)}; "
                                           "or --predictions FILE (JSON lines {id, agent, step, pairs}).")
     add_source_args(p)
-    p.add_argument("--method", choices=METHODS, default="random", help="attributor (ignored with --predictions)")
+    p.add_argument("--method", choices=METHODS, default="random", help="attributor (ignored with --predictions; default: %(default)s)")
     p.add_argument("--predictions", help="JSON lines of predictions to score instead of running a method")
     p.add_argument("--fit-on", metavar="TRAIN", help="fit the majority baselines on these labelled trajectories "
                                                      "(any import format); without it they are fit on the evaluation "
                                                      "set itself and labelled 'oracle'")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint for the LLM judges")
-    p.add_argument("--model", default="gpt-4o", help="judge model name")
+    p.add_argument("--model", default="gpt-4o", help="judge model name (default: %(default)s)")
     p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random and the bootstrap")
-    p.add_argument("--k", type=int, default=1, help="tolerance for step accuracy within +-k")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
-    p.add_argument("--out-dir", default="eval-out", help="where metrics.json and the PNG plots go")
+    p.add_argument("--seed", type=int, default=0, help="seed for random and the bootstrap (default: %(default)s)")
+    p.add_argument("--k", type=int, default=1, help="tolerance for step accuracy within +-k (default: %(default)s)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--out-dir", default="eval-out", help="where metrics.json and the PNG plots go (default: %(default)s)")
     p.set_defaults(func=run_eval)
 
 

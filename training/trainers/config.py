@@ -60,6 +60,10 @@ def add_trainer_parser(
     ``model_default`` is given."""
     fields = HfArgumentParser(list(config_types), add_help=False)  # type: ignore[arg-type]
     for action in fields._actions:
+        if isinstance(action, argparse._StoreFalseAction):  # HfArgumentParser's --no_<field> copies its help
+            action.help = f"the same as --{action.dest} false"
+        elif action.help is not argparse.SUPPRESS:
+            action.help = f"{action.help or ''} (default: {_shown(action.default)})".lstrip()
         action.default = argparse.SUPPRESS  # only options given explicitly override the file
         action.required = False
     parser = subparsers.add_parser(name, help=help, description=help, parents=[fields])
@@ -71,6 +75,12 @@ def add_trainer_parser(
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
     parser.set_defaults(func=run)
     return parser
+
+
+def _shown(default: Any) -> str:
+    """A field's default as ``--help`` shows it (``%`` escaped for argparse)."""
+    text = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "none" if default in (None, "") else str(default)
+    return text.replace("%", "%%")
 
 
 def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], defaults: dict[str, Any] | None = None,
