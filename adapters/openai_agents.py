@@ -176,8 +176,9 @@ class OpenAIAgentsAdapter(Adapter):
             return None
         try:
             task = kwargs["input"] if "input" in kwargs else args[1] if len(args) > 1 else None
+            # A list input may carry the conversation so far (``result.to_input_list()``): its last user message is this run's
             text = task if isinstance(task, str) else next(
-                (m["content"] for m in _messages(task or ()) if m["role"] == "user"), None)
+                (m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
             return start_run(probe, agent.name, framework=self.name, task=text)
         except Exception:
             log_hook_error("openai-agents run start")

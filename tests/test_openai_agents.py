@@ -102,6 +102,19 @@ def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
 
 
 @needs_sdk
+def test_follow_up_run_task_is_its_new_user_message(model_server, provider, exporter, tmp_path):
+    """A follow-up turn (the SDK's ``result.to_input_list()`` plus a new user message): its task is the new message."""
+    from agents import Runner
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    first = Runner.run_sync(app, demo.TASK)
+    follow_up = "Thanks. Please check it once more: " + demo.TASK
+    Runner.run_sync(app, first.to_input_list() + [{"role": "user", "content": follow_up}])
+    probe.flush()
+    assert probe.trajectory().task == follow_up
+
+
+@needs_sdk
 def test_streamed_run_is_traced_like_a_run(model_server, provider, exporter, tmp_path):
     from agents import Runner
 
