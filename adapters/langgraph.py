@@ -223,12 +223,13 @@ def _messages_of(state: Any) -> list[Any] | None:
 
 
 def _task_text(graph_input: Any) -> str | None:
-    """The task of a run: the first user message of the input state, else the input as text."""
+    """The task of a run: the last user message of the input state (which may carry the conversation
+    so far), else the input as text."""
     messages = _messages_of(graph_input)
     if messages:
-        first = next((m for m in map(to_neutral, messages) if m["role"] == "user"), None)
-        if first is not None:
-            return first["content"]
+        last = next((m for m in map(to_neutral, reversed(messages)) if m["role"] == "user"), None)
+        if last is not None:
+            return last["content"]
     return None if graph_input is None else str(graph_input)
 
 

@@ -75,6 +75,15 @@ def test_graph_with_config_is_the_instrumented_graph(model_server, provider, exp
     assert probe.trajectory().task == demo.TASK
 
 
+def test_follow_up_run_task_is_its_new_user_message(model_server, provider, exporter, tmp_path):
+    """A graph without a checkpointer given the conversation so far: the run's task is the last user message."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    history = [("user", "What do 2 pens cost?"), ("ai", "34 coins.")]
+    app.invoke({"messages": [*history, ("user", demo.TASK)]}, {"configurable": {"thread_id": "follow-up"}})
+    probe.flush()
+    assert probe.trajectory().task == demo.TASK
+
+
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     with pytest.raises(SyntaxError):  # ToolNode re-raises tool errors by default: unchanged through us
