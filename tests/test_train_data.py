@@ -584,6 +584,12 @@ def test_eval_predictions_by_hand_strict_and_reference_compat(tmp_path, capsys):
     preds.write_text(json.dumps({"id": "whowhen:1", "agent": "Coder", "step": "three"}) + "\n")
     assert cli.main(["eval", str(d), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev2")]) == 2
     assert f"error: {preds}: prediction 'whowhen:1': step 'three' is not an integer" in capsys.readouterr().err
+    # an attributor that read 2 of the 4 turns could not reach step 3; step 40 (a flagged label
+    # outside the trace) is no step the cut hid
+    write_json(d / "1.json", whowhen_record(mistake_step="40"))
+    preds.write_text("".join(json.dumps({"id": f"whowhen:{i}", "agent": "Coder", "step": 0, "turns_read": 2}) + "\n" for i in (1, 3)))
+    assert cli.main(["eval", str(d), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev3"), "--bootstrap", "10"]) == 0
+    assert json.loads((tmp_path / "ev3" / "metrics.json").read_text())["unreachable_gold_steps"] == 1
 
 
 def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):

@@ -22,6 +22,7 @@ from aegis_probe.trajectory import Trajectory
 from .answers import Attribution, gold_attribution
 from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
 from .builders import build_dcl, row_id
+from .evaluate import unreachable_steps
 from .metrics import Metric, agent_accuracy, bootstrap_ci, step_accuracy
 
 METRICS: dict[str, Metric] = {
@@ -108,7 +109,7 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
         "agent": _expected([a for a, _ in chance], n_resamples, seed),
         "step": _expected([s for _, s in chance], n_resamples, seed),
     }
-    unreachable = sum(1 for g, n in zip(golds, turns_read) if g.step is not None and g.step >= n)
+    unreachable = unreachable_steps(golds, turns_read, [len(t.steps) for t in test])
     others = [r for name, r in results.items() if name != MODEL]
     above = {m: all(results[MODEL][m]["ci95"][0] > f[m]["ci95"][1] for f in others if m in f) for m in ("agent", "step")}
     steps = sorted(len(t.steps) for t in test)

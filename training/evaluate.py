@@ -52,10 +52,12 @@ def read_predictions(path: str | Path) -> dict[str, Attribution]:
     return {rid: to_attribution(row, path) for rid, row in prediction_rows(path).items()}
 
 
-def unreachable_steps(golds: Sequence[Attribution], turns_read: Sequence[int | None]) -> int:
+def unreachable_steps(golds: Sequence[Attribution], turns_read: Sequence[int | None], lengths: Sequence[int]) -> int:
     """Gold steps an attributor could not predict because it read only the first ``turns_read``
-    turns of the trace (``None``: the whole trace)."""
-    return sum(1 for g, n in zip(golds, turns_read) if g.step is not None and n is not None and g.step >= n)
+    turns of a trace of ``lengths`` steps (``None``: the whole trace). A gold step outside its
+    trace (a flagged label) is no step a cut hid."""
+    return sum(1 for g, n, length in zip(golds, turns_read, lengths)
+               if g.step is not None and n is not None and n <= g.step < length)
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -177,7 +179,7 @@ def run_eval(args: argparse.Namespace) -> int:
         preds = baselines.predict(attributor, trajs, progress=True)
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed)
     report["method"] = method
-    report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read)
+    report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read, [len(t.steps) for t in trajs])
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     preds = [one_answer(p) for p in preds]
