@@ -168,7 +168,7 @@ def _encoded(probe: "Probe", messages: Content) -> str:
 
 
 def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], parent: otel_context.Context,
-          late: Callable[[], dict[str, Any]] | None) -> Span:
+          late: Callable[[], dict[str, Any]] | None, links: list[trace.Link] | None = None) -> Span:
     """Start a span with ``attrs`` followed by ``late()``'s (content: conversion, encoding and
     redaction), which are only built for a span that records. Under a recording parent (children of
     a sampled span are sampled) they go in with the others; else the span is started without them
@@ -176,7 +176,7 @@ def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], pare
     if late is not None and trace.get_current_span(parent).is_recording():
         attrs.update(late())
         late = None
-    span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs)
+    span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs, links=links)
     if late is not None and span.is_recording():
         span.set_attributes(late())
     return span
@@ -318,13 +318,20 @@ def start_run(
     conversation_id: str | None = None,
 ) -> RunScope:
     """Open the root span of a run (``invoke_workflow {name}``, or ``invoke_agent`` for a lone agent);
-    ``conversation_id``: the framework's own id of the conversation (default: the run's id)."""
+    ``conversation_id``: the framework's own id of the conversation (default: the run's id).
+
+    A run is one trace: opened under a span of the app's own (a web request's, another
+    instrumentation's) it starts a new trace linked to that span; inside another run it nests."""
     op = sc.OP_AGENT if lone_agent else sc.OP_WORKFLOW
     attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
     attrs[sc.AGENT_NAME if lone_agent else sc.WORKFLOW_NAME] = name
     late = (lambda: {sc.TASK: probe.redact(task)}) if task is not None and probe.config.capture_content else None  # type: ignore[arg-type]
     parent = current_context()
-    span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late)
+    links = None
+    outer = trace.get_current_span(parent).get_span_context()
+    if outer.is_valid and parent.get(_RUN_KEY) is None:
+        parent, links = trace.set_span_in_context(trace.INVALID_SPAN, parent), [trace.Link(outer)]
+    span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late, links)
     return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task, conversation_id)
 
 

@@ -1,0 +1,44 @@
+"""A run started under a span of the app's own (a web request handler's, real-use sweep): each run
+is still one trace (README, docs/trajectory.md), linked to the request's span, so its trajectory,
+outcome and labels are its own even when one request runs several teams."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import aegis_probe
+from aegis_probe.demos import autogen as demo
+from aegis_probe.modelserver import ModelServer
+
+TASK = "A shop sells pens at 17 coins and notebooks at 25 coins. What do 3 pens and 3 notebooks cost in total?"
+
+
+def test_runs_inside_a_request_span_are_traces_of_their_own_linked_to_it(tmp_path):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()  # the service's provider, also aegis-probe's here
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    web = provider.get_tracer("web-framework")
+    store = tmp_path / "store"
+    runs = []
+    with ModelServer(demo.policy) as server, web.start_as_current_span("POST /solve") as request:
+        for task, expected in ((TASK, "126"), (TASK.replace("17", "11"), "108")):
+            app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+            probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
+            answer = demo.run_app(app, task)
+            probe.set_outcome(expected in answer, answer=answer, expected=expected)  # was: KeyError into the app
+            traj = probe.trajectory()
+            runs.append(traj)
+            probe.uninstrument()
+    first, second = runs
+    assert first.trace_id != second.trace_id != format(request.get_span_context().trace_id, "032x")
+    for traj, task in zip(runs, (TASK, TASK.replace("17", "11"))):
+        # was: framework None, app "/solve", no task, and both runs' steps in one trajectory
+        assert (traj.framework, traj.app, traj.task) == ("autogen", "RoundRobinGroupChat", task)
+        assert [s.index for s in traj.steps] == [0, 1, 2] and traj.outcome.success is True
+    roots = [s for s in exporter.get_finished_spans() if s.name == "invoke_workflow RoundRobinGroupChat"]
+    assert [r.parent for r in roots] == [None, None]
+    assert all([link.context for link in r.links] == [request.get_span_context()] for r in roots)
+    assert sorted(t.trace_id for t in aegis_probe.load_trajectories(store) if t.framework) == sorted(
+        t.trace_id for t in runs)
