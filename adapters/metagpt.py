@@ -19,7 +19,10 @@ Span shape and where each span comes from (class-level patches, installed once):
   result. The model call of ``_think`` stays outside it, directly under the step; the model calls
   an action makes nest inside it. ``Action.run`` itself is not patched: every action overrides it.
 - LLM: ``BaseLLM.aask`` (all of metagpt's model calls) -> ``chat {model}`` through
-  :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. Token usage is read from
+  :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. With interceptors
+  (replay, injection) the call first yields to the event loop once, as a request to a model does,
+  so an answer that needs no network still lets the round's other roles start first (the order
+  above, on which a role's observed history depends). Token usage is read from
   the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
   with ``calc_usage: false``); providers that never report usage leave it unset.
 
@@ -38,6 +41,7 @@ traced run nest under it; roles hired after ``instrument()`` are traced too. Onl
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
@@ -373,6 +377,10 @@ class MetaGPTAdapter(Adapter):
         run = current_run()
         if run is None:
             return await wrapped(*args, **kwargs)
+        if run.probe.interceptors:
+            # A model request suspends the role, letting the round's other roles start (and observe)
+            # before it publishes; an answer from an interceptor (replay, injection) must too.
+            await asyncio.sleep(0)
         codec = MetaGPTCodec(instance)
         token = _ACTIVE_CALL.set(codec)
         try:

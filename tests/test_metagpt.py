@@ -136,9 +136,9 @@ def test_idle_role_runs_make_no_spans(server, provider, exporter, tmp_path):
     assert chat_parents == {s.context.span_id for s in steps}
 
 
-def _concurrent_team(server) -> Team:
+def _concurrent_team(base_url: str, model: str = MODEL, api_key: str = API_KEY) -> Team:
     """The demo team plus a Critic that acts in round 1 alongside the Planner."""
-    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app = demo.build_app(base_url, model, api_key)
     app.hire([demo.DemoRole(demo.Review, UserRequirement, name="Critic", profile="Critic", goal="criticise",
                             context=app.env.context)])
     return app
@@ -148,7 +148,7 @@ def test_step_order_follows_start_order_and_is_stable(server, provider, exporter
     orders = []
     for _ in range(2):
         exporter.clear()
-        app = _concurrent_team(server)
+        app = _concurrent_team(server.base_url)
         _instrument(app, provider, tmp_path)
         assert demo.EXPECTED in demo.run_app(app, demo.TASK)
         steps = _steps(_ours(exporter))
@@ -390,3 +390,24 @@ def test_request_attributes_follow_the_llm_config_of_each_call(server, provider,
     chats = sorted((s for s in _ours(exporter) if s.attributes[sc.OPERATION] == sc.OP_CHAT), key=lambda s: s.start_time)
     assert [(s.attributes[sc.REQUEST_TEMPERATURE], s.attributes[sc.REQUEST_MAX_TOKENS]) for s in chats] == [(0.0, 4096), (0.5, 99)]
     assert all(s.attributes[sc.PROVIDER] == "openai" and s.attributes[sc.SERVER_ADDRESS] == "127.0.0.1" for s in chats)
+
+
+def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(server, tmp_path):
+    """Planner and Critic act in the same round (each runs until its model request, then the other
+    starts): a replayed answer, with no network to wait on, still lets the Critic start before the
+    Planner publishes, so the Critic's prompt is the recorded one and the replay is exact."""
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.counterfactual import replay
+    from aegis_probe.store import TraceStore
+
+    store = TraceStore(tmp_path / "store")
+    app = _concurrent_team(server.base_url)
+    probe = aegis_probe.instrument(app, store=store)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    probe.uninstrument()
+    critic = next(s for s in probe.trajectory().steps if s.agent == "Critic")
+    assert "Plan:" not in " ".join(m.content for m in critic.input_messages)  # it started before the plan was out
+    result = replay(probe.last_trace_id, AppSpec(_concurrent_team, demo.run_app), store=store)
+    assert result.exact, result.divergence or result.error
+    assert result.live_calls == 0 and result.replayed_calls == len(server.requests)
