@@ -96,3 +96,10 @@ def test_traces_show_prints_a_blame_label_without_none():
     root.attributes.update(label_attributes([root], "blame:scan", [Fault(agent="calculator", step=1)]))
     text = summary(Trajectory.from_spans([root]))
     assert "fault    agent=calculator step=1 mode=- strategy=- source=blame:scan" in text, text
+
+
+def test_blame_refuses_budgets_and_concurrency_out_of_range(capsys):
+    for option in (["--concurrency", "0"], ["--max-replays", "-1"], ["--max-tokens", "-5"]):
+        code = cli.main(["blame", "--trace", "ab", "--app", "aegis_probe.demos.autogen", "--fixer", "x.py:f", *option])
+        err = capsys.readouterr().err
+        assert code == 2 and err == "error: --max-replays and --max-tokens must be >= 0 and --concurrency >= 1\n", err

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from ..injection.judges import judge_for
     from ..modelserver import ModelServer
 
+    if args.max_replays < 0 or (args.max_tokens is not None and args.max_tokens < 0) or (
+            args.concurrency is not None and args.concurrency < 1):
+        raise ValueError("--max-replays and --max-tokens must be >= 0 and --concurrency >= 1")
     with quiet_imports(not getattr(args, "verbose", False)):
         app = AppSpec.load(args.app)
     api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none
