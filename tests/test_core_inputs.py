@@ -103,3 +103,15 @@ def test_blame_refuses_budgets_and_concurrency_out_of_range(capsys):
         code = cli.main(["blame", "--trace", "ab", "--app", "aegis_probe.demos.autogen", "--fixer", "x.py:f", *option])
         err = capsys.readouterr().err
         assert code == 2 and err == "error: --max-replays and --max-tokens must be >= 0 and --concurrency >= 1\n", err
+
+
+def test_a_run_recorded_without_content_is_not_offered_to_blame_and_blame_says_why(capsys, monkeypatch):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "false")
+    assert cli.main(["demo", "--inject", "FM-2.6"]) == 0
+    out = capsys.readouterr().out
+    assert "outcome  failure" in out and "blame it" not in out, out
+    trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", out, re.MULTILINE).group(1)
+    code = cli.main(["blame", "--trace", trace_id, "--app", "aegis_probe.demos.autogen", "--fixer", "x.py:f"])
+    assert code == 2 and capsys.readouterr().err == (  # was: "no judge: give --expected ..."
+        f"error: trace {trace_id} was recorded without message content (capture_content off); "
+        "blame replays the run and needs it\n")

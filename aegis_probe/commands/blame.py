@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if original.outcome.success is True:
         raise ValueError(f"trace {original.trace_id} succeeded: blame needs a failed run "
                          "(make one with: demo --inject FM-2.6)")
+    if original.task is None:  # before the judge: without content there is nothing to replay
+        raise ValueError(f"trace {original.trace_id} was recorded without message content (capture_content off); "
+                         "blame replays the run and needs it")
     expected = args.expected or original.outcome.expected
     judge = app.judge or (judge_for({"expected": expected}) if expected else None)
     if judge is None:

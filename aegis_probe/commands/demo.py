@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"report written to {report}")
     if plan is not None and traj.outcome.success:
         print(f"the team recovered from {plan.targets[0].mode}: the run still succeeded (try another mode or agent)")
-    if traj.outcome.success is False:
+    if traj.outcome.success is False and traj.task is not None:  # blame replays the recorded content
         print(f"blame it: python -m aegis_probe blame --trace {short} --app {demo_module(args.framework)} "
               "--fixer examples/fixers.py:recompute" + (f" --dir {args.trace_dir}" if args.trace_dir else ""))
     return 0
