@@ -232,3 +232,32 @@ def test_benchmark_compares_runs_not_ids_across_data_sets(tmp_path, capsys):
     assert main(["benchmark", "--train", str(train), "--test", str(test), "--model", str(tmp_path / "b" / "model"),
                  "--out", str(tmp_path / "c"), *options]) == 2
     assert f"{test}: 1 trajectories are also in the training sets" in capsys.readouterr().err
+
+
+def test_benchmark_reads_trail_label_files_and_checks_test_sets_first(tmp_path, capsys):
+    """TRAIL ships its labels as separate files: benchmark --labels-dir reads them for TRAIL sources
+    (it had no such option: a TRAIL test set was 'no labelled failures'), and a test set without
+    labels is refused before any training (it was found only after training the model)."""
+    from aegis_probe.train.cli import main
+
+    traces, labels = tmp_path / "trail", tmp_path / "trail-labels"
+    traces.mkdir(), labels.mkdir()
+    for t in range(2):
+        tid = f"{t:032x}"
+        steps = [{"trace_id": tid, "span_id": f"s{t}{k}", "span_name": f"Step {k + 1}", "timestamp": f"2025-01-01T00:00:0{k}",
+                  "duration": "PT0.5S", "status_code": "Unset", "span_attributes": {"openinference.span.kind": "CHAIN",
+                  "output.value": BROKEN if k == t + 1 else CLEAN[k]}, "child_spans": []} for k in range(4)]
+        agent = {"trace_id": tid, "span_id": f"a{t}", "span_name": "CodeAgent.run", "timestamp": "2025-01-01T00:00:00",
+                 "span_attributes": {"openinference.span.kind": "AGENT"}, "child_spans": steps}
+        (traces / f"{tid}.json").write_text(json.dumps({"trace_id": tid, "spans": [agent]}))
+        (labels / f"{tid}.json").write_text(json.dumps({"errors": [{"category": "Formatting Errors", "location": f"s{t}{t + 1}",
+                                                                    "impact": "HIGH"}]}))
+    train = write_trajs(tmp_path / "train.jsonl", system_runs(["alpha", "beta"], 6, "a", 0))
+    options = ["--epochs", "1", "--bootstrap", "10", "--inputs", "features"]
+    assert main(["benchmark", "--train", str(train), "--test", str(traces), "--out", str(tmp_path / "b"), *options]) == 2
+    assert f"error: {traces}: no labelled failures to score" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # refused before training
+    assert main(["benchmark", "--train", str(train), "--test", str(traces), "--labels-dir", str(labels),
+                 "--out", str(tmp_path / "b"), *options]) == 0
+    part = json.loads((tmp_path / "b" / "benchmark.json").read_text())["tests"][str(traces)]
+    assert part["n"] == 2 and [p["gold_step"] for p in part["predictions"]] == [1, 2]

@@ -39,14 +39,17 @@ INPUTS = {
 }
 
 
-def load_sets(paths: Sequence[str], fmt: str = "auto") -> dict[str, list[Trajectory]]:
-    """Each path's trajectories (any import format), with the import summary and the first
-    records that failed on stderr; a trajectory without steps is an error naming it."""
+def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = None) -> dict[str, list[Trajectory]]:
+    """Each path's trajectories (any import format; ``labels_dir`` is read for TRAIL sources), with
+    the import summary and the first records that failed on stderr; a trajectory without steps is
+    an error naming it."""
     from .cli import load_source
+    from .importers import detect
 
     sets = {}
     for path in paths:
-        trajs = load_source(argparse.Namespace(source=path, format=fmt)).trajectories
+        trail = labels_dir if (fmt if fmt != "auto" else detect(path)) == "trail" else None
+        trajs = load_source(argparse.Namespace(source=path, format=fmt, labels_dir=trail)).trajectories
         if not trajs:
             raise ValueError(f"{path}: no trajectories imported")
         empty = next((t for t in trajs if not t.steps), None)
@@ -134,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
     if earlier:
         raise ValueError(f"{out} holds an earlier benchmark run ({', '.join(p.name for p in earlier)}): "
                          "choose another --out, or remove it")
-    train_sets, test_sets = load_sets(args.train, args.format), load_sets(args.test, args.format)
+    train_sets = load_sets(args.train, args.format, args.labels_dir)
+    test_sets = load_sets(args.test, args.format, args.labels_dir)
+    unlabelled = [path for path, trajs in test_sets.items() if not labelled(trajs)]
+    if unlabelled:  # before any training
+        raise ValueError(f"{unlabelled[0]}: no labelled failures to score")
     train = [t for ts in train_sets.values() for t in ts]
     seen = {content_key(t) for t in train}
     for path, trajs in test_sets.items():
@@ -157,8 +164,6 @@ def run(args: argparse.Namespace) -> int:
                                                                          "anonymise_agents")}, "tests": {}}
     for path, trajs in test_sets.items():
         test = labelled(trajs)
-        if not test:
-            raise ValueError(f"{path}: no labelled failures to score")
         preds, turns_read = dcl_predictions(model, test)
         if args.embedding_cache:
             model.save_cache(args.embedding_cache)
@@ -188,6 +193,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--train", nargs="+", required=True, metavar="SOURCE", help="training sets (any import format)")
     p.add_argument("--test", nargs="+", required=True, metavar="SOURCE", help="test sets, each scored on its own")
     p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="input format (default: sniffed)")
+    p.add_argument("--labels-dir", help="TRAIL sources: directory of label files")
     p.add_argument("--model", help="a trained DCL directory to score instead of training one (floors still fit on --train)")
     p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json; default: "
                                                        "%(default)s); one holding an earlier run is refused")
