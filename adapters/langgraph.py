@@ -11,7 +11,8 @@ Class- and module-level patches, installed once:
   the run's outermost graph -> ``invoke_agent {node}`` (retries of a node are one step). Nodes
   inside a step (a ``create_react_agent`` subgraph's ``agent``/``tools`` nodes) belong to that
   step; ``__start__``-style internal nodes are not steps. The step's input is the state's
-  ``messages`` the node has not seen (all on its first step, then those added since its last;
+  ``messages`` the node has not seen (all on its first step, then those added since its last,
+  told by id once messages were removed;
   a state without ``messages``: the state itself), its output the messages the node wrote
   (else its writes);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
@@ -233,19 +234,43 @@ def _task_text(graph_input: Any) -> str | None:
     return None if graph_input is None else str(graph_input)
 
 
-def _step_output(task: Any, seen: set[str]) -> list[dict[str, Any]]:
-    """What a node wrote: its new messages, else its other writes as one message."""
-    messages, other = [], {}
+def _step_output(task: Any, seen: set[str]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """What a node wrote: its new messages (neutral, else its other writes as one message) and the
+    message objects it wrote."""
+    messages, written, other = [], [], {}
     for channel, value in list(task.writes):
         if channel == "messages":
             for m in value if isinstance(value, (list, tuple)) else [value]:
+                written.append(m)
                 if getattr(m, "id", None) is None or m.id not in seen:
                     messages.append(to_neutral(m))
         elif not channel.startswith(("branch:", "__")):
             other[channel] = value
     if messages or not other:
+        return messages, written
+    return [{"role": "assistant", "content": json.dumps(other, default=str, ensure_ascii=False)}], written
+
+
+@dataclass
+class _Seen:
+    """What a node had seen when its last step ended: the number and ids of the state's messages
+    at its start, and the messages it wrote (their ids are set by the state's reducer later)."""
+
+    count: int
+    ids: set[str]
+    written: list[Any]
+
+
+def _unseen(messages: list[Any], ids: list[Any], seen: _Seen | None) -> list[Any]:
+    """The state's ``messages`` (with their ``ids``) a node has not seen: those after the number it
+    had seen; by id when messages it had seen are gone (``RemoveMessage``, trimming), which would
+    make that number skip new ones."""
+    if seen is None:
         return messages
-    return [{"role": "assistant", "content": json.dumps(other, default=str, ensure_ascii=False)}]
+    if all(ids) and not seen.ids.issubset(ids):
+        known = seen.ids.union(getattr(m, "id", None) for m in seen.written)
+        return [m for m, i in zip(messages, ids) if i not in known]
+    return messages[seen.count:]
 
 
 @dataclass
@@ -267,7 +292,7 @@ class LangGraphAdapter(Adapter):
         super().__init__()
         self.codec = LangChainCodec()
         #: run id -> node -> how many of the state's messages the node has seen (its step input is the rest)
-        self._seen: dict[str, dict[str, int]] = {}
+        self._seen: dict[str, dict[str, _Seen]] = {}
         self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "langgraph tool")
 
     # -- contract --------------------------------------------------------------------------
@@ -363,11 +388,11 @@ class LangGraphAdapter(Adapter):
             if messages is None:
                 shown = [{"role": "user", "content": json.dumps(task.input, default=str, ensure_ascii=False)}]
                 return _NodeStep(start_step(run.probe, task.name, run=run, input_messages=shown), task, set(), 0)
-            seen = self._seen.setdefault(run.run_id, {})
-            new = [to_neutral(m) for m in messages[seen.get(task.name, 0):]]  # what the node has not seen yet
-            ids = {i for i in (getattr(m, "id", None) for m in messages) if i}
+            ids = [getattr(m, "id", None) for m in messages]
+            seen = self._seen.setdefault(run.run_id, {}).get(task.name)
+            new = [to_neutral(m) for m in _unseen(messages, ids, seen)]
             step = start_step(run.probe, task.name, run=run, input_messages=new)
-            return _NodeStep(step, task, ids, len(messages))
+            return _NodeStep(step, task, {i for i in ids if i}, len(messages))
         except Exception:
             log_hook_error("langgraph step start")
             return None
@@ -381,12 +406,13 @@ class LangGraphAdapter(Adapter):
             if exc is not None and not isinstance(exc, GraphBubbleUp):
                 step.fail(exc)
                 return
-            output = _step_output(opened.task, opened.ids)
+            output, written = _step_output(opened.task, opened.ids)
             said = [m["content"] for m in output if m["role"] == "assistant" and m["content"]]
             if step.run is not None:
                 if said:
                     step.run.answer = said[-1]
-                self._seen.setdefault(step.run.run_id, {})[opened.task.name] = opened.count + len(output)
+                self._seen.setdefault(step.run.run_id, {})[opened.task.name] = _Seen(
+                    opened.count + len(output), opened.ids, written)
             step.finish(output)
         except Exception:
             log_hook_error("langgraph step end")

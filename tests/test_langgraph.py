@@ -17,6 +17,7 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe import semconv as sc  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
+from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
     blame_finds_planted_step, campaign_keeps_labelled_failures, raising_tool_policy, uninstrument_restores_originals)
 
@@ -82,6 +83,34 @@ def test_follow_up_run_task_is_its_new_user_message(model_server, provider, expo
     app.invoke({"messages": [*history, ("user", demo.TASK)]}, {"configurable": {"thread_id": "follow-up"}})
     probe.flush()
     assert probe.trajectory().task == demo.TASK
+
+
+def test_step_input_after_messages_are_removed(model_server, provider, exporter, tmp_path):
+    """A summarizer node replaces old messages (``RemoveMessage``): the next speaker's input is the summary."""
+    from langchain_core.messages import AIMessage, RemoveMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    server = model_server(lambda body: Reply(content=f"answer to {body['messages'][-1]['content']}"))
+    llm = ChatOpenAI(model="aegis-scripted", base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+    def summarize(state):
+        old = state["messages"]
+        return {"messages": [*(RemoveMessage(id=m.id) for m in old), AIMessage("summary of the talk", name="summarizer")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("speaker", lambda state: {"messages": [llm.invoke(state["messages"])]})
+    graph.add_node("summarizer", summarize)
+    graph.add_edge(START, "speaker")
+    graph.add_conditional_edges("speaker", lambda state: END if len(state["messages"]) == 2 else "summarizer")
+    graph.add_edge("summarizer", "speaker")
+    app = graph.compile(name="memory")
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    app.invoke({"messages": [("user", "first"), ("ai", "hello"), ("user", "second")]})
+    probe.flush()
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["speaker", "summarizer", "speaker"]
+    assert [m.content for m in steps[2].input_messages] == ["summary of the talk"]
 
 
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
