@@ -264,6 +264,18 @@ def test_trail_span_tree(tmp_path):
         ("CodeAgent.run", 2, "s2", "Formatting Errors"), ("search_agent", 1, "s21", "Tool Output Misinterpretation")]
     r2 = importers.load(tmp_path / "traces2", labels_dir=tmp_path / "labels")
     assert r2.flagged == 1 and r2.trajectories[0].labels.faults[-1].step is None
+    # bad label files: each fails its trace with the label file (or the label) named, the rest imports
+    for name, body in [("t3", b'{"errors": ['), ("t4", b"\xff\xfe"), ("t5", b'[{"location": "s2"}]'),
+                       ("t6", b'{"errors": [{"category": "x"}]}'), ("t7", b'\xef\xbb\xbf' + json.dumps(labels).encode())]:
+        write_json(tmp_path / "traces2" / f"{name}.json", {**unlabeled, "trace_id": name})
+        (tmp_path / "labels" / f"{name}.json").write_bytes(body)
+    r3 = importers.load(tmp_path / "traces2", labels_dir=tmp_path / "labels")
+    assert [t.trace_id for t in r3.trajectories] == ["t2", "t7"] and r3.trajectories[1].labels.faults == r2.trajectories[0].labels.faults
+    errors = {Path(e.file).stem: e.message for e in r3.errors}
+    assert errors["t3"].startswith(f"label file {tmp_path / 'labels' / 't3.json'}: not UTF-8 JSON: Expecting value")
+    assert errors["t4"].startswith(f"label file {tmp_path / 'labels' / 't4.json'}: not UTF-8 JSON: 'utf-8' codec can't decode")
+    assert errors["t5"] == "labels: expected a JSON object with 'errors', got list"
+    assert errors["t6"] == "labels errors[0]: missing field(s) location"
 
 
 def test_otlp_file_tolerates_bad_lines(tmp_path):

@@ -109,8 +109,13 @@ def trajectory_from_trace(record: Any, labels: Any, record_id: str) -> Trajector
     root_attrs = (roots[0].get("span_attributes") or {}) if roots else {}
     faults: list[Fault] = []
     flags: list[str] = []
-    for err in (labels or {}).get("errors") or []:
-        require(err, "location")
+    if labels is not None and not isinstance(labels, dict):
+        raise ValueError(f"labels: expected a JSON object with 'errors', got {type(labels).__name__}")
+    for i, err in enumerate((labels or {}).get("errors") or []):
+        try:
+            require(err, "location")
+        except ValueError as exc:
+            raise ValueError(f"labels errors[{i}]: {exc}") from None
         located = owner.get(err["location"])
         if located is None:
             flags = [f"{SUSPICIOUS}:location-not-in-step"]
@@ -133,7 +138,10 @@ def load(path: str | os.PathLike[str], labels_dir: str | os.PathLike[str] | None
         if labels is None and labels_dir is not None:
             for candidate in (Path(labels_dir) / file.name, Path(labels_dir) / f"{record.get('trace_id')}.json"):
                 if candidate.is_file():
-                    labels = json.loads(candidate.read_text(encoding="utf-8"))
+                    try:
+                        labels = json.loads(candidate.read_bytes().decode("utf-8-sig"))
+                    except ValueError as exc:  # bad JSON, or bytes that are not UTF-8
+                        raise ValueError(f"label file {candidate}: not UTF-8 JSON: {exc}") from None
                     break
         rid = f"{SOURCE}:{record.get('trace_id') if isinstance(record, dict) else file.stem}"
         return trajectory_from_trace(record, labels, rid)
