@@ -5,7 +5,8 @@ Class-level patches, installed once:
 - run entry: a ``RolePlaying``'s conversation is one run, joined by the steps of its agents (known
   from ``instrument`` and ``init_chat/ainit_chat``): it opens at the first step outside any run and
   ends after the step whose response is ``terminated``, after the assistant's step of the round in
-  which the user agent said ``CAMEL_TASK_DONE``, at an agent's error, when ``init_chat`` starts a
+  which the user agent said ``CAMEL_TASK_DONE`` (with a critic in the loop, once the critic has
+  chosen among the assistant's messages, its steps included), at an agent's error, when ``init_chat`` starts a
   new conversation, or when the probe is released (wrap the loop in ``with probe.run(task):`` for
   explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
   ``ChatAgent.step/astep`` of a lone agent (one run per call);
@@ -376,6 +377,7 @@ class CamelAdapter(Adapter):
         self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
         self._societies: "WeakKeyDictionary[Any, weakref.ref[Any]]" = WeakKeyDictionary()  # agent -> its RolePlaying
         self._said_done: "WeakSet[Any]" = WeakSet()  # societies whose run ends with this round's assistant step
+        self._ending: "WeakSet[Any]" = WeakSet()  # societies whose run ends when their critic has chosen
         # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
         self._handoff: dict[tuple[int, int], list[StepScope]] = {}
         self._handoff_lock = threading.Lock()
@@ -429,6 +431,7 @@ class CamelAdapter(Adapter):
 
         patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
         patcher.wrap(RolePlaying, "ainit_chat", self._new_conversation)
+        patcher.wrap(RolePlaying, "_reduce_message_options", self._critic_chose, enabled=self._ending.__len__)
         # Inside a run they pass straight through: no frame (``process_task`` runs ``process_task_async``).
         patcher.wrap(Workforce, "process_task", self._process_task, enabled=_outside_runs)
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task, enabled=_outside_runs)
@@ -539,6 +542,7 @@ class CamelAdapter(Adapter):
         if self._sessions.get(society) is run:
             self._sessions.pop(society, None)
         self._said_done.discard(society)
+        self._ending.discard(society)
         self._safe_finish(run, exc)
 
     def _session_step_done(self, society: Any, run: RunScope, agent: Any, result: Any, exc: BaseException | None) -> None:
@@ -555,11 +559,32 @@ class CamelAdapter(Adapter):
             elif agent is society.assistant_agent:
                 if msgs and not ended:
                     run.answer = content_text(msgs[-1].content)
+                if not ended and society in self._said_done and society.with_critic_in_the_loop \
+                        and society.critic is not None and getattr(result, "msgs", None) is not None:
+                    self._ending.add(society)  # the round's critic still chooses among its messages
+                    return
                 ended = ended or society in self._said_done
             if ended:
                 self._end_session(society, run)
         except Exception:
             log_hook_error("camel round end")
+
+    def _critic_chose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``RolePlaying._reduce_message_options`` (only while a conversation waits for its critic):
+        the conversation's run ends once the critic has chosen among the last round's messages."""
+        if instance not in self._ending:
+            return wrapped(*args, **kwargs)
+        exc: BaseException | None = None
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException as error:
+            exc = error
+            raise
+        finally:
+            run = self._sessions.get(instance)
+            self._ending.discard(instance)
+            if run is not None:
+                self._end_session(instance, run, exc)
 
     # -- Workforce -------------------------------------------------------------------------
     def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:

@@ -142,6 +142,33 @@ def test_probe_run_groups_rounds_without_termination(model_server, provider, exp
     assert len({s.context.trace_id for s in spans}) == 1
 
 
+def test_critic_in_the_loop_steps_stay_in_the_conversation(model_server, provider, exporter, tmp_path):
+    """With a critic in the loop its choice follows each agent's step; the last round's choice (after
+    the assistant's answer to CAMEL_TASK_DONE) belongs to the conversation's run, which then ends."""
+    from camel.societies import RolePlaying
+    from camel.toolkits import FunctionTool
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if "critic" in str(body["messages"][0].get("content")).lower():
+            return Reply(content="Option 1. The only option is fine.")
+        return demo.policy(body)
+
+    server = model_server(policy)
+    app = RolePlaying(assistant_role_name=demo.ASSISTANT, user_role_name=demo.USER, task_prompt=demo.TASK,
+                      with_task_specify=False, with_critic_in_the_loop=True, model=backend(server),
+                      assistant_agent_kwargs={"tools": [FunctionTool(calculate)]})
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    assert EXPECTED in demo.run_app(app, demo.TASK)
+    spans = ours(exporter)
+    assert len({s.context.trace_id for s in spans}) == 1
+    (root,) = [s for s in spans if s.parent is None]
+    steps = steps_of(spans)
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["Customer", "critic", "Calculator", "critic"] * 2
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(8))
+    assert all(parent_of(s, spans) is root for s in steps)
+    assert len(probe.trajectory().steps) == 8
+
+
 def test_role_playing_astep(model_server, provider, exporter):
     server = model_server(demo.policy)
     app = demo.build_app(server.base_url, MODEL, API_KEY)
