@@ -445,6 +445,24 @@ def test_accuracies_within_k_and_reference_compat():
     assert compat == {"agent_accuracy": pytest.approx(2 / 5), "step_accuracy": pytest.approx(2 / 5)}
 
 
+def test_eval_of_agent_only_labels_has_no_step_accuracy(tmp_path, capsys):
+    """Aegis labels name agents, never steps: eval says step accuracy is not applicable and how
+    many traces carry each kind of label (it printed 0.00, as if every step were wrong)."""
+    rows = [aegis_record("c", []), aegis_record("f1", [{"agent_name": "Coder", "error_type": "FM-2.6"}]),
+            aegis_record("f2", [{"agent_name": "Tester", "error_type": "FM-3.2"}])]
+    data = tmp_path / "aegis.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("".join(json.dumps({"id": i, "agent": "Coder", "step": 1}) + "\n" for i in ("c", "f1", "f2")))
+    assert cli.main(["eval", str(data), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev"), "--bootstrap", "10"]) == 0
+    report = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert report["step_accuracy"] is None and report["step_accuracy_ci"] is None
+    assert (report["n_gold_agent"], report["n_gold_step"], report["agent_accuracy"]) == (2, 0, 0.5)
+    table = capsys.readouterr().out
+    assert "with a gold agent / step                       2 / 0" in table
+    assert "step_accuracy                                    n/a  (no gold label of this kind)" in table
+
+
 def test_bootstrap_is_seeded_and_brackets_estimate():
     golds = [A("a", 0)] * 70 + [A("b", 1)] * 30
     preds = [A("a", 0)] * 70 + [A("x", 5)] * 30

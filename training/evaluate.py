@@ -63,9 +63,13 @@ def unreachable_steps(golds: Sequence[Attribution], turns_read: Sequence[int | N
 def format_table(report: dict[str, Any]) -> str:
     """The headline numbers as an aligned text table."""
     rows = [("traces", str(report["n"]), ""), ("predicted", str(report["n_predicted"]), ""),
+            ("with a gold agent / step", f"{report['n_gold_agent']} / {report['n_gold_step']}", ""),
             ("gold steps unreachable (trace cut)", str(report.get("unreachable_gold_steps", 0)), "")]
     for key in [k for k in report if k.endswith("accuracy") or "accuracy_within" in k]:
         if key.endswith("_ci"):
+            continue
+        if report[key] is None:
+            rows.append((key, "n/a", "(no gold label of this kind)"))
             continue
         lo, hi = report[f"{key}_ci"]
         rows.append((key, f"{100 * report[key]:.2f}", f"[{100 * lo:.2f}, {100 * hi:.2f}]"))

@@ -146,18 +146,21 @@ def one_answer(pred: Attribution | None) -> Attribution | None:
 def evaluate(golds: Sequence[Attribution], preds: Sequence[Attribution | None], *, k: int = 1,
              n_resamples: int = 1000, seed: int = 0) -> dict[str, object]:
     """Every metric in one report, all on :func:`one_answer` of each prediction: accuracies
-    (headline) with bootstrap intervals, step within ``k``, set F1 at three levels, and the
-    reference-compatible numbers (labelled as such)."""
+    (headline) with bootstrap intervals over the traces with a gold agent (step), counted in
+    ``n_gold_agent`` (``n_gold_step``; none: the accuracy is ``None``), step within ``k``, set F1
+    at three levels, and the reference-compatible numbers (labelled as such)."""
     preds = [one_answer(p) for p in preds]
-    report: dict[str, object] = {"n": len(golds), "n_predicted": sum(p is not None for p in preds)}
-    headline: dict[str, Metric] = {
-        "agent_accuracy": agent_accuracy,
-        "step_accuracy": step_accuracy,
-        f"step_accuracy_within_{k}": lambda g, p: step_accuracy(g, p, k),
+    labelled = {field: len(_labelled(golds, field)) for field in ("agent", "step")}
+    report: dict[str, object] = {"n": len(golds), "n_predicted": sum(p is not None for p in preds),
+                                 "n_gold_agent": labelled["agent"], "n_gold_step": labelled["step"]}
+    headline: dict[str, tuple[str, Metric]] = {
+        "agent_accuracy": ("agent", agent_accuracy),
+        "step_accuracy": ("step", step_accuracy),
+        f"step_accuracy_within_{k}": ("step", lambda g, p: step_accuracy(g, p, k)),
     }
-    for name, fn in headline.items():
-        report[name] = fn(golds, preds)
-        report[f"{name}_ci"] = bootstrap_ci(fn, golds, preds, n_resamples=n_resamples, seed=seed)
+    for name, (field, fn) in headline.items():  # no gold of that kind (Aegis: no steps): None, not 0
+        report[name] = fn(golds, preds) if labelled[field] else None
+        report[f"{name}_ci"] = bootstrap_ci(fn, golds, preds, n_resamples=n_resamples, seed=seed) if labelled[field] else None
     for level in ("pair", "agent", "mode"):
         report[f"{level}_f1"] = set_f1(golds, preds, level)
     report["whowhen_reference_compat"] = whowhen_reference_compat(golds, preds)
