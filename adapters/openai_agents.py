@@ -88,10 +88,24 @@ def _messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _streamed_error(result: Any, task: Any) -> BaseException | None:
+    """The error a streamed run ended with: its loop task's, else the one the SDK keeps for
+    ``stream_events`` to raise (``max_turns`` exceeded is only found there, the task ends normally)."""
+    if task.cancelled():
+        return None
+    exc = task.exception() or getattr(result, "_stored_exception", None)
+    max_turns = getattr(result, "max_turns", None)
+    if exc is None and max_turns is not None and result.current_turn > max_turns and not result._max_turns_handled:
+        from agents import MaxTurnsExceeded
+
+        exc = MaxTurnsExceeded(f"Max turns ({max_turns}) exceeded")
+    return exc
+
+
 def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
     """End ``run`` with ``result``'s final output as its answer (``task``: a streamed run's loop task)."""
     try:
-        exc = None if task is None or task.cancelled() else task.exception()
+        exc = None if task is None else _streamed_error(result, task)
         output: Any = getattr(result, "final_output", None)
         if output is not None:
             answer: Any = output if isinstance(output, str) else json.dumps(output, default=str)

@@ -137,6 +137,25 @@ def test_streamed_run_is_traced_like_a_run(model_server, provider, exporter, tmp
 
 
 @needs_sdk
+def test_streamed_run_past_max_turns_fails_like_a_run(model_server, provider, exporter, tmp_path):
+    """The SDK ends a streamed run past ``max_turns`` normally and raises only in ``stream_events``."""
+    from agents import MaxTurnsExceeded, Runner
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+
+    async def stream() -> None:
+        result = Runner.run_streamed(app, demo.TASK, max_turns=2)
+        async for _ in result.stream_events():
+            pass
+
+    with pytest.raises(MaxTurnsExceeded):
+        asyncio.run(stream())
+    probe.flush()
+    root = next(s for s in exporter.get_finished_spans() if s.parent is None)
+    assert root.status.status_code.name == "ERROR" and "MaxTurnsExceeded" in root.status.description
+
+
+@needs_sdk
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     demo.run_app(app, demo.TASK)  # the SDK hands the error to the model as the tool's output
