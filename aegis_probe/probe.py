@@ -23,6 +23,7 @@ from .exporting import EXPORT_WAIT_S, add_processor, default_provider, flush_exp
 from .redact import make_redactor
 from .spans import RunScope, current_run, start_run
 from .store import StoreSpanProcessor, TraceStore
+from .store_writer import SCOPE
 from .trajectory import Outcome, Trajectory
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ class ProbeSetup:
         else:
             provider = tracer_provider
             if trace_store is not None:
-                add_processor(provider, StoreSpanProcessor(trace_store))
+                add_processor(provider, StoreSpanProcessor(trace_store, runs_only=True))  # not the app's other traces
             if exporter is not None:
                 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -325,7 +326,7 @@ class ProbeSetup:
 
     def probe(self, adapter: Adapter, judge: Judge | None = None) -> Probe:
         """A new probe for ``adapter`` on this setup."""
-        tracer = self.provider.get_tracer("aegis_probe", _version())
+        tracer = self.provider.get_tracer(SCOPE, _version())
         return Probe(adapter, self.config, tracer, self.store, self.provider, judge)
 
 

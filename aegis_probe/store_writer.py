@@ -191,15 +191,25 @@ def _encoded(span: ReadableSpan, trace: _Trace | None) -> Encoded:
             sdk_span_json(span, trace.hex, trace.bases) if trace else sdk_span_json(span, format(span.context.trace_id, "032x")))
 
 
+#: Instrumentation scope (tracer name) of aegis-probe's own spans.
+SCOPE = "aegis_probe"
+#: Runs a ``runs_only`` processor remembers, so that spans ending after a run's root are kept too.
+_KNOWN_RUNS = 1024
+
+
 class StoreSpanProcessor(SpanProcessor):
     """Sends finished spans to a :class:`TraceStore`: one line per trace, written off the app thread.
 
     ``max_queue`` gives this processor its own writer with that bound (default: the process's
-    shared writer, :data:`MAX_QUEUE` spans).
+    shared writer, :data:`MAX_QUEUE` spans). ``runs_only`` keeps only traces that hold
+    aegis-probe's spans: the store on a provider other instrumentations share (a web framework's
+    request traces are not runs).
     """
 
-    def __init__(self, store: "TraceStore", *, max_queue: int | None = None) -> None:
+    def __init__(self, store: "TraceStore", *, max_queue: int | None = None, runs_only: bool = False) -> None:
         self.store = store
+        self.runs_only = runs_only
+        self._runs: dict[int, None] = {}  # writer thread: trace ids of runs written (runs_only)
         self.writer = shared_writer() if max_queue is None else SpanWriter(max_queue)
         #: Spans dropped because the writer's queue was full.
         self.dropped_spans = 0
@@ -215,7 +225,9 @@ class StoreSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         parent: Any = span._parent  # on the app thread: no property calls (a SpanContext is a tuple)
         if self._closed:  # after shutdown: write it alone, at once, on this thread
-            self._write([_encoded(span, None)])
+            encoded = [_encoded(span, None)]
+            if self._keeps(span.context.trace_id, encoded):
+                self._write(encoded)
         elif not self.writer.submit(self, span, parent is None or parent[2]):
             self._dropped()
 
@@ -239,13 +251,27 @@ class StoreSpanProcessor(SpanProcessor):
         parent = span._parent
         if parent is None or parent[2]:  # the root (or a remote parent's child): the trace is complete
             del self._traces[trace_id]
-            self._write(trace.spans)
+            if self._keeps(trace_id, trace.spans):
+                self._write(trace.spans)
+
+    def _keeps(self, trace_id: int, spans: list[Encoded]) -> bool:
+        """Whether ``spans`` of a trace go to the store: always, or with ``runs_only`` when the
+        trace is a run's (it holds aegis-probe's spans, or an earlier line of it did)."""
+        if not self.runs_only or trace_id in self._runs:
+            return True
+        if not any(scope == SCOPE for _, scope, _ in spans):
+            return False
+        self._runs[trace_id] = None
+        if len(self._runs) > _KNOWN_RUNS:
+            del self._runs[next(iter(self._runs))]
+        return True
 
     def _write_unfinished(self) -> None:
-        """Write the spans of traces whose root has not ended (kept: their deltas' bases)."""
-        for trace in list(self._traces.values()):
-            spans, trace.spans = trace.spans, []
-            if spans:
+        """Write the spans of traces whose root has not ended (kept: their deltas' bases); with
+        ``runs_only``, those of traces not known to be runs wait for their root."""
+        for trace_id, trace in list(self._traces.items()):
+            if trace.spans and self._keeps(trace_id, trace.spans):
+                spans, trace.spans = trace.spans, []
                 self._write(spans)
 
     def _write(self, spans: list[Encoded]) -> None:
