@@ -47,6 +47,30 @@ def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Att
     return Attribution(row.get("agent"), step, pairs)
 
 
+def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], path: str | Path) -> list[dict[str, Any] | None]:
+    """Each trajectory's prediction row: by its id, else by the file it was imported from when that
+    file holds it alone (``1.json`` or ``1``, as Who&When scripts key predictions). Says on stderr
+    how many predictions match no trajectory."""
+    from collections import Counter
+
+    from .builders import row_id
+
+    files = [t.metadata.get("file") for t in trajs]
+    single = {f for f, n in Counter(files).items() if f and n == 1}
+    found: list[dict[str, Any] | None] = []
+    used: set[str] = set()
+    for traj, file in zip(trajs, files):
+        keys = [row_id(traj), *((file, Path(file).stem) if file in single else ())]
+        key = next((k for k in keys if k in rows), None)
+        found.append(rows[key] if key is not None else None)
+        used.update([key] if key is not None else [])
+    unmatched = [k for k in rows if k not in used]
+    if unmatched:
+        print(f"{path}: {len(unmatched)} of {len(rows)} predictions match no trajectory (e.g. {unmatched[0]!r}; "
+              f"trajectory ids look like {row_id(trajs[0])!r})", file=sys.stderr)
+    return found
+
+
 def read_predictions(path: str | Path) -> dict[str, Attribution]:
     """Predictions by id (see :func:`to_attribution`)."""
     return {rid: to_attribution(row, path) for rid, row in prediction_rows(path).items()}
@@ -159,9 +183,9 @@ def run_eval(args: argparse.Namespace) -> int:
     preds: Sequence[Attribution | None]
     turns_read: list[int | None] = [None] * len(trajs)
     if args.predictions:
-        rows = prediction_rows(args.predictions)
-        preds = [to_attribution(rows[row_id(t)], args.predictions) if row_id(t) in rows else None for t in trajs]
-        turns_read = [rows.get(row_id(t), {}).get("turns_read") for t in trajs]
+        matched = match_predictions(trajs, prediction_rows(args.predictions), args.predictions)
+        preds = [to_attribution(row, args.predictions) if row else None for row in matched]
+        turns_read = [row.get("turns_read") if row else None for row in matched]
         method = f"predictions:{args.predictions}"
     else:
         method = args.method
