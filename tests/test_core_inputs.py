@@ -115,3 +115,12 @@ def test_a_run_recorded_without_content_is_not_offered_to_blame_and_blame_says_w
     assert code == 2 and capsys.readouterr().err == (  # was: "no judge: give --expected ..."
         f"error: trace {trace_id} was recorded without message content (capture_content off); "
         "blame replays the run and needs it\n")
+
+
+def test_campaign_records_with_bytes_that_are_not_utf8_skip_that_line_only(tmp_path, caplog):
+    from aegis_probe.injection.campaign import RUNS_FILE, read_records
+
+    good = {"key": "pens/baseline", "kind": "baseline", "success": True}
+    (tmp_path / RUNS_FILE).write_bytes(b'{"key": "x/plan-0", "answer": "\xff"}\n' + json.dumps(good).encode() + b"\n")
+    assert read_records(tmp_path) == {"pens/baseline": good}  # was: UnicodeDecodeError for the whole file
+    assert f"{RUNS_FILE}:1: unreadable run record skipped" in caplog.text

@@ -57,10 +57,10 @@ def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, A
     if not path.exists():
         return {}
     found: dict[str, dict[str, Any]] = {}
-    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for no, line in enumerate(path.read_bytes().splitlines(), 1):
         try:
             if line.strip():
-                rec = json.loads(line)
+                rec = json.loads(line.decode("utf-8"))  # bytes that are not UTF-8: a ValueError, that line only
                 found[rec["key"]] = rec
         except (ValueError, KeyError, TypeError):
             logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
