@@ -212,6 +212,35 @@ def to_llm_messages(messages: Sequence[ChatMessage]) -> list[LLMMessage]:
     return out
 
 
+def edited_llm_messages(originals: Sequence[LLMMessage], messages: Sequence[ChatMessage]) -> list[LLMMessage]:
+    """``originals`` after an interceptor changed their neutral form to ``messages`` (prompt injection).
+
+    Originals whose neutral form is unchanged stay as they are (their images, thoughts and error
+    flags); an edited one is rebuilt from its new form, keeping a user message's images. When
+    messages were only dropped (history lost), the originals left are kept; anything else is
+    rebuilt whole from ``messages``."""
+    slices = [_convert(m) for m in originals]
+    if sum(map(len, slices)) == len(messages):  # edited in place
+        out: list[LLMMessage] = []
+        start = 0
+        for m, neutral in zip(originals, slices):
+            new, start = list(messages[start:start + len(neutral)]), start + len(neutral)
+            if new == neutral:
+                out.append(m)
+            elif isinstance(m, UserMessage) and not isinstance(m.content, str) and len(new) == 1:
+                parts = [p for p in m.content if not isinstance(p, str)]
+                out.append(UserMessage(content=[str(new[0].get("content") or ""), *parts], source=m.source))
+            else:
+                out.extend(to_llm_messages(new))
+        return out
+    kept, start = [], 0
+    for m, neutral in zip(originals, slices):
+        if neutral and list(messages[start:start + len(neutral)]) == neutral:
+            kept.append(m)
+            start += len(neutral)
+    return kept if start == len(messages) else to_llm_messages(messages)
+
+
 def chat_messages(messages: Sequence[BaseChatMessage]) -> list[dict[str, Any]]:
     """Agent-chat messages (what a step receives) in neutral form."""
     return [{"role": "user", "content": m.to_text(), "name": m.source} for m in messages]
@@ -285,7 +314,7 @@ class AutogenCodec:
         return llm_messages(args[0] if args else kwargs.get("messages", ()))
 
     def with_request(self, args: tuple, kwargs: dict, messages: Sequence[ChatMessage]) -> tuple[tuple, dict]:
-        rebuilt = to_llm_messages(messages)
+        rebuilt = edited_llm_messages(args[0] if args else kwargs.get("messages", ()), messages)
         if args:
             return (rebuilt, *args[1:]), kwargs
         return args, {**kwargs, "messages": rebuilt}

@@ -232,6 +232,46 @@ def test_other_model_clients_and_cache_wrapper(provider, exporter):
     assert [json.loads(c.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] for c in chats] == ["answer 0", "answer 1"]
 
 
+def test_prompt_injection_keeps_the_messages_it_does_not_edit(model_server, tmp_path):
+    """A prompt injection edits the text of the message the agent acts on; the request keeps every
+    other message as the app made it (the task's image included), and an edited user message its image."""
+    import PIL.Image
+    from autogen_agentchat.messages import MultiModalMessage
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core import Image
+    from autogen_core.models import ModelFamily, ModelInfo
+
+    from aegis_probe.injection import InjectionPlan, Target
+
+    server = model_server(lambda body: Reply(content="I see a red square; the total is 42."))
+    client = OpenAIChatCompletionClient(model=MODEL, base_url=server.base_url, api_key=API_KEY, model_info=ModelInfo(
+        vision=True, function_calling=False, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False))
+    looker, checker = (AssistantAgent(name, model_client=client, system_message=f"You are the {name}.") for name in ("looker", "checker"))
+    task = MultiModalMessage(content=["What is in the image? The total is 42.", Image(PIL.Image.new("RGB", (4, 4), "red"))], source="user")
+
+    def parts(body: dict[str, Any]) -> list[Any]:
+        return [[p["type"] for p in m["content"]] if isinstance(m["content"], list) else m["role"] for m in body["messages"]]
+
+    async def injected_request(app: Any, target: str) -> dict[str, Any]:
+        probe = aegis_probe.instrument(app, store=tmp_path / target)
+        with probe.inject(InjectionPlan(targets=[Target(agent=target, mode="FM-2.6", strategy="prompt_injection")])) as injector:
+            await app.run(task=task)
+        probe.uninstrument()
+        assert len(injector.applied) == 1
+        return server.requests[-1]
+
+    async def go() -> list[dict[str, Any]]:  # one event loop: the client is bound to it
+        team = RoundRobinGroupChat([looker, checker], termination_condition=MaxMessageTermination(3))
+        return [await injected_request(team, "checker"),
+                await injected_request(AssistantAgent("solo", model_client=client, system_message="You look."), "solo")]
+
+    in_team, alone = asyncio.run(go())
+    assert parts(in_team) == ["system", ["text", "image_url"], "user"]  # was ["system", "user", "user"]: image lost
+    assert parts(alone) == ["system", ["text", "image_url"]]
+    assert message_text(in_team["messages"][-1]) != "I see a red square; the total is 42."
+    assert message_text(alone["messages"][-1]) != "What is in the image? The total is 42."
+
+
 # -- content capture and redaction -----------------------------------------------------------------
 CONTENT_KEYS = (sc.INPUT_MESSAGES, sc.OUTPUT_MESSAGES, sc.TOOL_CALL_ARGUMENTS, sc.TOOL_CALL_RESULT, sc.TASK)
 
