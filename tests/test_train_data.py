@@ -197,6 +197,22 @@ def test_whowhen_file_variations_of_real_exports(tmp_path):
     assert [json.loads(line)["run_id"] for line in out.read_text(encoding="utf-8").splitlines()] == [t.run_id for t in result.trajectories]
 
 
+def test_directory_with_stray_files_is_sniffed_from_its_data(tmp_path):
+    """A folder as researchers' folders are: a README.json and a macOS '._' copy sort before the
+    data. The format is sniffed from the first file holding a known record (the stray first file
+    failed the whole import: 'cannot tell the format'), hidden files are no data, and the stray
+    file is one named error."""
+    d = tmp_path / "runs"
+    write_json(d / "README.json", {"about": "Magentic-One runs"})
+    (d / "._alpha.json").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+    write_json(d / "alpha.json", handcrafted_record())
+    result = importers.load(d)
+    assert [t.run_id for t in result.trajectories] == ["whowhen:alpha"]
+    assert [(Path(e.file).name, e.record) for e in result.errors] == [("README.json", "file")]
+    with pytest.raises(ValueError, match="cannot tell the format of .*README.json: no record of a known format"):
+        importers.load(d / "README.json")
+
+
 @needs_whowhen
 def test_whowhen_algorithm_generated_real_files():
     result = importers.load(WHOWHEN)

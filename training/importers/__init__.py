@@ -55,20 +55,21 @@ def sniff_record(record: Any) -> str | None:
 
 
 def detect(path: str | os.PathLike[str]) -> str:
-    """The format of a file, directory (its first data file) or URL."""
+    """The format of a file, directory (its first data file with a record of a known format) or URL."""
     text = str(path)
     if text.startswith(("http://", "https://")):
         return "jaeger"
     files = data_files(path, (".json", ".jsonl", ".parquet"))
     if not files:
         raise ValueError(f"no data files at {path}")
-    if files[0].suffix == ".parquet":
-        return "tracertraj"
-    for _, record in iter_records(files[0]):
-        fmt = sniff_record(record)
+    for file in files:  # the first file with a record of a known format (skipping stray or broken files)
+        if file.suffix == ".parquet":
+            return "tracertraj"
+        fmt = next((f for _, record in iter_records(file) if (f := sniff_record(record))), None)
         if fmt:
             return fmt
-    raise ValueError(f"cannot tell the format of {files[0]}; pass format=")
+    raise ValueError(f"cannot tell the format of {path}: no record of a known format ({', '.join(FORMATS)}); "
+                     "pass --format")
 
 
 def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:

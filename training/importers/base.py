@@ -54,7 +54,8 @@ class ImportResult:
 
 
 def data_files(path: str | os.PathLike[str], suffixes: tuple[str, ...] = (".json", ".jsonl")) -> list[Path]:
-    """``path`` itself, or the matching files of a directory in natural order (2.json < 10.json)."""
+    """``path`` itself, or the matching files of a directory in natural order (2.json < 10.json);
+    hidden files (``.name``: macOS ``._`` copies, editor locks) are no data."""
     p = Path(path)
     if p.is_file():
         return [p]
@@ -64,7 +65,8 @@ def data_files(path: str | os.PathLike[str], suffixes: tuple[str, ...] = (".json
     def key(f: Path) -> tuple[int, int, str]:
         return (0, int(f.stem), f.name) if f.stem.isdigit() else (1, 0, f.name)
 
-    return sorted((f for f in p.iterdir() if f.is_file() and f.name.endswith(suffixes)), key=key)
+    return sorted((f for f in p.iterdir() if f.is_file() and f.name.endswith(suffixes) and not f.name.startswith(".")),
+                  key=key)
 
 
 def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
