@@ -243,6 +243,18 @@ def test_aegis_importer_groups_modes_and_errors(tmp_path):
     assert inj.labels.flags == ["suspicious:agent-absent"] and result.flagged == 1
     assert builders.group_key(clean) == builders.group_key(inj)
     assert [(e.record, "invalid JSON" in e.message or "agent_name" in e.message) for e in result.errors] == [("line 3", True), ("line 4", True)]
+    # step numbers written as text (a CSV export) order as numbers ("10" after "9"; they sorted as
+    # text), a mix of both as well (it failed: '<' between str and int), and a bad one is named
+    texts = aegis_record("text", [])
+    texts["input"]["conversation_history"] = [{"step": str(i), "agent_name": f"A{i}", "content": f"c{i}"} for i in (10, 9, 2)]
+    mixed = json.loads(json.dumps(texts).replace('"step": "9"', '"step": 9'))
+    mixed["id"] = "mixed"
+    bad = json.loads(json.dumps(texts).replace('"step": "9"', '"step": "nine"'))
+    bad["id"] = "bad"
+    f.write_text("".join(json.dumps(r) + "\n" for r in (texts, mixed, bad)))
+    result = importers.load(f, "aegis")
+    assert [[s.output for s in t.steps] for t in result.trajectories] == [["c2", "c9", "c10"]] * 2
+    assert [e.message for e in result.errors] == ["conversation_history[1].step 'nine' is not an integer"]
 
 
 def test_tracertraj_parquet_and_jsonl(tmp_path):

@@ -16,7 +16,7 @@ from typing import Any
 from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
 
 from ..modes import normalize_mode
-from .base import SUSPICIOUS, ImportResult, import_records, require
+from .base import SUSPICIOUS, ImportResult, import_records, require, step_number
 
 SOURCE = "aegis"
 
@@ -29,9 +29,12 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
     history = inp["conversation_history"]
     if not isinstance(history, list) or not history:
         raise ValueError("input.conversation_history is empty or not a list")
-    for turn in history:
+    order = []
+    for i, turn in enumerate(history):
         require(turn, "agent_name", "content")
-    ordered = sorted(enumerate(history), key=lambda it: (it[1].get("step", it[0]), it[0]))
+        step = step_number(turn.get("step"), f"conversation_history[{i}].step")  # 3 or "3"
+        order.append((i if step is None else step, i))
+    ordered = [(i, history[i]) for _, i in sorted(order)]
     steps = [
         Step(index=i, agent=str(turn["agent_name"]), role=turn.get("agent_role"), output=str(turn["content"] or ""))
         for i, (_, turn) in enumerate(ordered)
