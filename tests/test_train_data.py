@@ -271,9 +271,11 @@ def test_tracertraj_parquet_and_jsonl(tmp_path):
     assert result.trajectories[0].labels.source == "tracertraj" and result.trajectories[0].labels.faults[0].step == 1
     assert result.errors[0].record == "row 1" and "expected 0" in result.errors[0].message
     (tmp_path / "j").mkdir()
-    (tmp_path / "j" / "t.jsonl").write_text(json.dumps(rec) + "\n")
+    text_steps = dict(rec, question_ID="tt3", history=[dict(h, step=str(i)) for i, h in enumerate(rec["history"])])
+    (tmp_path / "j" / "t.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(text_steps) + "\n")
     assert importers.detect(tmp_path / "j") == "tracertraj"
-    assert importers.load(tmp_path / "j").trajectories[0].agents[1] == "Coder"
+    from_lines = importers.load(tmp_path / "j")  # steps as text ("1", a CSV export) are steps too (they failed)
+    assert [t.agents[1] for t in from_lines.trajectories] == ["Coder", "Coder"] and not from_lines.errors
 
 
 def test_trail_span_tree(tmp_path):

@@ -8,7 +8,7 @@ from typing import Any
 
 from aegis_probe.trajectory import Trajectory
 
-from .base import ImportIssue, ImportResult, data_files, import_records
+from .base import ImportIssue, ImportResult, data_files, import_records, step_number
 from .whowhen import trajectory_from_record
 
 SOURCE = "tracertraj"
@@ -19,7 +19,7 @@ def _convert(record: Any, file: Path, name: str) -> Trajectory:
     rid = f"{SOURCE}:{key}" if key else f"{SOURCE}:{file.stem}:{name.replace(' ', '')}"
     traj = trajectory_from_record(record, source=SOURCE, record_id=rid, file=file.name)
     for step, entry in zip(traj.steps, record["history"]):
-        if entry.get("step") not in (None, step.index):
+        if step_number(entry.get("step"), f"history[{step.index}].step") not in (None, step.index):  # 3 or "3"
             raise ValueError(f"history[{step.index}] has step {entry['step']!r}, expected {step.index}")
     return traj
 
