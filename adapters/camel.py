@@ -7,8 +7,8 @@ Class-level patches, installed once:
   ends after the step whose response is ``terminated``, after the assistant's step of the round in
   which the user agent said ``CAMEL_TASK_DONE`` (with a critic in the loop, once the critic has
   chosen among the assistant's messages, its steps included), at an agent's error, when ``init_chat`` starts a
-  new conversation, or when the probe is released (wrap the loop in ``with probe.run(task):`` for
-  explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
+  new conversation, or when the probe is released (after the step in flight, if any; wrap the loop
+  in ``with probe.run(task):`` for explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
   ``ChatAgent.step/astep`` of a lone agent (one run per call);
 - agent step: ``ChatAgent.step/astep`` -> ``invoke_agent {role_name}``. Workforce clones its
   agents, so any ``ChatAgent`` stepping inside a current run counts as part of it;
@@ -41,7 +41,7 @@ chunks too. Tools camel runs while streaming: ``_execute_tool_from_stream_data``
 threads of ``_execute_tools_sync_with_status_accumulator``, which hands them the step like
 ``step_timeout`` does, keyed by each tool call's data) and ``_aexecute_tool_from_stream_data``. Not covered: structured output
 (``response_format``) streams get a ``chat`` span without content; a streaming step whose response
-is never consumed never ends.
+is never consumed never ends (and holds its conversation's run open past ``uninstrument()``).
 """
 
 from __future__ import annotations
@@ -378,6 +378,8 @@ class CamelAdapter(Adapter):
         self._societies: "WeakKeyDictionary[Any, weakref.ref[Any]]" = WeakKeyDictionary()  # agent -> its RolePlaying
         self._said_done: "WeakSet[Any]" = WeakSet()  # societies whose run ends with this round's assistant step
         self._ending: "WeakSet[Any]" = WeakSet()  # societies whose run ends when their critic has chosen
+        self._stepping: "WeakKeyDictionary[Any, StepScope]" = WeakKeyDictionary()  # society -> its step in flight
+        self._released: "WeakSet[Any]" = WeakSet()  # societies whose run ends with the step in flight
         # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
         self._handoff: dict[tuple[int, int], list[StepScope]] = {}
         self._handoff_lock = threading.Lock()
@@ -448,9 +450,14 @@ class CamelAdapter(Adapter):
         self._streaming = (StreamingChatAgentResponse, AsyncStreamingChatAgentResponse)
 
     def release(self, probe: "Probe") -> None:
-        """End ``probe``'s open conversations, then forget its objects."""
+        """End ``probe``'s open conversations (one with a step in flight when that step ends), then
+        forget its objects."""
         for society, run in list(self._sessions.items()):
             if run.probe is probe:
+                if society in self._stepping:
+                    self._released.add(society)
+                    if society in self._stepping:  # else its step ended meanwhile: end the run here
+                        continue
                 self._end_session(society, run)
         super().release(probe)
 
@@ -543,12 +550,13 @@ class CamelAdapter(Adapter):
             self._sessions.pop(society, None)
         self._said_done.discard(society)
         self._ending.discard(society)
+        self._released.discard(society)
         self._safe_finish(run, exc)
 
     def _session_step_done(self, society: Any, run: RunScope, agent: Any, result: Any, exc: BaseException | None) -> None:
         """End ``society``'s run where a round of ``RolePlaying.step`` ends the conversation."""
         try:
-            if exc is not None:
+            if exc is not None or society in self._released:
                 self._end_session(society, run, exc)
                 return
             msgs = getattr(result, "msgs", None) or ()
@@ -665,6 +673,8 @@ class CamelAdapter(Adapter):
             with attached(run if society is not None else own_run):  # the step's parent
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=lambda: [_message(message, "user")])  # only if it records
+            if society is not None:
+                self._stepping[society] = step
             return _Opened(own_run, step, society, agent)
         except Exception:
             log_hook_error("camel step start")
@@ -688,6 +698,8 @@ class CamelAdapter(Adapter):
         if own_run is not None:
             self._safe_finish(own_run, exc)
         if society is not None:
+            if self._stepping.get(society) is step:
+                self._stepping.pop(society, None)
             self._session_step_done(society, step.run, agent, result, exc)  # type: ignore[arg-type]
 
     def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -546,6 +546,41 @@ def test_open_conversation_ends_on_uninstrument(model_server, provider, exporter
     assert len(steps_of(ours(exporter))) == 2 and probe.last_run is not None
 
 
+def test_uninstrument_during_a_step_ends_the_conversation_after_it(model_server, provider, exporter, tmp_path):
+    """``uninstrument()`` from another thread while the Calculator's tool runs: the conversation's run
+    ends when that step does (not before it), so the stored run holds the step; the app goes on untraced."""
+    from camel.toolkits import FunctionTool
+
+    in_tool, go_on = threading.Event(), threading.Event()
+
+    def calculate(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        in_tool.set()
+        go_on.wait(20)
+        return demo.calculate(expression)
+
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app.assistant_agent.remove_tool("calculate")
+    app.assistant_agent.add_tool(FunctionTool(calculate))
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    answers: list[str | None] = []
+    player = threading.Thread(target=lambda: answers.append(demo.run_app(app, demo.TASK)))
+    player.start()
+    assert in_tool.wait(20)
+    probe.uninstrument()
+    go_on.set()
+    player.join()
+    assert answers and EXPECTED in answers[0]
+    spans = ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    assert [s.attributes[sc.AGENT_NAME] for s in steps_of(spans)] == ["Customer", "Calculator"]
+    assert max(s.end_time for s in spans) == root.end_time
+    (stored,) = aegis_probe.load_trajectories(tmp_path / "store")
+    assert [s.agent for s in stored.steps] == ["Customer", "Calculator"]
+    assert stored.steps[1].tool_calls[0].result == EXPECTED
+
+
 # -- streaming (stream=True in the model config) ----------------------------------------------
 def streaming_calculator(base_url: str, model: str = MODEL, api_key: str = API_KEY, *, stream: bool = True) -> Any:
     """A lone calculator ChatAgent with the tool, on a (streaming) OpenAI-compatible backend."""
