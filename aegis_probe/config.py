@@ -39,6 +39,7 @@ _SPAN_CONTENT = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT"})
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
 _FALSE = {"0", "false", "no", "off"}
+_TRUE = {"1", "true", "yes", "on"}
 _warned: set[tuple[str, str]] = set()
 
 
@@ -81,11 +82,16 @@ def otel_content_mode() -> str | None:
 
 
 def resolve_capture(capture_content: bool | None) -> bool:
-    """Content capture: the argument, else ``AEGIS_CAPTURE_CONTENT``, else OTel's variable, else on."""
+    """Content capture: the argument, else ``AEGIS_CAPTURE_CONTENT`` (true/1/yes/on or
+    false/0/no/off; another value warns and means no content), else OTel's variable, else on."""
     if capture_content is not None:
         return capture_content
-    if os.environ.get(ENV_CAPTURE, "").strip():
-        return env_flag(ENV_CAPTURE, True)
+    raw = os.environ.get(ENV_CAPTURE, "").strip()
+    if raw:
+        if raw.lower() in _TRUE | _FALSE:
+            return raw.lower() in _TRUE
+        _warn_once(ENV_CAPTURE, raw, "false (no content), as OTel does for a value it does not know")
+        return False
     mode = otel_content_mode()
     return True if mode is None else mode in _SPAN_CONTENT
 

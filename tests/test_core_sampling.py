@@ -1,6 +1,7 @@
 """Runs that are not stored (real-use sweep): dropped by a sampler (``OTEL_TRACES_SAMPLER``) or
 written to a full disk. The host app is never broken by them, reading one back says why it is
-missing, and an injection campaign records every run whatever the sampler."""
+missing, and an injection campaign records every run whatever the sampler. Also the content
+switch: a value it does not know records no content (privacy fails closed)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,13 @@ def test_a_run_with_the_sdk_disabled_says_tracing_is_off(tmp_path, monkeypatch):
     probe.set_outcome(True)
     with pytest.raises(LookupError, match=r"was not recorded: tracing is off \(OTEL_SDK_DISABLED=true\)"):
         probe.trajectory()
+
+
+@pytest.mark.parametrize("raw,expected", [("NO_CONTENT", False), ("disabled", False), ("Yes", True), ("OFF", False)])
+def test_aegis_capture_variable_fails_closed_on_values_it_does_not_know(monkeypatch, caplog, raw, expected):
+    from aegis_probe.config import ProbeConfig
+
+    monkeypatch.setenv("AEGIS_CAPTURE_CONTENT", raw)  # was: any value but false/0/no/off captured content
+    assert ProbeConfig.resolve().capture_content is expected
+    known = raw.lower() in ("yes", "off")
+    assert any(f"AEGIS_CAPTURE_CONTENT={raw!r} is not a valid value" in r.getMessage() for r in caplog.records) is not known
