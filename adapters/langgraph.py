@@ -18,7 +18,8 @@ Class- and module-level patches, installed once:
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
   model, streaming or not) through :func:`~aegis_probe.interception.call_llm` with
   :class:`LangChainCodec`;
-- tool call: ``BaseTool.run/arun`` (what ``ToolNode`` and ``tool.invoke`` call) -> ``execute_tool {tool}``.
+- tool call: ``BaseTool.run/arun`` (what ``ToolNode`` and ``tool.invoke`` call) -> ``execute_tool {tool}``;
+  a tool that interrupts (``interrupt()`` asking a human) ends its span without error.
 
 A node that interrupts (``interrupt()``, ``GraphBubbleUp``) ends its step normally; the run ends
 when the stream does.
@@ -38,12 +39,13 @@ from aegis_probe.spans import (
     ChatMessage,
     RunScope,
     StepScope,
+    await_in_scope,
+    call_in_scope,
     current_run,
     current_step,
     iterate_in_scope,
     iterate_sync_in_scope,
     log_hook_error,
-    scoped_wrappers,
     start_run,
     start_step,
     start_tool,
@@ -293,7 +295,8 @@ class LangGraphAdapter(Adapter):
         self.codec = LangChainCodec()
         #: run id -> node -> how many of the state's messages the node has seen (its step input is the rest)
         self._seen: dict[str, dict[str, _Seen]] = {}
-        self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "langgraph tool")
+        #: ``langgraph.errors.GraphBubbleUp`` (an interrupt, a command to the parent graph), set on install
+        self._bubble_up: type[BaseException] = BaseException
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -309,8 +312,10 @@ class LangGraphAdapter(Adapter):
     def _instrument(self, patcher: Patcher) -> None:
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.tools import BaseTool
+        from langgraph.errors import GraphBubbleUp
         from langgraph.pregel import Pregel, _runner
 
+        self._bubble_up = GraphBubbleUp
         patcher.wrap(Pregel, "stream", self._stream)
         patcher.wrap(Pregel, "astream", self._astream)
         patcher.wrap(Pregel, "copy", self._copy)
@@ -478,6 +483,34 @@ class LangGraphAdapter(Adapter):
         except Exception:
             log_hook_error("langgraph tool start")
             return None
+
+    def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return wrapped(*args, **kwargs)
+
+        def call() -> Any:
+            try:
+                return wrapped(*args, **kwargs)
+            except self._bubble_up:
+                scope.end()  # an interrupt pauses the tool (it runs again on resume): not its failure
+                raise
+
+        return call_in_scope(scope, call, self._tool_finisher(scope), "langgraph tool")
+
+    async def _atool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        scope = self._open_tool(instance, args, kwargs)
+        if scope is None:
+            return await wrapped(*args, **kwargs)
+
+        async def call() -> Any:
+            try:
+                return await wrapped(*args, **kwargs)
+            except self._bubble_up:
+                scope.end()  # as in _tool
+                raise
+
+        return await await_in_scope(scope, call, self._tool_finisher(scope), "langgraph tool")
 
     @staticmethod
     def _tool_finisher(scope: Any) -> Callable[[Any], None]:

@@ -113,6 +113,41 @@ def test_step_input_after_messages_are_removed(model_server, provider, exporter,
     assert [m.content for m in steps[2].input_messages] == ["summary of the talk"]
 
 
+def test_tool_that_interrupts_is_paused_not_failed(model_server, provider, exporter, tmp_path):
+    """A tool asking a human (``interrupt()``) ends its span without error; on resume it runs again."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from langgraph.types import Command, interrupt
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money once a human approves."""
+        return f"transferred {amount}" if interrupt({"approve": amount}) == "yes" else "refused"
+
+    def policy(body):
+        asked = body.get("tools") and body["messages"][-1]["role"] != "tool"
+        return Reply(tool_calls=[("transfer", {"amount": 100})]) if asked else Reply(content="done")
+
+    llm = ChatOpenAI(model="aegis-scripted", base_url=model_server(policy).base_url, api_key="sk-test", max_retries=0)
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [llm.bind_tools([transfer]).invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([transfer]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    app = graph.compile(name="bank", checkpointer=InMemorySaver())
+    aegis_probe.instrument(app, tracer_provider=provider, store=False)
+    config = {"configurable": {"thread_id": "approval"}}
+    app.invoke({"messages": [("user", "send 100")]}, config)
+    app.invoke(Command(resume="yes"), config)
+    tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
+    assert [s.status.status_code.name for s in tools] == ["UNSET", "UNSET"]
+    assert tools[1].attributes[sc.TOOL_CALL_RESULT] == "transferred 100"
+
+
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     with pytest.raises(SyntaxError):  # ToolNode re-raises tool errors by default: unchanged through us
