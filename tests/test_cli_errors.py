@@ -23,6 +23,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 def _span_line(success: bool | None = False) -> str:
     """One valid store line: a root span (outcome ``success``) and one agent step under it."""
     attrs = [{"key": sc.OUTCOME_SUCCESS, "value": {"boolValue": success}}] if success is not None else []
+    attrs.append({"key": sc.TASK, "value": {"stringValue": "What is 1 + 1?"}})  # recorded with content: blame can replay it
     spans = [
         {"traceId": TRACE, "spanId": "00000000000000a1", "name": "invoke_workflow team", "kind": 1,
          "startTimeUnixNano": "1", "endTimeUnixNano": "9", "attributes": attrs},
