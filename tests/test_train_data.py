@@ -475,6 +475,16 @@ def test_accuracies_within_k_and_reference_compat():
     assert compat == {"agent_accuracy": pytest.approx(2 / 5), "step_accuracy": pytest.approx(2 / 5)}
 
 
+def test_bootstrap_of_no_resamples_is_refused(tmp_path, capsys):
+    """--bootstrap 0 is a usage error (it crashed with 'list index out of range', for benchmark
+    after training the model)."""
+    write_json(tmp_path / "1.json", whowhen_record())
+    for argv in (["eval", str(tmp_path), "--bootstrap", "0"], ["benchmark", "--train", "a", "--test", "b", "--bootstrap", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 2 and "argument --bootstrap: must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_eval_of_agent_only_labels_has_no_step_accuracy(tmp_path, capsys):
     """Aegis labels name agents, never steps: eval says step accuracy is not applicable and how
     many traces carry each kind of label (it printed 0.00, as if every step were wrong)."""

@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The ``benchmark`` subcommand."""
+    from .cli import positive_int
     from .importers import FORMATS
 
     p = subparsers.add_parser("benchmark", help="train (or load) a DCL attributor and score it on unseen test sets "
@@ -199,7 +200,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                                        "%(default)s); one holding an earlier run is refused")
     p.add_argument("--epochs", type=int, default=30, help="DCL training epochs (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap (default: %(default)s)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--inputs", default="features", choices=list(INPUTS),
                    help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
     p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")

@@ -84,6 +84,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     return run_command(args.func, args, verbose=verbose)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_source_args(p: argparse.ArgumentParser) -> None:
     """The input options shared by commands that read trajectories."""
     from .importers import FORMATS

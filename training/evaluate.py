@@ -147,7 +147,7 @@ def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int
 
 
 def add_eval(subparsers: Any) -> None:
-    from .cli import add_source_args
+    from .cli import add_source_args, positive_int
 
     p = subparsers.add_parser("eval", help="score a baseline, an LLM judge, or saved predictions",
                               description=f"Score an attributor on labelled trajectories. Methods: {', '.join(METHODS)}; "
@@ -163,7 +163,7 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
     p.add_argument("--seed", type=int, default=0, help="seed for random and the bootstrap (default: %(default)s)")
     p.add_argument("--k", type=int, default=1, help="tolerance for step accuracy within +-k (default: %(default)s)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--out-dir", default="eval-out", help="where metrics.json and the PNG plots go (default: %(default)s)")
     p.set_defaults(func=run_eval)
 
