@@ -9,7 +9,9 @@ Class- and module-level patches, installed once:
   SDK's trace backend. A ``Runner.run`` inside a run (an agent used as a tool) opens no run;
 - agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
   then the tools it called and the handoff it chose) -> ``invoke_agent {agent.name}``. A handoff
-  makes the next turn the new agent's; turns of a nested run belong to the step they run in;
+  makes the next turn the new agent's; turns of a nested run belong to the step they run in. A run
+  resumed from its ``RunState`` (after tool approvals, ``needs_approval``) is a run too: the
+  interrupted turn it finishes (``resolve_interrupted_turn``: the approved tools) is its first step;
 - LLM call: the openai client's ``AsyncCompletions.create`` inside a run
   (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`): the SDK's chat-completions
   model, ``OpenAIChatCompletionsModel`` or ``set_default_openai_api("chat_completions")``;
@@ -82,10 +84,25 @@ def item_message(item: Any) -> dict[str, Any] | None:
 def _messages(items: Any) -> list[dict[str, Any]]:
     out = []
     for item in items:
+        if getattr(item, "type", None) == "tool_approval_item":  # a tool call awaiting approval: no message
+            continue
         message = item_message(item.to_input_item() if hasattr(item, "to_input_item") else item)
         if message is not None:
             out.append(message)
     return out
+
+
+def _task_text(task: Any) -> str | None:
+    """A run's task: its input text, or the last user message of its input items (which may carry
+    the conversation so far, ``result.to_input_list()``); for a resumed run (a ``RunState``, after
+    tool approvals), of the interrupted run's input."""
+    from agents import RunState
+
+    if isinstance(task, RunState):
+        task = task._original_input
+    if isinstance(task, str):
+        return task
+    return next((m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
 
 
 def _streamed_error(result: Any, task: Any) -> BaseException | None:
@@ -175,6 +192,8 @@ class OpenAIAgentsAdapter(Adapter):
         patcher.wrap(AgentRunner, "run_streamed", self._run_streamed)
         patcher.wrap(run_module, "run_single_turn", self._turn)
         patcher.wrap(run_loop, "run_single_turn_streamed", self._streamed_turn)
+        patcher.wrap(run_module, "resolve_interrupted_turn", self._resumed_turn)
+        patcher.wrap(run_loop, "resolve_interrupted_turn", self._resumed_turn)
         patcher.wrap(tool_execution, "_invoke_function_tool_with_metadata", self._tool)
         patcher.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", self._tool_failed)
         self.seam.install(patcher, sync=False)
@@ -190,10 +209,7 @@ class OpenAIAgentsAdapter(Adapter):
             return None
         try:
             task = kwargs["input"] if "input" in kwargs else args[1] if len(args) > 1 else None
-            # A list input may carry the conversation so far (``result.to_input_list()``): its last user message is this run's
-            text = task if isinstance(task, str) else next(
-                (m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
-            return start_run(probe, agent.name, framework=self.name, task=text)
+            return start_run(probe, agent.name, framework=self.name, task=_task_text(task))
         except Exception:
             log_hook_error("openai-agents run start")
             return None
@@ -270,20 +286,28 @@ class OpenAIAgentsAdapter(Adapter):
 
         return finish
 
-    async def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), kwargs.get("generated_items", ()))
+    async def _in_turn(self, step: StepScope | None, wrapped: Any, args: tuple, kwargs: dict) -> Any:
         if step is None:
             return await wrapped(*args, **kwargs)
         return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")
+
+    async def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), kwargs.get("generated_items", ()))
+        return await self._in_turn(step, wrapped, args, kwargs)
+
+    async def _resumed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``resolve_interrupted_turn``: a run resumed from its state (after tool approvals) finishes the
+        interrupted turn (the approved tools) without ``run_single_turn``: a step of its own."""
+        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"),
+                               kwargs.get("original_pre_step_items", ()))
+        return await self._in_turn(step, wrapped, args, kwargs)
 
     async def _streamed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``run_single_turn_streamed(streamed_result, bindings, ...)``: the turn's input is the run's so far."""
         streamed = kwargs["streamed_result"] if "streamed_result" in kwargs else args[0] if args else None
         bindings = kwargs["bindings"] if "bindings" in kwargs else args[1] if len(args) > 1 else None
         step = self._open_turn(bindings, getattr(streamed, "input", ()), getattr(streamed, "new_items", ()))
-        if step is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")
+        return await self._in_turn(step, wrapped, args, kwargs)
 
     # -- tools and model calls -------------------------------------------------------------
     @staticmethod

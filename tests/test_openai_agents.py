@@ -29,6 +29,7 @@ if HERE:
     import aegis_probe
     from aegis_probe import semconv as sc
     from aegis_probe.demos import openai_agents as demo
+    from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
                                   raising_tool_policy, uninstrument_restores_originals)
 
@@ -156,6 +157,49 @@ def test_streamed_run_past_max_turns_fails_like_a_run(model_server, provider, ex
 
 
 @needs_sdk
+@pytest.mark.parametrize("streamed", [False, True])
+def test_run_resumed_after_tool_approval(streamed, model_server, provider, exporter, tmp_path):
+    """A tool that needs approval interrupts the run; the run resumed from its state (a ``RunState``
+    input) is traced, the approved tool call inside its first step."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openai import AsyncOpenAI
+
+    @function_tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Transfer money."""
+        return f"transferred {amount}"
+
+    def policy(body):
+        asked = body.get("tools") and body["messages"][-1]["role"] != "tool"
+        return Reply(tool_calls=[("transfer", {"amount": 100})]) if asked else Reply(content="done")
+
+    server = model_server(policy)
+
+    async def approve_and_resume():
+        model = OpenAIChatCompletionsModel(model="aegis-scripted",
+                                           openai_client=AsyncOpenAI(base_url=server.base_url, api_key="sk-test"))
+        agent = Agent(name="banker", instructions="Move money.", model=model, tools=[transfer])
+        probe = aegis_probe.instrument(agent, tracer_provider=provider, store=tmp_path / "store")
+        first = await Runner.run(agent, "send 100")
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        if not streamed:
+            return probe, await Runner.run(agent, state)
+        result = Runner.run_streamed(agent, state)
+        async for _ in result.stream_events():
+            pass
+        return probe, result
+
+    probe, result = asyncio.run(approve_and_resume())
+    assert result.final_output == "done"
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.task == "send 100" and [s.agent for s in traj.steps] == ["banker", "banker"]
+    assert [t.result for t in traj.steps[0].tool_calls] == ["transferred 100"]
+    assert traj.steps[1].output == "done"
+
+
+@needs_sdk
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     demo.run_app(app, demo.TASK)  # the SDK hands the error to the model as the tool's output
@@ -171,7 +215,10 @@ def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from agents.run_internal import tool_execution
     from openai.resources.chat.completions import AsyncCompletions
 
-    names = [(AgentRunner, "run"), (run_module, "run_single_turn"),
+    from agents.run_internal import run_loop
+
+    names = [(AgentRunner, "run"), (run_module, "run_single_turn"), (run_module, "resolve_interrupted_turn"),
+             (run_loop, "resolve_interrupted_turn"),
              (tool_execution, "_invoke_function_tool_with_metadata"), (AsyncCompletions, "create")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
