@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT
 from opentelemetry.sdk.resources import Resource
@@ -103,6 +104,22 @@ def flush_exporters(provider: Any, wait_s: float = EXPORT_WAIT_S) -> bool:
             thread.start()
     flush[1].join(wait_s)
     return bool(flush[2]) and flush[2][0]
+
+
+_attached: "weakref.WeakKeyDictionary[Any, set[Any]]" = weakref.WeakKeyDictionary()
+
+
+def add_once(provider: Any, key: Any, make: Callable[[], SpanProcessor]) -> None:
+    """Attach ``make()`` to a user's SDK provider unless a processor for ``key`` (a store's
+    directory, an exporter) is on it already: an app built and instrumented per request must not
+    add one, and a copy of every span, each time."""
+    if hasattr(provider, "add_span_processor"):
+        with _providers_lock:
+            seen = _attached.setdefault(provider, set())
+            if key in seen:
+                return
+            seen.add(key)
+    add_processor(provider, make())
 
 
 def add_processor(provider: Any, processor: SpanProcessor) -> None:

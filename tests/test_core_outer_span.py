@@ -5,6 +5,8 @@ traces stay out of the trace store."""
 
 from __future__ import annotations
 
+import json
+
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -43,3 +45,21 @@ def test_runs_inside_a_request_span_are_traces_of_their_own_linked_to_it(tmp_pat
     assert all([link.context for link in r.links] == [request.get_span_context()] for r in roots)
     # The request's own trace is the service's, not a run: it stays out of the store.
     assert sorted(t.trace_id for t in aegis_probe.load_trajectories(store)) == sorted(t.trace_id for t in runs)
+
+
+def test_an_app_instrumented_per_request_adds_the_store_once(tmp_path):
+    provider = TracerProvider()  # the service's
+    exporter = InMemorySpanExporter()
+    store = tmp_path / "store"
+    with ModelServer(demo.policy) as server:
+        for _ in range(3):  # a team built and instrumented per request
+            app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+            with aegis_probe.instrument(app, tracer_provider=provider, store=store, exporter=exporter):
+                demo.run_app(app, TASK)
+    lines = (store / "spans.jsonl").read_text().splitlines()
+    span_ids = [s["spanId"] for line in lines for rs in json.loads(line)["resourceSpans"]
+                for ss in rs["scopeSpans"] for s in ss["spans"]]
+    assert len(lines) == 3 and len(span_ids) == len(set(span_ids)), "was: the k-th run written k times"
+    provider.force_flush()
+    exported = [s.context.span_id for s in exporter.get_finished_spans()]
+    assert len(exported) == len(set(exported)) == len(span_ids)
