@@ -411,3 +411,25 @@ def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(server, tmp_p
     result = replay(probe.last_trace_id, AppSpec(_concurrent_team, demo.run_app), store=store)
     assert result.exact, result.divergence or result.error
     assert result.live_calls == 0 and result.replayed_calls == len(server.requests)
+
+
+def test_two_teams_at_once_on_one_loop_keep_their_runs_and_errors_apart(server, model_server, provider, exporter, tmp_path):
+    """Two teams gathered on one event loop, one whose Calculator fails: each run is its own trace
+    with contiguous steps, and only the failing team's run is marked failed."""
+    good = demo.build_app(server.base_url, MODEL, API_KEY)
+    bad = demo.build_app(model_server(_bad_expression).base_url, MODEL, API_KEY)
+    probes = [_instrument(app, provider, tmp_path) for app in (good, bad)]
+
+    async def both() -> None:
+        await asyncio.gather(demo._run_and_close(good, demo.TASK), demo._run_and_close(bad, "Another " + demo.TASK))
+
+    asyncio.run(both())
+    good_run, bad_run = (p.trajectory() for p in probes)
+    assert good_run.trace_id != bad_run.trace_id
+    assert [s.agent for s in good_run.steps] == list(demo.AGENTS) and good_run.error is None
+    assert [s.agent for s in bad_run.steps] == ["Planner", "Calculator"] and bad_run.outcome.success is False
+    assert bad_run.task.startswith("Another ")
+    spans = _ours(exporter)
+    for root in (s for s in spans if s.parent is None):
+        steps = _steps([s for s in spans if s.context.trace_id == root.context.trace_id])
+        assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
