@@ -105,6 +105,13 @@ def _task_text(task: Any) -> str | None:
     return next((m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
 
 
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON data: a structured output (``output_type``: a pydantic model, a dataclass) by its fields."""
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value, fallback=str)
+
+
 def _streamed_error(result: Any, task: Any) -> BaseException | None:
     """The error a streamed run ended with: its loop task's, else the one the SDK keeps for
     ``stream_events`` to raise (``max_turns`` exceeded is only found there, the task ends normally)."""
@@ -125,7 +132,7 @@ def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
         exc = None if task is None else _streamed_error(result, task)
         output: Any = getattr(result, "final_output", None)
         if output is not None:
-            answer: Any = output if isinstance(output, str) else json.dumps(output, default=str)
+            answer: Any = output if isinstance(output, str) else json.dumps(output, default=_jsonable)
             run.answer = answer
     except Exception:
         log_hook_error("openai-agents run end")

@@ -200,6 +200,30 @@ def test_run_resumed_after_tool_approval(streamed, model_server, provider, expor
 
 
 @needs_sdk
+def test_structured_final_output_is_the_answer_as_json(model_server, provider, tmp_path):
+    """An agent with an ``output_type`` (a pydantic model): the judge gets its JSON, not its repr."""
+    import json
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
+    from openai import AsyncOpenAI
+    from pydantic import BaseModel
+
+    class Total(BaseModel):
+        total: int
+        unit: str
+
+    server = model_server(lambda body: Reply(content=json.dumps({"total": 126, "unit": "coins"})))
+    model = OpenAIChatCompletionsModel(model="aegis-scripted", openai_client=AsyncOpenAI(base_url=server.base_url,
+                                                                                         api_key="sk-test"))
+    agent = Agent(name="solver", instructions="Add it up.", model=model, output_type=Total)
+    answers = []
+    aegis_probe.instrument(agent, tracer_provider=provider, store=False,
+                           judge=lambda task, answer: answers.append(answer) or True)
+    Runner.run_sync(agent, demo.TASK)
+    assert [json.loads(a) for a in answers] == [{"total": 126, "unit": "coins"}]
+
+
+@needs_sdk
 def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider, exporter, tmp_path):
     app, probe = _instrumented(model_server, provider, tmp_path, raising_tool_policy(demo))
     demo.run_app(app, demo.TASK)  # the SDK hands the error to the model as the tool's output
