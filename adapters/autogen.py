@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import threading
 import weakref
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
@@ -348,6 +349,28 @@ class AutogenCodec:
 
 
 # -- wrappers ------------------------------------------------------------------------------------
+_active_runs = 0
+_active_lock = threading.Lock()
+
+
+def _run_started() -> None:
+    global _active_runs
+    with _active_lock:
+        _active_runs += 1
+
+
+def _run_ended() -> None:
+    """Once no run is active, let go of the message caches: they hold the apps' messages (and each
+    message's encoded JSON), which a long-lived app would otherwise keep up to the caches' bounds."""
+    global _active_runs
+    with _active_lock:
+        _active_runs -= 1
+        if _active_runs <= 0:
+            _active_runs = 0
+            _SHARED.clear()
+            _PROMPTS.clear()
+
+
 class _RunHooks:
     """Item and end callbacks of one run's stream."""
 
@@ -355,13 +378,17 @@ class _RunHooks:
 
     def __init__(self, run: "RunScope") -> None:
         self.run = run
+        _run_started()
 
     def item(self, item: Any) -> None:
         if isinstance(item, TaskResult) and item.messages:
             self.run.answer = item.messages[-1].to_text()
 
     def done(self, exc: BaseException | None) -> None:
-        self.run.finish(exc)
+        try:
+            self.run.finish(exc)
+        finally:
+            _run_ended()
 
 
 class _Wrapper:

@@ -272,6 +272,24 @@ def test_prompt_injection_keeps_the_messages_it_does_not_edit(model_server, tmp_
     assert message_text(alone["messages"][-1]) != "What is in the image? The total is 42."
 
 
+def test_no_app_message_is_kept_once_the_runs_end(model_server, tmp_path):
+    """The adapter's message caches let go of the app's messages once no run is active: an app
+    that builds a team per request does not keep every request's conversation alive."""
+    import gc
+    import weakref
+
+    server = model_server(demo.policy)
+    refs: list[weakref.ref] = []
+    for _ in range(2):
+        team = demo.build_app(server.base_url, MODEL, API_KEY)
+        aegis_probe.instrument(team, store=tmp_path / "store")
+        assert "126" in demo.run_app(team, demo.TASK)
+        refs += [weakref.ref(m) for agent in team._participants for m in agent._model_context._messages]
+        del team
+    gc.collect()
+    assert len(refs) >= 6 and [r for r in refs if r() is not None] == []
+
+
 # -- content capture and redaction -----------------------------------------------------------------
 CONTENT_KEYS = (sc.INPUT_MESSAGES, sc.OUTPUT_MESSAGES, sc.TOOL_CALL_ARGUMENTS, sc.TOOL_CALL_RESULT, sc.TASK)
 
