@@ -751,7 +751,7 @@ class CamelAdapter(Adapter):
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_step_impl`` in ``step_timeout``'s pool thread: attach the step handed over by ``step``."""
-        handed = self._claim(instance, kwargs["input_message"] if "input_message" in kwargs else args[0])
+        handed = self._claim(instance, kwargs.get("input_message", args[0] if args else None))
         if handed is None:
             return wrapped(*args, **kwargs)
         with attached(handed):
@@ -824,7 +824,7 @@ class CamelAdapter(Adapter):
 
     def _stream_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_execute_tool_from_stream_data`` in a pool thread: a tool span in the step handed over."""
-        with attached(self._claim(instance, kwargs["tool_call_data"] if "tool_call_data" in kwargs else args[0])):
+        with attached(self._claim(instance, kwargs.get("tool_call_data", args[0] if args else None))):
             scope = self._open_stream_tool(args, kwargs)
         if scope is None:
             return wrapped(*args, **kwargs)
