@@ -57,8 +57,8 @@ def read_span_file(path: Path) -> Iterator[SpanRecord]:
 
     A bad line (not JSON, not an export request, a truncated last line left by a crash) is
     skipped with a warning naming the file and line, so one bad line never makes the rest
-    unreadable. A file with bad lines and no valid one raises :class:`TraceFileError` naming
-    its first bad line: it is not a trace file.
+    unreadable. A file with no valid line may be one JSON document (a request, pretty-printed, or
+    a list of them); else it raises :class:`TraceFileError` naming its first bad line.
     """
     with open(path, "rb") as fh:
         lines = fh.read().split(b"\n")
@@ -74,12 +74,31 @@ def read_span_file(path: Path) -> Iterator[SpanRecord]:
             continue
         n_good += 1
         yield from records
-    if bad and not n_good:
-        raise bad[0][0]
+    if bad and not n_good:  # not JSON lines: perhaps one JSON document (a pretty-printed request)
+        yield from _document_records(path, b"\n".join(lines), bad[0][0])
+        return
     for error, last in bad[:_MAX_WARNINGS]:
         logger.warning("%s; line skipped%s", error, " (a truncated last line)" if last else "")
     if len(bad) > _MAX_WARNINGS:
         logger.warning("%s: %d more bad lines skipped", path, len(bad) - _MAX_WARNINGS)
+
+
+def _document_records(path: Path, data: bytes, first_bad: TraceFileError) -> list[SpanRecord]:
+    """The records of a file holding one JSON document: an export request or a list of them.
+
+    Raises ``first_bad`` (its first bad line) when the file is not one JSON document, and
+    :class:`TraceFileError` for line 1 when it is one but not OTLP.
+    """
+    try:
+        body = json.loads(data)
+    except _UNREADABLE:
+        raise first_bad from None
+    try:
+        return [rec for request in (body if isinstance(body, list) else [body]) for rec in decode_request(request)]
+    except _UNREADABLE as exc:
+        if b"\n" not in data.strip():  # one line: its own error says it
+            raise first_bad from None
+        raise TraceFileError(path, 1, f"a JSON document that is not an export request: {_reason(exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -124,3 +124,22 @@ def test_campaign_records_with_bytes_that_are_not_utf8_skip_that_line_only(tmp_p
     (tmp_path / RUNS_FILE).write_bytes(b'{"key": "x/plan-0", "answer": "\xff"}\n' + json.dumps(good).encode() + b"\n")
     assert read_records(tmp_path) == {"pens/baseline": good}  # was: UnicodeDecodeError for the whole file
     assert f"{RUNS_FILE}:1: unreadable run record skipped" in caplog.text
+
+
+def test_a_pretty_printed_otlp_json_file_is_read_as_one_document(tmp_path, capsys):
+    import aegis_probe
+
+    assert cli.main(["demo"]) == 0
+    trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1)
+    [line] = (tmp_path / "aegis-traces" / "spans.jsonl").read_text().splitlines()
+    pretty = tmp_path / "run.json"  # as `python -m json.tool` or a collector's debug output writes it
+    pretty.write_text(json.dumps(json.loads(line), indent=2))
+    [traj] = aegis_probe.load_trajectories(pretty)
+    assert traj.trace_id == trace_id and len(traj.steps) == 3
+    (tmp_path / "list.json").write_text(json.dumps([json.loads(line)], indent=1))
+    assert cli.main(["report", str(tmp_path / "list.json"), "--out", str(tmp_path / "r.html")]) == 0
+    not_otlp = tmp_path / "other.json"
+    not_otlp.write_text(json.dumps({"data": [1, 2]}, indent=2))
+    assert cli.main(["report", str(not_otlp), "--out", str(tmp_path / "r2.html")]) == 2
+    assert capsys.readouterr().err.endswith(f"error: {not_otlp}:1: not an OTLP/JSON trace record (a JSON document "
+                                            "that is not an export request: missing field 'resourceSpans')\n")
