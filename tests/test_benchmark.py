@@ -228,10 +228,14 @@ def test_benchmark_compares_runs_not_ids_across_data_sets(tmp_path, capsys):
     options = ["--epochs", "1", "--bootstrap", "10", "--inputs", "features"]
     assert main(["benchmark", "--train", str(train), "--test", str(test), "--out", str(tmp_path / "b"), *options]) == 0
     assert json.loads((tmp_path / "b" / "benchmark.json").read_text())["tests"][str(test)]["n"] == 4
+    clean = json.loads((train / "3.json").read_text()) | {"mistake_agent": "", "mistake_step": ""}
+    (test / "8.json").write_text(json.dumps(clean))  # a clean run seen in training is not scored: no matter
+    assert main(["benchmark", "--train", str(train), "--test", str(test), "--model", str(tmp_path / "b" / "model"),
+                 "--out", str(tmp_path / "c"), *options]) == 0
     (test / "9.json").write_bytes((train / "3.json").read_bytes())
     assert main(["benchmark", "--train", str(train), "--test", str(test), "--model", str(tmp_path / "b" / "model"),
-                 "--out", str(tmp_path / "c"), *options]) == 2
-    assert f"{test}: 1 trajectories are also in the training sets" in capsys.readouterr().err
+                 "--out", str(tmp_path / "d"), *options]) == 2
+    assert f"{test}: 1 of its labelled failures are also in the training sets" in capsys.readouterr().err
 
 
 def test_benchmark_reads_trail_label_files_and_checks_test_sets_first(tmp_path, capsys):

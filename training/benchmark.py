@@ -145,10 +145,10 @@ def run(args: argparse.Namespace) -> int:
     train = [t for ts in train_sets.values() for t in ts]
     seen = {content_key(t) for t in train}
     for path, trajs in test_sets.items():
-        overlap = sum(content_key(t) in seen for t in trajs)
+        overlap = sum(content_key(t) in seen for t in labelled(trajs))  # what is scored
         if overlap:
-            raise ValueError(f"{path}: {overlap} trajectories are also in the training sets (same task and steps); "
-                             "a test set must be unseen")
+            raise ValueError(f"{path}: {overlap} of its labelled failures are also in the training sets (same task "
+                             "and steps); a test set must be unseen")
     if args.model:
         model = DCLAttributor.load(args.model)
         if args.embedding_cache:
