@@ -635,12 +635,14 @@ def test_eval_predictions_by_hand_strict_and_reference_compat(tmp_path, capsys):
     """Four traces scored by hand (predictions keyed by trajectory id or, as Who&When scripts key
     them, by file name; a prediction matching nothing is said). Strict: agents match lower-cased ("planner" = Planner), steps
     exactly; the reference-compatible mode: gold a substring of the prediction ("2" in "12",
-    "Verifier" in "Verifier_Expert", not "Planner" in "planner"), over all four files. Steps given
+    "Verifier" in "Verifier_Expert", not "Planner" in "planner"), over all five files (one does
+    not parse). Steps given
     as text ("3", as parsed answers are) score as numbers (they crashed with a TypeError); a step
     that is no number is one error naming the file and prediction."""
     d = tmp_path / "ww"
     for i, (agent, step) in enumerate([("Coder", 1), ("Planner", 2), ("Verifier", 3), ("Coder", 0)], 1):
         write_json(d / f"{i}.json", whowhen_record(mistake_agent=agent, mistake_step=str(step)))
+    (d / "5.json").write_text("{")  # a file that does not parse still counts for the reference scorer
     preds = tmp_path / "p.jsonl"
     rows = [{"id": "1.json", "agent": "Coder", "step": 1}, {"id": "2", "agent": "planner", "step": "12"},  # keyed by file
             {"id": "whowhen:3", "agent": "Verifier_Expert", "step": "3"}, {"id": "77", "agent": "Coder", "step": 0}]
@@ -651,9 +653,9 @@ def test_eval_predictions_by_hand_strict_and_reference_compat(tmp_path, capsys):
     report = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     assert (report["n"], report["n_predicted"]) == (4, 3)
     assert report["agent_accuracy"] == 2 / 4 and report["step_accuracy"] == 2 / 4 and report["step_accuracy_within_1"] == 2 / 4
-    assert report["whowhen_reference_compat"] == {"agent_accuracy": 2 / 4, "step_accuracy": 3 / 4}
+    assert report["whowhen_reference_compat"] == {"agent_accuracy": 2 / 5, "step_accuracy": 3 / 5}
     assert report["agent_f1"]["micro_f1"] == pytest.approx(4 / 7)  # TP 2, FP 1 (Verifier_Expert), FN 2
-    assert "50.00 / 75.00" in shown.out
+    assert "40.00 / 60.00" in shown.out
     preds.write_text(json.dumps({"id": "whowhen:1", "agent": "Coder", "step": "three"}) + "\n")
     assert cli.main(["eval", str(d), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev2")]) == 2
     assert f"error: {preds}: prediction 'whowhen:1': step 'three' is not an integer" in capsys.readouterr().err

@@ -175,7 +175,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from .cli import load_source
     from .metrics import agent_confusion, evaluate, one_answer
 
-    trajs = load_source(args).trajectories
+    imported = load_source(args)
+    trajs = imported.trajectories
     if not trajs:
         print("nothing to evaluate", file=sys.stderr)
         return 1
@@ -205,7 +206,9 @@ def run_eval(args: argparse.Namespace) -> int:
             attributor = baselines.JUDGES[method](base_url=args.base_url, model=args.model,
                                                   api_key=args.api_key or os.environ.get("OPENAI_API_KEY"))
         preds = baselines.predict(attributor, trajs, progress=True)
-    report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed)
+    # the reference scorer divides by every file of the data set, those it could not read included
+    report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed,
+                      n_files=len(trajs) + len(imported.errors))
     report["method"] = method
     report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read, [len(t.steps) for t in trajs])
     out_dir = Path(args.out_dir)

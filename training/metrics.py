@@ -144,11 +144,12 @@ def one_answer(pred: Attribution | None) -> Attribution | None:
 
 
 def evaluate(golds: Sequence[Attribution], preds: Sequence[Attribution | None], *, k: int = 1,
-             n_resamples: int = 1000, seed: int = 0) -> dict[str, object]:
+             n_resamples: int = 1000, seed: int = 0, n_files: int | None = None) -> dict[str, object]:
     """Every metric in one report, all on :func:`one_answer` of each prediction: accuracies
     (headline) with bootstrap intervals over the traces with a gold agent (step), counted in
     ``n_gold_agent`` (``n_gold_step``; none: the accuracy is ``None``), step within ``k``, set F1
-    at three levels, and the reference-compatible numbers (labelled as such)."""
+    at three levels, and the reference-compatible numbers (labelled as such; over ``n_files``,
+    default the number of traces)."""
     preds = [one_answer(p) for p in preds]
     labelled = {field: len(_labelled(golds, field)) for field in ("agent", "step")}
     report: dict[str, object] = {"n": len(golds), "n_predicted": sum(p is not None for p in preds),
@@ -163,7 +164,7 @@ def evaluate(golds: Sequence[Attribution], preds: Sequence[Attribution | None], 
         report[f"{name}_ci"] = bootstrap_ci(fn, golds, preds, n_resamples=n_resamples, seed=seed) if labelled[field] else None
     for level in ("pair", "agent", "mode"):
         report[f"{level}_f1"] = set_f1(golds, preds, level)
-    report["whowhen_reference_compat"] = whowhen_reference_compat(golds, preds)
+    report["whowhen_reference_compat"] = whowhen_reference_compat(golds, preds, n_files)
     return report
 
 
