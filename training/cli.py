@@ -107,7 +107,7 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
 def load_source(args: argparse.Namespace, errors_to: str | None = None) -> Any:
     """Import ``args.source``; print the summary and the first errors to stderr (and all of them,
     as JSON, to ``errors_to``). Raises ``ValueError`` (one line: the first error, naming file and
-    record) when nothing imported.
+    record, or that there were no records) when nothing imported.
     """
     from .importers import load
 
@@ -118,6 +118,9 @@ def load_source(args: argparse.Namespace, errors_to: str | None = None) -> Any:
     if result.errors and not result.trajectories:
         more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
         raise ValueError(f"{result.errors[0]}{more}; nothing imported")
+    if not result.trajectories:  # e.g. --format whowhen on a folder of parquet files, an empty file
+        kind = f"{args.format} " if args.format != "auto" else ""
+        raise ValueError(f"{args.source}: no {kind}records found; nothing imported")
     print(f"{args.source}: {result.summary()}", file=sys.stderr)
     for issue in result.errors[:10]:
         print(f"  error: {issue}", file=sys.stderr)
