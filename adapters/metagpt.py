@@ -11,7 +11,7 @@ Span shape and where each span comes from (class-level patches, installed once):
   ``Environment.run`` starts the roles as tasks in hiring order and each runs until its first
   model request, so step indices (taken when ``react`` starts) follow hiring order within a round
   and are the same on every run of the same inputs. The step's input is the observed news, its
-  output the message the role publishes; the last finished step's output is the run's answer.
+  output the message the role publishes; the last finished step's non-empty output is the run's answer.
   Subclasses that override ``react`` are covered when they call ``super().react()``.
 - Tool: ``Role._act`` -> ``execute_tool {action.name}``. metagpt has no function-calling tools;
   an ``Action`` is what a role chose to do (in ``react`` mode the model picks it in ``_think``),
@@ -353,7 +353,7 @@ class MetaGPTAdapter(Adapter):
         def finish(rsp: Any) -> None:
             content = rsp.content if isinstance(rsp, Message) else None if rsp is None else str(rsp)
             step.finish(None if content is None else lambda: [{"role": "assistant", "name": instance.name, "content": content}])
-            if content is not None:
+            if content:  # a role that publishes nothing (an empty message) leaves the answer as it was
                 run.answer = content
 
         return await_in_scope(step, lambda: wrapped(*args, **kwargs), finish, "step")

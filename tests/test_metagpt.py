@@ -136,6 +136,29 @@ def test_idle_role_runs_make_no_spans(server, provider, exporter, tmp_path):
     assert chat_parents == {s.context.span_id for s in steps}
 
 
+class Archive(Action):
+    """Files the conversation away and says nothing (an empty message)."""
+
+    name: str = "Archive"
+
+    async def run(self, history: list[Any]) -> str:
+        return ""
+
+
+def test_a_role_that_says_nothing_last_leaves_the_answer(server, provider, exporter, tmp_path, monkeypatch):
+    """A Logger watching the Reviewer publishes an empty message after it: the run's answer (what the
+    judge scores) stays the Reviewer's final answer."""
+    app = demo.build_app(server.base_url, MODEL, API_KEY)
+    app.hire([demo.DemoRole(Archive, demo.Review, name="Logger", profile="Logger", goal="archive",
+                            context=app.env.context)])
+    answers: list[str | None] = []
+    probe = _instrument(app, provider, tmp_path, judge=lambda task, answer: answers.append(answer) or True)
+    monkeypatch.setattr(demo, "N_ROUNDS", demo.N_ROUNDS + 1)  # a round for the Logger
+    final = demo.run_app(app, demo.TASK)
+    assert [s.agent for s in probe.trajectory().steps] == [*demo.AGENTS, "Logger"]
+    assert answers == [final] and demo.EXPECTED in final
+
+
 def _concurrent_team(base_url: str, model: str = MODEL, api_key: str = API_KEY) -> Team:
     """The demo team plus a Critic that acts in round 1 alongside the Planner."""
     app = demo.build_app(base_url, model, api_key)
