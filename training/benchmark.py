@@ -50,8 +50,6 @@ def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = 
     for path in paths:
         trail = labels_dir if (fmt if fmt != "auto" else detect(path)) == "trail" else None
         trajs = load_source(argparse.Namespace(source=path, format=fmt, labels_dir=trail)).trajectories
-        if not trajs:
-            raise ValueError(f"{path}: no trajectories imported")
         empty = next((t for t in trajs if not t.steps), None)
         if empty is not None:
             raise ValueError(f"{path}: trajectory {row_id(empty)!r} has no steps to attribute")

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -126,9 +125,6 @@ def _run(args: argparse.Namespace) -> int:
     from .cli import load_source
 
     result = load_source(argparse.Namespace(source=args.source, format=args.source_format, labels_dir=None))
-    if not result.trajectories:
-        print(f"nothing to export from {args.source}", file=sys.stderr)
-        return 1
     paths = export_whowhen(result.trajectories, args.out)
     print(f"wrote {len(paths)} Who&When files to {args.out}")
     return 0 if not result.errors else 1
