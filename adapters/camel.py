@@ -3,7 +3,7 @@
 Class-level patches, installed once:
 
 - run entry: a ``RolePlaying``'s conversation is one run, joined by the steps of its agents (known
-  from ``instrument`` and ``init_chat/ainit_chat``): it opens at the first step outside any run and
+  from ``instrument``, the society's construction and ``init_chat/ainit_chat``): it opens at the first step outside any run and
   ends after the step whose response is ``terminated``, after the assistant's step of the round in
   which the user agent said ``CAMEL_TASK_DONE`` (with a critic in the loop, once the critic has
   chosen among the assistant's messages, its steps included), at an agent's error, when ``init_chat`` starts a
@@ -431,6 +431,7 @@ class CamelAdapter(Adapter):
         from camel.societies import RolePlaying
         from camel.societies.workforce import Workforce
 
+        patcher.wrap(RolePlaying, "__init__", self._new_society)
         patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
         patcher.wrap(RolePlaying, "ainit_chat", self._new_conversation)
         patcher.wrap(RolePlaying, "_reduce_message_options", self._critic_chose, enabled=self._ending.__len__)
@@ -513,6 +514,15 @@ class CamelAdapter(Adapter):
         for agent in agents:
             self._societies[agent] = weakref.ref(society)
         return agents
+
+    def _new_society(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        """``RolePlaying.__init__``: its agents' steps join its conversations (trace-every-app mode
+        has no ``instrument(app)``, and an app may step the society without ``init_chat``)."""
+        wrapped(*args, **kwargs)
+        try:
+            self._adopt(instance)
+        except Exception:
+            log_hook_error("camel society start")
 
     def _new_conversation(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._sessions.get(instance)

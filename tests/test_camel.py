@@ -169,6 +169,33 @@ def test_critic_in_the_loop_steps_stay_in_the_conversation(model_server, provide
     assert len(probe.trajectory().steps) == 8
 
 
+def test_trace_every_app_mode_groups_a_conversation_stepped_without_init_chat(model_server, provider, exporter):
+    """Trace-every-app mode (no ``instrument(app)``), a society built afterwards and stepped from the
+    app's own first message: its rounds are one run, not one run per agent step."""
+    from camel.messages import BaseMessage
+
+    from aegis_probe.instrumentor import AegisInstrumentor
+
+    AegisInstrumentor().instrument(tracer_provider=provider, store=False)
+    try:
+        server = model_server(demo.policy)
+        app = demo.build_app(server.base_url, MODEL, API_KEY)
+        message = BaseMessage.make_user_message(demo.USER, f"{demo.TASK} Let us start.")
+        for _ in range(demo.MAX_ROUNDS):
+            assistant, user = app.step(message)
+            message = assistant.msgs[-1]
+            if any(demo.DONE in m.content for m in user.msgs):
+                break
+    finally:
+        AegisInstrumentor().uninstrument()
+    spans = ours(exporter)
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_workflow Calculator & Customer"
+    steps = steps_of(spans)
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["Customer", "Calculator"] * 2
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == [0, 1, 2, 3]
+
+
 def test_role_playing_astep(model_server, provider, exporter):
     server = model_server(demo.policy)
     app = demo.build_app(server.base_url, MODEL, API_KEY)
