@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
@@ -36,7 +37,9 @@ InterceptorT = TypeVar("InterceptorT", bound=Interceptor)
 #: A judge receives the task and the run's final answer and says whether the run succeeded.
 Judge = Callable[[str | None, str | None], "bool | Outcome | None"]
 
-_probes: list["Probe"] = []
+#: Live probes, for :func:`uninstrument`. Weak: a probe lives as long as its apps (the adapter's
+#: registry) or its caller keep it, so an app instrumented per request and dropped takes its probe along.
+_probes: "weakref.WeakSet[Probe]" = weakref.WeakSet()
 _probes_lock = threading.Lock()
 
 
@@ -211,8 +214,7 @@ class Probe:
             return
         self._active = False
         with _probes_lock:
-            if self in _probes:
-                _probes.remove(self)
+            _probes.discard(self)
         self.adapter.release(self)
 
     def __enter__(self) -> "Probe":
@@ -266,7 +268,7 @@ def instrument(
     probe.apps.append(adapter.register(app, probe))
     adapter.install()
     with _probes_lock:
-        _probes.append(probe)
+        _probes.add(probe)
     return probe
 
 

@@ -63,3 +63,29 @@ def test_an_app_instrumented_per_request_adds_the_store_once(tmp_path):
     provider.force_flush()
     exported = [s.context.span_id for s in exporter.get_finished_spans()]
     assert len(exported) == len(set(exported)) == len(span_ids)
+
+
+def test_a_probe_goes_with_its_app_when_the_app_is_dropped_without_uninstrument(tmp_path):
+    import gc
+    import time
+    import weakref
+
+    probes = []
+    with ModelServer(demo.policy) as server:
+        for _ in range(3):  # a service that instruments a team per request and never uninstruments
+            app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+            probe = aegis_probe.instrument(app, store=tmp_path / "store")
+            assert "126" in demo.run_app(app, TASK)
+            probes.append(weakref.ref(probe))
+            del app, probe
+    for _ in range(50):  # a thread winding down (the model server's, the writer's) may hold the last one a moment
+        gc.collect()
+        if all(p() is None for p in probes):
+            break
+        time.sleep(0.1)
+    assert [p() for p in probes] == [None, None, None], "was: every probe (and its last run) kept for good"
+    app = demo.build_app("http://127.0.0.1:9/v1", "m", "k")
+    kept = aegis_probe.instrument(app)  # a probe its app still holds stays, and uninstrument() reaches it
+    gc.collect()
+    aegis_probe.uninstrument()
+    assert not kept.active
