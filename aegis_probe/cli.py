@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from .errors import one_line
 from .redact import redact_secrets
 
 #: command name -> "module:function" that adds the command's sub-parser.
@@ -155,9 +156,6 @@ def check_outputs(args: argparse.Namespace) -> None:
                              "trace files); choose another path")
 
 
-_EMBEDDED_TRACEBACK = re.compile(r"\s*(?:Traceback:\s*)?Traceback \(most recent call last\):.*$")
-
-
 def _quiet_stdout() -> None:
     """After a closed pipe (``... | head``): send what is left to /dev/null, so exit is silent."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -199,8 +197,7 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         if verbose:
             traceback.print_exc()
         hint = "" if verbose else " (run with -v for the traceback)"
-        text = _EMBEDDED_TRACEBACK.sub("", " ".join(str(exc).split()))  # autogen, Ray: the cause's traceback in the message
-        print(f"error: {type(exc).__name__}: {redact_secrets(text)}{hint}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {redact_secrets(one_line(str(exc)))}{hint}", file=sys.stderr)
         return 1
 
 

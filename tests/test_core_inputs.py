@@ -143,3 +143,14 @@ def test_a_pretty_printed_otlp_json_file_is_read_as_one_document(tmp_path, capsy
     assert cli.main(["report", str(not_otlp), "--out", str(tmp_path / "r2.html")]) == 2
     assert capsys.readouterr().err.endswith(f"error: {not_otlp}:1: not an OTLP/JSON trace record (a JSON document "
                                             "that is not an export request: missing field 'resourceSpans')\n")
+
+
+def test_inject_against_a_dead_endpoint_gives_each_task_one_line(tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({**TASK, "task": "What is 2 + 3? Use the calculator."}) + "\n")
+    code = cli.main(["inject", "--app", "aegis_probe.demos.autogen:build_app", "--tasks", str(tasks), "--out",
+                     str(tmp_path / "out"), "--no-progress", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+    captured = capsys.readouterr()
+    [reason] = [line for line in captured.out.splitlines() if line.startswith("  a  ")]
+    assert code == 1 and reason.startswith("  a  the run raised RuntimeError: APIConnectionError: Connection error"), reason
+    assert "Traceback" not in captured.out + captured.err  # was: autogen's embedded traceback on the line

@@ -14,6 +14,7 @@ import os
 import sys
 
 from ..cli import quiet_frameworks, quiet_imports
+from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.plans_per_run and not sum(r["attempted"] for r in rows):
         errors = [r["error"] for r in read_records(args.out, errors=True).values() if "error" in r]
-        why = f"every injected run raised (first: {errors[0]})" if errors else "no plan could be sampled (does the app module define AGENTS?)"
+        why = f"every injected run raised (first: {one_line(errors[0])})" if errors else "no plan could be sampled (does the app module define AGENTS?)"
         print(f"error: no injected run could be made: {why}", file=sys.stderr)
         return 1
     return 0

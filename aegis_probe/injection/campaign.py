@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
+from ..errors import one_line
 from ..executors import Executor, Failure, ThreadExecutor
 from ..jsonl import read_jsonl
 from ..modelserver import ModelServer
@@ -234,7 +235,7 @@ class Campaign:
             target = plan.targets[0]
             base.update(plan=json.loads(plan.to_json()), agent=target.agent, mode=target.mode, strategy=target.strategy)
         if isinstance(result, Failure):
-            logger.warning("run %s failed: %s", key, result.error)
+            logger.warning("run %s failed: %s", key, one_line(result.error))
             self._write({**base, "error": result.error, "traceback": result.traceback})
             return
         trace_id = result.records[0].trace_id if result.records else None
@@ -309,7 +310,7 @@ def format_baselines(rows: list[dict[str, Any]]) -> str:
         if r["state"] == "failed":
             why = f"wrong answer {r['answer']!r}" + (f" (expected {r['expected']!r})" if r["expected"] is not None else "")
         elif r["state"] == "error":
-            why = f"the run raised {r['error']}"
+            why = f"the run raised {one_line(r['error'])}"
         elif r["state"] == "not run":
             why = "not run"
         else:
