@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from aegis_probe import cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 TASK = {"id": "a", "task": "What is 2 + 3?", "type": "math", "expected": "5"}
 
@@ -154,3 +157,23 @@ def test_inject_against_a_dead_endpoint_gives_each_task_one_line(tmp_path, capsy
     [reason] = [line for line in captured.out.splitlines() if line.startswith("  a  ")]
     assert code == 1 and reason.startswith("  a  the run raised RuntimeError: APIConnectionError: Connection error"), reason
     assert "Traceback" not in captured.out + captured.err  # was: autogen's embedded traceback on the line
+
+
+def test_blame_against_a_dead_endpoint_blames_no_step(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert cli.main(["demo", "--inject", "FM-2.6"]) == 0
+    trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1)
+    store = tmp_path / "aegis-traces" / "spans.jsonl"
+    labels = store.read_text().count("blame:")
+    for concurrency in ("1", "2"):
+        code = cli.main(["blame", "--trace", trace_id, "--app", "aegis_probe.demos.autogen",
+                         "--fixer", "examples/fixers.py:recompute", "--no-progress", "--concurrency", concurrency,
+                         "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+        out = capsys.readouterr().out
+        # was: step 1's replay failed on the dead endpoint, so the scan went on and blamed step 2 (the last one,
+        # which makes no live call), writing that label onto the trace
+        assert code == 1 and "decisive error" not in out and "Traceback" not in out, out
+        assert "  step   1 calculator       -> inconclusive (RuntimeError: APIConnectionError: Connection error.)" in out
+        assert "search ended early: the replay of step 1 could not reach the model (RuntimeError: " \
+               "APIConnectionError: Connection error.)" in out, out
+    assert store.read_text().count("blame:") == labels

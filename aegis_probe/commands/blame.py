@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from ..apps import AppSpec, Endpoint, load_module
 from ..cli import quiet_frameworks, quiet_imports
 from ..config import ProbeConfig
+from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -108,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
                        max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,
                        on_attempt=lambda a: bar.update(1), executor=parallel)
     for a in report.attempts:
-        verdict = {True: "success", False: "failure", None: "not judged"}[a.success]
-        print(f"  step {a.step:>3} {a.agent:<16} -> {verdict}" + (f" ({a.error})" if a.error else ""))
+        verdict = "inconclusive" if a.inconclusive else {True: "success", False: "failure", None: "not judged"}[a.success]
+        print(f"  step {a.step:>3} {a.agent:<16} -> {verdict}" + (f" ({one_line(a.error)})" if a.error else ""))
     if report.found:
         print(f"decisive error: step {report.step} by {report.agent} (mode {report.mode}); label written to trace {report.trace_id}")
     else:

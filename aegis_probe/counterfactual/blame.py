@@ -21,6 +21,7 @@ from typing import Callable, Literal
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
+from ..errors import one_line
 from ..executors import Executor
 from ..probe import Judge
 from ..store import TraceStore
@@ -42,6 +43,9 @@ class Attempt:
     success: bool | None
     answer: str | None
     error: str | None = None
+    #: The replay says nothing about the correction: the model endpoint failed a live call (or the
+    #: replay itself could not run) and the run did not succeed.
+    inconclusive: bool = False
 
 
 @dataclass
@@ -54,7 +58,7 @@ class BlameReport:
     agent: str | None = None
     evidence: Attempt | None = None
     attempts: list[Attempt] = field(default_factory=list)
-    exhausted: str | None = None  # which budget ended the search early, if any
+    exhausted: str | None = None  # which budget (or inconclusive replay) ended the search early, if any
     tokens: int = 0
 
     @property
@@ -92,19 +96,25 @@ class _Search:
         return None if correction is None or correction == self.original.steps[t].output else correction
 
     def record(self, t: int, correction: str, success: bool | None, answer: str | None, error: str | None,
-               tokens: int) -> Attempt:
+               tokens: int, inconclusive: bool = False) -> Attempt:
         """Count one finished replay of step t against the budgets and report it."""
         self.replays += 1
         self.report.tokens += tokens
-        attempt = Attempt(t, self.original.steps[t].agent, correction, success, answer, error)
+        attempt = Attempt(t, self.original.steps[t].agent, correction, success, answer, error,
+                          inconclusive=inconclusive and not success)
         self._cache[(t, correction)] = attempt
         self.report.attempts.append(attempt)
         if self.on_attempt:
             self.on_attempt(attempt)
         return attempt
 
-    def verdict(self, attempt: Attempt) -> bool:
-        """Whether the attempt flipped the run; the earliest flipping step is the decisive one."""
+    def verdict(self, attempt: Attempt) -> bool | None:
+        """Whether the attempt flipped the run (the earliest flipping step is the decisive one);
+        None when it cannot tell, which ends the search: a later step must not be blamed for it."""
+        if attempt.inconclusive:
+            self.report.exhausted = (f"the replay of step {attempt.step} could not reach the model "
+                                     f"({one_line(attempt.error or 'a model call failed')})")
+            return None
         if attempt.success and (self.report.step is None or attempt.step < self.report.step):
             self.report.step, self.report.agent, self.report.evidence = attempt.step, attempt.agent, attempt
         return bool(attempt.success)
@@ -121,7 +131,8 @@ class _Search:
             result: ReplayResult = replay(self.spans, self.app, until_step=t,
                                           substitute=correction, endpoint=self.endpoint, judge=self.judge, store=self.store)
             success = result.trajectory.outcome.success if result.trajectory else None
-            attempt = self.record(t, correction, success, result.answer, result.error, result.tokens)
+            attempt = self.record(t, correction, success, result.answer, result.error, result.tokens,
+                                  inconclusive=result.live_failed > 0)
         return self.verdict(attempt)
 
 

@@ -40,6 +40,7 @@ class StepReplay:
     error: str | None
     tokens: int
     records: list[SpanRecord] = field(default_factory=list)
+    live_failed: int = 0
 
 
 def replay_step(app: AppSpec, spans: list[SpanRecord], t: int, correction: str, endpoint: Endpoint,
@@ -50,7 +51,7 @@ def replay_step(app: AppSpec, spans: list[SpanRecord], t: int, correction: str, 
         result = replay(spans, app, until_step=t, substitute=correction, endpoint=endpoint, judge=judge, store=store)
         records = [r for trace in store.traces().values() for r in trace]
     success = result.trajectory.outcome.success if result.trajectory else None
-    return StepReplay(success, result.answer, result.error, result.tokens, records)
+    return StepReplay(success, result.answer, result.error, result.tokens, records, result.live_failed)
 
 
 def scan_in_parallel(search: "_Search", executor: Executor) -> None:
@@ -96,12 +97,13 @@ def _scan(search: "_Search", executor: Executor) -> None:
                 wait([futures[t], *(f for f in futures.values() if not f.done())], return_when=FIRST_COMPLETED)
                 fill_window()
             result = outcome(futures[t])
-            if isinstance(result, Failure):
-                attempt = search.record(t, correction, None, None, result.error, 0)
+            if isinstance(result, Failure):  # the replay itself could not run
+                attempt = search.record(t, correction, None, None, result.error, 0, inconclusive=True)
             else:
                 search.store.append(result.records)
-                attempt = search.record(t, correction, result.success, result.answer, result.error, result.tokens)
-            if search.verdict(attempt):
+                attempt = search.record(t, correction, result.success, result.answer, result.error, result.tokens,
+                                        inconclusive=result.live_failed > 0)
+            if search.verdict(attempt) is not False:
                 return
     finally:
         for future in futures.values():

@@ -50,6 +50,7 @@ class Replayer:
         self.live = False
         self.replayed = 0
         self.live_calls = 0
+        self._unanswered: set[int] = set()  # live calls sent to the model that got no answer (yet)
         self.divergence: ReplayDivergence | None = None
 
     def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
@@ -71,6 +72,7 @@ class Replayer:
                 action, self.substitute = self.substitute, None
                 return action if isinstance(action, LLMResponse) else LLMResponse(content=action, finish_reason="stop")
             self.live_calls += 1
+            self._unanswered.add(id(call))
             return None
         key = (call.agent or "", call.call_index or 0)
         recorded = self.recording.get(key)
@@ -83,7 +85,13 @@ class Replayer:
         return recorded.response
 
     def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
+        self._unanswered.discard(id(call))
         return response
+
+    @property
+    def live_failed(self) -> int:
+        """Live calls the model endpoint never answered (it raised: unreachable, refused, ...)."""
+        return len(self._unanswered)
 
 
 def first_difference(original: Trajectory, replayed: Trajectory, upto: int | None = None) -> str | None:
@@ -115,6 +123,7 @@ class ReplayResult:
     error: str | None = None
     tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    live_failed: int = 0  # live model calls that got no answer (the endpoint failed them)
 
     @property
     def exact(self) -> bool:
@@ -169,4 +178,4 @@ def replay(
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
                  for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
     return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,
-                        error=error, tokens=tokens)
+                        error=error, tokens=tokens, live_failed=replayer.live_failed)
