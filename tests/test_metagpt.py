@@ -415,14 +415,22 @@ def test_request_attributes_follow_the_llm_config_of_each_call(server, provider,
     assert all(s.attributes[sc.PROVIDER] == "openai" and s.attributes[sc.SERVER_ADDRESS] == "127.0.0.1" for s in chats)
 
 
-def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(server, tmp_path):
+def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(model_server, tmp_path):
     """Planner and Critic act in the same round (each runs until its model request, then the other
     starts): a replayed answer, with no network to wait on, still lets the Critic start before the
     Planner publishes, so the Critic's prompt is the recorded one and the replay is exact."""
+    import time
+
     from aegis_probe.apps import AppSpec
     from aegis_probe.counterfactual import replay
     from aegis_probe.store import TraceStore
 
+    def critic_answers_last(body: dict[str, Any]) -> Reply:
+        if "named Critic" in json.dumps(body):
+            time.sleep(0.3)  # the Planner's answer comes first, as the replay's answers do (in start order)
+        return demo.policy(body)
+
+    server = model_server(critic_answers_last)
     store = TraceStore(tmp_path / "store")
     app = _concurrent_team(server.base_url)
     probe = aegis_probe.instrument(app, store=store)
