@@ -177,3 +177,18 @@ def test_blame_against_a_dead_endpoint_blames_no_step(tmp_path, capsys, monkeypa
         assert "search ended early: the replay of step 1 could not reach the model (RuntimeError: " \
                "APIConnectionError: Connection error.)" in out, out
     assert store.read_text().count("blame:") == labels
+
+
+def test_single_step_injection_against_a_dead_endpoint_keeps_no_run(tmp_path, capsys):
+    from aegis_probe.apps import AppSpec, Endpoint
+    from aegis_probe.counterfactual import inject_step
+    from aegis_probe.demos.task import judge
+    from aegis_probe.store import TraceStore
+
+    assert cli.main(["demo"]) == 0
+    trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1)
+    store = TraceStore(tmp_path / "aegis-traces")
+    result = inject_step(trace_id, AppSpec.load("aegis_probe.demos.autogen"), 0, "FM-2.4",
+                         endpoint=Endpoint("http://127.0.0.1:9/v1", "m", "k"), judge=judge, store=store)
+    assert result.result.live_failed and not result.kept  # was: kept, labelled FM-2.4 at step 0
+    assert "replay-injection" not in store.file.read_text()

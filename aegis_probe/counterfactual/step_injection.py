@@ -2,7 +2,8 @@
 
 Replace the recorded action of one step by a faulty one (a deterministic injection operator of
 the chosen MAST mode), replay the steps before it from the recording, run the rest live, and keep
-the result only if the run now fails. The kept run carries the label on its own trace.
+the result only if the run now fails (not because the model endpoint failed a live call). The
+kept run carries the label on its own trace.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def inject_step(
     fault = Fault(agent=target.agent, step=step, mode=mode, strategy=STRATEGY,
                   reason=f"recorded action of step {step} replaced by the {mode} operator")
     new = result.trajectory
-    kept = new is not None and new.outcome.success is False
+    # A live call the endpoint never answered (down, key refused): the failure is not the fault's.
+    kept = new is not None and new.outcome.success is False and not result.live_failed
     if new is not None and kept:
         fault.span_id = new.steps[step].span_id if len(new.steps) > step else None
         store.amend(new.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([fault.model_dump()]),
