@@ -99,6 +99,26 @@ class Interceptor(Protocol):
         """Called with the model's (or the short-circuit) response; returns what the app sees."""
 
 
+class UnansweredCalls:
+    """Interceptor keeping the model calls that reached the model and got no answer (the endpoint
+    raised: down, key refused, ...): a run that failed on them says nothing about the app. Enter
+    it after interceptors that answer calls themselves (replay), so that only real calls count."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, ModelCall] = {}  # the call kept too: its id is not reused meanwhile
+
+    def before(self, call: ModelCall) -> LLMResponse | None:
+        self._pending[id(call)] = call
+        return None
+
+    def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
+        self._pending.pop(id(call), None)
+        return response
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
 def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: dict) -> tuple["LLMScope", ModelCall]:
     # Neutral messages are needed only to capture them (if the span records) or to show them to interceptors.
     request: list[list[dict[str, Any]]] = []

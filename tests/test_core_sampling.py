@@ -82,3 +82,28 @@ def test_aegis_capture_variable_fails_closed_on_values_it_does_not_know(monkeypa
     assert ProbeConfig.resolve().capture_content is expected
     known = raw.lower() in ("yes", "off")
     assert any(f"AEGIS_CAPTURE_CONTENT={raw!r} is not a valid value" in r.getMessage() for r in caplog.records) is not known
+
+
+def test_campaign_run_the_endpoint_failed_is_an_error_record_not_a_label(tmp_path):
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.injection.campaign import RUNS_FILE
+
+    calls = []
+
+    def policy_until_down(body):  # the baseline's 3 calls and 2 more answer; then the endpoint is down
+        calls.append(1)
+        if len(calls) > 5:
+            raise ConnectionError("upstream model is down")
+        return demo.policy(body)
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "pens", "type": "math", "task": TASK, "expected": "126"}) + "\n")
+    app = AppSpec(demo.build_app, demo.run_app, policy=policy_until_down, agents=tuple(demo.AGENTS))
+    run_campaign(app, tasks, tmp_path / "out", plans_per_run=1, seed=0, progress=False,
+                 modes=("FM-2.6",), strategies=("response_corruption",))
+    records = [json.loads(line) for line in (tmp_path / "out" / RUNS_FILE).read_text().splitlines()]
+    [injected] = [r for r in records if r["key"] != "pens/baseline"]
+    assert injected["agent"] in ("planner", "calculator"), "the fault is applied before the endpoint goes down"
+    # was: the app's connection error counted as the fault's failure: flipped, kept and labelled FM-2.6
+    assert "the model endpoint failed 1 call(s) of the run" in injected["error"], injected
+    assert not (tmp_path / "out" / "traces").exists() or not aegis_probe.load_trajectories(tmp_path / "out" / "traces")

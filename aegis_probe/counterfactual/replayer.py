@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
-from ..interception import InterceptAbort, ModelCall, LLMResponse
+from ..interception import InterceptAbort, LLMResponse, ModelCall, UnansweredCalls
 from ..otlp_json import SpanRecord
 from ..probe import Judge, instrument
 from ..spans import encode_messages
@@ -50,7 +50,6 @@ class Replayer:
         self.live = False
         self.replayed = 0
         self.live_calls = 0
-        self._unanswered: set[int] = set()  # live calls sent to the model that got no answer (yet)
         self.divergence: ReplayDivergence | None = None
 
     def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
@@ -72,7 +71,6 @@ class Replayer:
                 action, self.substitute = self.substitute, None
                 return action if isinstance(action, LLMResponse) else LLMResponse(content=action, finish_reason="stop")
             self.live_calls += 1
-            self._unanswered.add(id(call))
             return None
         key = (call.agent or "", call.call_index or 0)
         recorded = self.recording.get(key)
@@ -85,13 +83,7 @@ class Replayer:
         return recorded.response
 
     def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
-        self._unanswered.discard(id(call))
         return response
-
-    @property
-    def live_failed(self) -> int:
-        """Live calls the model endpoint never answered (it raised: unreachable, refused, ...)."""
-        return len(self._unanswered)
 
 
 def first_difference(original: Trajectory, replayed: Trajectory, upto: int | None = None) -> str | None:
@@ -156,14 +148,15 @@ def replay(
     target = app.build(endpoint or Endpoint(DEAD_ENDPOINT, "replay", "replay"), task=original.task)
     probe = instrument(target, store=store, judge=judge)
     replayer = Replayer(recording, probe.redact, until_step=until_step, substitute=substitute)
+    unanswered = UnansweredCalls()  # live calls the endpoint failed: after the replayer, which answers the rest
     answer, error = None, None
     try:
-        with probe.intercept(replayer):
+        with probe.intercept(replayer), probe.intercept(unanswered):
             answer = app.run_app(target, original.task)
     except ReplayDivergence:
         pass  # the replayer keeps it
     except Exception as exc:  # the app failed in the live part: a result, not a crash
-        error = f"{type(exc).__name__}: {exc}"
+        error = probe.redact(f"{type(exc).__name__}: {exc}")
     finally:
         probe.flush()
         probe.uninstrument()
@@ -178,4 +171,4 @@ def replay(
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
                  for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
     return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,
-                        error=error, tokens=tokens, live_failed=replayer.live_failed)
+                        error=error, tokens=tokens, live_failed=len(unanswered))

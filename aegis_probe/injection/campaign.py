@@ -36,6 +36,7 @@ from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..errors import one_line
 from ..executors import Executor, Failure, ThreadExecutor
+from ..interception import UnansweredCalls
 from ..jsonl import read_jsonl
 from ..modelserver import ModelServer
 from ..otlp_json import SpanRecord
@@ -153,6 +154,7 @@ class Campaign:
         app = self.app.build(endpoint, task=task["task"], temperature=0.0, seed=self.seed)
         probe = aegis_probe.instrument(app, tracer_provider=self._provider, store=False)
         injector = None
+        unanswered = UnansweredCalls()
         error: str | None = None
         try:
             with ExitStack() as stack:
@@ -160,12 +162,13 @@ class Campaign:
                     injector = stack.enter_context(probe.inject(
                         plan, manipulators=self.manipulators, agents=self.app.agents,
                         termination=self.app.termination, task_type=task.get("type", "generic")))
+                stack.enter_context(probe.intercept(unanswered))
                 try:
                     answer = self.app.run_app(app, task["task"])
                 except Exception as exc:  # an injected fault that crashes the app is a failed run
                     if injector is None or not injector.applied:
                         raise
-                    answer, error = None, f"{type(exc).__name__}: {exc}"
+                    answer, error = None, probe.redact(f"{type(exc).__name__}: {exc}")
         finally:
             trace_id = probe.last_trace_id
             probe.uninstrument()
@@ -173,6 +176,9 @@ class Campaign:
         if not records:
             raise RuntimeError("the run produced no trace (is the app instrumented by its adapter?)")
         outcome = judge_for(task)(task["task"], answer)
+        if unanswered and not outcome.success:  # the endpoint's failure, not the app's nor a fault's: an error run
+            raise RuntimeError(f"the model endpoint failed {len(unanswered)} call(s) of the run"
+                               + (f": {one_line(error)}" if error else ""))
         root = next(r for r in records if r.parent_span_id is None)
         root.attributes[sc.OUTCOME_SUCCESS] = bool(outcome.success)
         if probe.config.capture_content:  # answers are message content
@@ -180,7 +186,7 @@ class Campaign:
             if outcome.expected is not None:
                 root.attributes[sc.OUTCOME_EXPECTED] = probe.redact(outcome.expected)
         applied = [f.model_dump() for f in injector.applied_in(root.attributes[sc.RUN_ID])] if injector else []
-        return RunResult(answer, bool(outcome.success), applied, records, error)
+        return RunResult(answer if answer is None else probe.redact(answer), bool(outcome.success), applied, records, error)
 
     # -- planning ------------------------------------------------------------------------
     def plans_for(self, task_id: str, agent_steps: dict[str, int]) -> list[InjectionPlan]:
