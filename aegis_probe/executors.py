@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import socket
 import sysconfig
 import traceback
 from abc import ABC, abstractmethod
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .apps import AppSpec, split_ref
+from .redact import redact_secrets
 
 T = TypeVar("T")
 
@@ -44,11 +46,22 @@ class Failure:
 
     @classmethod
     def of(cls, exc: BaseException) -> "Failure":
+        """``exc`` with secrets (an API key in an app's exception) redacted from message and traceback."""
         cause = getattr(exc, "cause", None)  # a Ray task error wraps the task's own exception
+        if isinstance(cause, TaskError):
+            return cls(*cause.args)
         shown = cause if isinstance(cause, BaseException) else exc
         remote = getattr(exc, "traceback_str", None)
-        return cls(f"{type(shown).__name__}: {shown}",
-                   remote or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return cls(redact_secrets(f"{type(shown).__name__}: {shown}"),
+                   redact_secrets(remote or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+
+
+class TaskError(Exception):
+    """What a Ray task raises for its call's exception: ``(error, traceback)`` of a :class:`Failure`,
+    already redacted, so neither Ray's retry messages nor the driver see a secret it held."""
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}\n{self.args[1]}"
 
 
 def outcome(future: "Future[T]") -> "T | Failure":
@@ -116,8 +129,12 @@ class ThreadExecutor(Executor):
 
 
 def _invoke(call: Callable[[], T]) -> T:
-    """The Ray task: run the call that was shipped."""
-    return call()
+    """The Ray task: run the call that was shipped; its exception leaves as a :class:`TaskError`."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - every exception is the run's failure (and is retried)
+        failure = Failure.of(exc)
+        raise TaskError(failure.error, failure.traceback) from None
 
 
 class RayExecutor(Executor):
@@ -148,6 +165,7 @@ class RayExecutor(Executor):
 
         self._depth += 1
         if self._depth == 1 and not ray.is_initialized():
+            _check_reachable(self.address or os.environ.get("RAY_ADDRESS") or "")
             options: dict[str, Any] = {"address": self.address, "runtime_env": self.runtime_env or None}
             if self.address is None and not os.environ.get("RAY_ADDRESS"):  # a new local instance
                 options["include_dashboard"] = False
@@ -210,6 +228,19 @@ class RayExecutor(Executor):
         ref = self._refs.pop(future, None)
         if ref is not None:
             ray.cancel(ref)
+
+
+def _check_reachable(address: str) -> None:
+    """``ValueError`` when nothing listens at a ``host:port`` (or ``ray://host:port``) Ray address:
+    ``ray.init`` would retry for many minutes. ``auto`` and ``local`` are Ray's to resolve."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise ValueError(f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one there "
+                         "(`ray start --head`) or give its address with --ray-address or $RAY_ADDRESS") from None
 
 
 def _installed(path: str) -> bool:

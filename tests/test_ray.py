@@ -267,18 +267,56 @@ def test_inject_and_blame_commands_on_ray(model_server, tmp_path, capsys):
     assert "decisive error: step 1 by calculator" in capsys.readouterr().out
 
 
+KEY = "sk-proj-Zq8XwV2m9LkJ7hG5fD3sA1pO0iU4yT6r"
+LEAKY_APP = f"""
+import sys
+sys.path.insert(0, {str(EXAMPLES)!r})
+from autogen_math import AGENTS, build_app, policy, run_app as _run
+
+def run_app(app, task):
+    if "boxes" in task:
+        raise RuntimeError("upstream refused Authorization: Bearer {KEY}")
+    return _run(app, task)
+"""
+
+
 def test_inject_command_starts_ray_and_ships_a_file_app(tmp_path):
-    """As a user runs it: the command starts its own Ray and ships the app's folder to it."""
+    """As a user runs it: the command starts its own Ray and ships the app's folder to it. A run
+    that raises with an API key in its message: retried, recorded, and the key is nowhere (not in
+    Ray's retry message on stderr either)."""
     import subprocess
     import sys
 
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "leaky.py").write_text(LEAKY_APP)
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(MATH.read_text().splitlines()[1] + "\n")
+    tasks.write_text("\n".join(MATH.read_text().splitlines()[1:3]) + "\n")  # train, then boxes (raises)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run([sys.executable, "-m", "aegis_probe", "inject", "--app", MATH_APP, "--tasks", str(tasks),
-                           "--plans-per-run", "1", "--out", str(tmp_path / "out"), "--no-progress",
+    proc = subprocess.run([sys.executable, "-m", "aegis_probe", "inject", "--app", f"{tmp_path / 'app' / 'leaky.py'}:build_app",
+                           "--tasks", str(tasks), "--plans-per-run", "1", "--out", str(tmp_path / "out"), "--no-progress",
                            "--executor", "ray", "--concurrency", "1"],
                           capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = _records(tmp_path / "out")
-    assert [r["kind"] for r in records] == ["baseline", "injected"] and records[0]["success"]
+    assert [r.get("kind") for r in records] == ["baseline", None, "injected"] and records[0]["success"]
+    assert records[1]["error"] == "RuntimeError: upstream refused Authorization: Bearer [REDACTED]"
+    assert KEY not in proc.stdout + proc.stderr + (tmp_path / "out" / "runs.jsonl").read_text()
+
+
+def test_an_unreachable_ray_address_is_a_usage_error(tmp_path):
+    """Nothing listens at --ray-address: exit 2 at once with what to do (ray.init retried for many minutes)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(MATH.read_text().splitlines()[0] + "\n")
+    proc = subprocess.run([sys.executable, "-m", "aegis_probe", "inject", "--app", MATH_APP, "--tasks", str(tasks),
+                           "--out", str(tmp_path / "out"), "--no-progress", "--executor", "ray",
+                           "--ray-address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"error: no Ray cluster answers at 127.0.0.1:{port}" in proc.stderr and "ray start --head" in proc.stderr
+    assert not (tmp_path / "out").exists()
