@@ -192,3 +192,18 @@ def test_single_step_injection_against_a_dead_endpoint_keeps_no_run(tmp_path, ca
                          endpoint=Endpoint("http://127.0.0.1:9/v1", "m", "k"), judge=judge, store=store)
     assert result.result.live_failed and not result.kept  # was: kept, labelled FM-2.4 at step 0
     assert "replay-injection" not in store.file.read_text()
+
+
+def test_demo_prints_the_answer_redacted_as_the_trace_has_it(model_server, tmp_path, capsys):
+    from aegis_probe.demos.autogen import policy as demo_policy
+    from aegis_probe.modelserver import Reply
+
+    def leaky(body):  # the team's model repeats a key it saw somewhere
+        reply = demo_policy(body)
+        return Reply(reply.content + f" (used key {SECRET})", reply.tool_calls) if reply.content else reply
+
+    server = model_server(leaky)
+    assert cli.main(["demo", "--base-url", server.base_url, "--model", "aegis-scripted"]) == 0
+    out = capsys.readouterr().out
+    assert "answer: " in out and SECRET not in out, out  # was: the answer line printed the key
+    assert "(used key [REDACTED])" in out

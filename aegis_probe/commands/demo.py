@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     print(step_table(traj))
     short = (traj.trace_id or "trace")[:12]
     report = write_report(traj, Path(args.report_dir or trace_dir) / f"aegis-report-{short}.html")
-    print(f"\nanswer: {answer!r}")
+    print(f"\nanswer: {answer if answer is None else probe.redact(answer)!r}")  # as the trace has it
     print(f"trace written to {trace_dir / SPANS_FILE} (python -m aegis_probe traces show {short})")
     print(f"report written to {report}")
     if plan is not None and traj.outcome.success:
