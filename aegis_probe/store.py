@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -52,8 +53,22 @@ _UNREADABLE = (*_BAD_RECORD, RecursionError, OverflowError)
 _MAX_WARNINGS = 5
 
 
-def read_span_file(path: Path) -> Iterator[SpanRecord]:
-    """Span records of one OTLP/JSON-lines file, in file order.
+_HEX_TRACE_ID = re.compile(rb'"traceId":"[0-9a-f]{32}"')
+
+
+def _other_traces_only(raw: bytes, prefix: bytes) -> bool:
+    """Whether a line certainly holds no span of the traces ``prefix`` starts: every trace id in it
+    is written as this store writes them (``"traceId":"`` and lowercase hex) and none starts with
+    ``prefix`` (scans in C, no decoding)."""
+    if b'"traceId":"' + prefix in raw:
+        return False
+    n = raw.count(b'"traceId"')
+    return n > 0 and n == len(_HEX_TRACE_ID.findall(raw))
+
+
+def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[SpanRecord]:
+    """Span records of one OTLP/JSON-lines file, in file order (with ``trace_prefix``, lines that
+    hold only other traces are passed over undecoded).
 
     A bad line (not JSON, not an export request, a truncated last line left by a crash) is
     skipped with a warning naming the file and line, so one bad line never makes the rest
@@ -64,8 +79,12 @@ def read_span_file(path: Path) -> Iterator[SpanRecord]:
         lines = fh.read().split(b"\n")
     bad: list[tuple[TraceFileError, bool]] = []  # (error, on the last line)
     n_good = 0
+    prefix = trace_prefix.lower().encode() if trace_prefix is not None else None
     for i, raw in enumerate(lines):
         if not raw.strip():
+            continue
+        if prefix is not None and _other_traces_only(raw, prefix):
+            n_good += 1  # a line of this store's, of another trace
             continue
         try:
             records = decode_request(json.loads(raw))
@@ -147,10 +166,10 @@ def span_files(source: str | os.PathLike[str]) -> list[Path]:
     raise FileNotFoundError(f"no trace store or trace file at {path}")
 
 
-def _readable_records(path: Path) -> Iterator[SpanRecord]:
+def _readable_records(path: Path, trace_prefix: str | None = None) -> Iterator[SpanRecord]:
     """A store's file: as :func:`read_span_file`, but a file with no valid line is skipped with a warning."""
     try:
-        yield from read_span_file(path)
+        yield from read_span_file(path, trace_prefix)
     except TraceFileError as exc:
         logger.warning("%s; file skipped", exc)
 
@@ -240,8 +259,11 @@ class TraceStore:
         return merge_records(rec for f in span_files(self.path) for rec in _readable_records(f))
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
-        """The spans of one trace; ``trace_id`` may be a unique prefix."""
-        traces = self.traces()
+        """The spans of one trace; ``trace_id`` may be a unique prefix. Only lines that may hold
+        it are decoded (a large store is not read whole for one trace)."""
+        self.flush()
+        traces = merge_records(rec for f in span_files(self.path) for rec in _readable_records(f, trace_id)
+                               ) if self.path.exists() else {}
         matches = [t for t in traces if t.startswith(trace_id.lower())]
         if len(matches) != 1:
             what = "no trace" if not matches else f"{len(matches)} traces"

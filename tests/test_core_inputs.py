@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from aegis_probe import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,3 +209,33 @@ def test_demo_prints_the_answer_redacted_as_the_trace_has_it(model_server, tmp_p
     out = capsys.readouterr().out
     assert "answer: " in out and SECRET not in out, out  # was: the answer line printed the key
     assert "(used key [REDACTED])" in out
+
+
+def test_one_trace_is_read_without_decoding_the_others_and_as_before(tmp_path, capsys):
+    from aegis_probe.store import TraceStore
+
+    ids = []
+    for _ in range(2):
+        assert cli.main(["demo"]) == 0
+        ids.append(re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1))
+    store = TraceStore(tmp_path / "aegis-traces")
+    first = store.file.read_text().splitlines()[0]
+    assert ids[0] in first
+    # Another writer's file in the store: the first trace's root again, ids in upper case, one more attribute.
+    body = json.loads(first)
+    spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    root = next(s for s in spans if not s.get("parentSpanId"))
+    root["attributes"].append({"key": "collector.note", "value": {"stringValue": "seen"}})
+    for key in ("traceId", "spanId"):
+        root[key] = root[key].upper()
+    body["resourceSpans"][0]["scopeSpans"][0]["spans"] = [root]
+    (store.path / "collector.jsonl").write_text(json.dumps(body, indent=None) + "\n")
+    whole = store.traces()
+    for trace_id in ids:
+        spans = store.trace(trace_id[:6])
+        assert sorted((s.span_id, sorted(s.attributes.items())) for s in spans) == sorted(
+            (s.span_id, sorted(s.attributes.items())) for s in whole[trace_id])
+    assert any(s.attributes.get("collector.note") == "seen" for s in store.trace(ids[0]))
+    common = next(i for i in range(32) if ids[0][i] != ids[1][i])
+    with pytest.raises(KeyError, match="2 traces matching"):
+        store.trace(ids[0][:common])
