@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import queue
 import socket
 import sysconfig
+import threading
 import traceback
 from abc import ABC, abstractmethod
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -111,21 +113,50 @@ class Executor(ABC):
 
 
 class ThreadExecutor(Executor):
-    """``concurrency`` threads of this process."""
+    """``concurrency`` daemon threads of this process. Leaving the ``with`` block normally waits for
+    the calls; leaving it on an exception (Ctrl-C) cancels the queued ones and does not wait for
+    those running, so a hung run does not keep the process alive."""
 
     def __init__(self, concurrency: int = 1) -> None:
         self.concurrency = max(1, concurrency)
-        self._pool: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
 
     def submit(self, call: Callable[[], T]) -> "Future[T]":
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="aegis-run")
-        return self._pool.submit(call)
+        future: Future[T] = Future()
+        self._queue.put((future, call))
+        if len(self._threads) < self.concurrency:
+            thread = threading.Thread(target=self._work, args=(self._queue,), name=f"aegis-run-{len(self._threads)}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return future
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    @staticmethod
+    def _work(calls: "queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None]") -> None:
+        while (item := calls.get()) is not None:
+            future, call = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # noqa: BLE001 - the call's outcome, taken by its caller
+                    future.set_exception(exc)
+
+    def __exit__(self, exc_type: object = None, *exc: object) -> None:
+        if exc_type is not None:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if exc_type is None:
+            for thread in self._threads:
+                thread.join()
+        self._queue, self._threads = queue.SimpleQueue(), []  # threads still running end on their queue's None
 
 
 def _invoke(call: Callable[[], T]) -> T:
