@@ -163,13 +163,24 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
+def _tolerant_output() -> None:
+    """Print text that the terminal's encoding cannot hold (a lone surrogate in a task id or a
+    trace) as escapes, not as an encoding error after the command's work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # not a text stream of io's (replaced by the caller)
+            pass
+
+
 def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace, verbose: bool = False) -> int:
     """Run a parsed command: bad input is one ``error:`` line and status 2, never a traceback.
 
     Other errors are one line and status 1 (with ``-v``/``--verbose``, also their traceback);
     secrets in an error's message (a key in a user function's exception) are redacted;
-    Ctrl-C is 130; a closed output pipe ends quietly.
+    Ctrl-C is 130; a closed output pipe ends quietly; text the output encoding cannot hold is escaped.
     """
+    _tolerant_output()
     try:
         check_outputs(args)
         code = int(func(args) or 0)

@@ -239,3 +239,18 @@ def test_one_trace_is_read_without_decoding_the_others_and_as_before(tmp_path, c
     common = next(i for i in range(32) if ids[0][i] != ids[1][i])
     with pytest.raises(KeyError, match="2 traces matching"):
         store.trace(ids[0][:common])
+
+
+@pytest.mark.parametrize("in_task", [False, True], ids=["baseline-succeeds", "baseline-raises"])
+def test_inject_with_a_lone_surrogate_in_a_task_id_finishes_and_prints_it_escaped(tmp_path, capsys, in_task):
+    odd = dict(TASK, id="odd\ud800", task=TASK["task"] + ("\ud800" if in_task else ""))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(odd) + "\n")  # json escapes the surrogate as \ud800 on disk
+    code = cli.main(["inject", "--app", "aegis_probe.demos.autogen:build_app", "--tasks", str(tasks),
+                     "--out", str(tmp_path / "out"), "--plans-per-run", "1", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert "error: 'utf-8' codec" not in err, err  # was: the campaign ran, then printing it failed
+    assert code == (1 if in_task else 0), err  # 1: no baseline succeeded, nothing to inject into
+    assert "baselines: 1 attempted" in out
+    assert ("odd\\ud800" in out) == in_task  # a failed baseline's id is printed, escaped
+    assert (tmp_path / "out" / "runs.jsonl").exists()

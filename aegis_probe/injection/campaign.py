@@ -191,7 +191,8 @@ class Campaign:
     # -- planning ------------------------------------------------------------------------
     def plans_for(self, task_id: str, agent_steps: dict[str, int]) -> list[InjectionPlan]:
         """``plans_per_run`` one-target plans sampled (seeded by task) over agents x modes x strategies."""
-        rng = random.Random(f"{self.seed}:{task_id}")
+        # bytes seed exactly as the text does (random encodes it as UTF-8), also for a lone surrogate in the id
+        rng = random.Random(f"{self.seed}:{task_id}".encode("utf-8", "surrogatepass"))
         combos = [(a, m, s) for a in self.app.agents if agent_steps.get(a) for m in self.modes for s in self.strategies]
         chosen = rng.sample(combos, min(self.plans_per_run, len(combos)))
         return [
