@@ -91,7 +91,7 @@ class CrewAIAdapter(Adapter):
 
         patcher.wrap(Crew, "kickoff", self._kickoff)
         patcher.wrap(Crew, "akickoff", self._akickoff)
-        patcher.wrap(Crew, "copy", self._copy)
+        patcher.wrap(Crew, "copy", self.register_copy)
         patcher.wrap(Agent, "execute_task", self._turn)
         patcher.wrap(Agent, "aexecute_task", self._aturn)
         patcher.wrap(BaseTool, "run", self._tool)
@@ -111,17 +111,6 @@ class CrewAIAdapter(Adapter):
         except Exception:
             log_hook_error("crewai run start")
             return None
-
-    def _copy(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """``Crew.copy``: a registered crew's copy (``kickoff_for_each*`` kick off one per input) is registered too."""
-        copied = wrapped(*args, **kwargs)
-        probe = self.registry.get(instance)
-        if probe is not None:
-            try:
-                self.registry.add(copied, probe)
-            except Exception:
-                log_hook_error("crewai crew copy")
-        return copied
 
     @staticmethod
     def _run_finisher(run: RunScope) -> Callable[[Any], None]:

@@ -318,7 +318,7 @@ class LangGraphAdapter(Adapter):
         self._bubble_up = GraphBubbleUp
         patcher.wrap(Pregel, "stream", self._stream)
         patcher.wrap(Pregel, "astream", self._astream)
-        patcher.wrap(Pregel, "copy", self._copy)
+        patcher.wrap(Pregel, "copy", self.register_copy)
         patcher.wrap(_runner, "run_with_retry", self._node)
         patcher.wrap(_runner, "arun_with_retry", self._anode)
         patcher.wrap(BaseChatModel, "_generate_with_cache", self._llm)
@@ -339,17 +339,6 @@ class LangGraphAdapter(Adapter):
         except Exception:
             log_hook_error("langgraph run start")
             return None
-
-    def _copy(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """``Pregel.copy`` (``with_config`` makes one): a registered graph's copy is registered too."""
-        copied = wrapped(*args, **kwargs)
-        probe = self.registry.get(instance)
-        if probe is not None:
-            try:
-                self.registry.add(copied, probe)
-            except Exception:
-                log_hook_error("langgraph graph copy")
-        return copied
 
     def _ender(self, run: RunScope) -> Callable[[BaseException | None], None]:
         def done(exc: BaseException | None) -> None:

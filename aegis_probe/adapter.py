@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import wrapt
 
-from .spans import instrumentation_suppressed
+from .spans import instrumentation_suppressed, log_hook_error
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -242,6 +242,18 @@ class Adapter(ABC):
             return None
         probe = self.registry.get(app)
         return probe if probe is not None and probe.active else AUTO_PROBES.get(self.name)
+
+    def register_copy(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A wrapper for an app's ``copy``-like method: a registered app's copy is registered to the
+        same probe (frameworks run copies: ``Crew.kickoff_for_each``, ``Pregel.with_config``)."""
+        copied = wrapped(*args, **kwargs)
+        probe = self.registry.get(instance)
+        if probe is not None:
+            try:
+                self.registry.add(copied, probe)
+            except Exception:
+                log_hook_error(f"{self.name} copy")
+        return copied
 
     def release(self, probe: "Probe") -> None:
         """Forget ``probe``'s objects; remove the patches when no probe (nor trace-every-app mode) is left."""
