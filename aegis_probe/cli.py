@@ -173,6 +173,11 @@ def _tolerant_output() -> None:
             pass
 
 
+def _print_traceback() -> None:
+    """The exception being handled, with its traceback (``-v``), secrets redacted like its error line."""
+    print(redact_secrets(traceback.format_exc()), end="", file=sys.stderr)
+
+
 def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace, verbose: bool = False) -> int:
     """Run a parsed command: bad input is one ``error:`` line and status 2, never a traceback.
 
@@ -197,7 +202,7 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         return 2
     except BAD_INPUT as exc:
         if verbose:
-            traceback.print_exc()
+            _print_traceback()
         message = describe(exc)
         if isinstance(exc, (RecursionError, OverflowError)):  # raised deep in a parser: name what was read
             inputs = [str(p) for p in _paths(args, INPUT_DESTS).values() if p.exists()]
@@ -206,7 +211,7 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         return 2
     except Exception as exc:  # noqa: BLE001 - a bug or an app's own error: one line, traceback on -v
         if verbose:
-            traceback.print_exc()
+            _print_traceback()
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"error: {type(exc).__name__}: {redact_secrets(one_line(str(exc)))}{hint}", file=sys.stderr)
         return 1

@@ -254,3 +254,13 @@ def test_inject_with_a_lone_surrogate_in_a_task_id_finishes_and_prints_it_escape
     assert "baselines: 1 attempted" in out
     assert ("odd\\ud800" in out) == in_task  # a failed baseline's id is printed, escaped
     assert (tmp_path / "out" / "runs.jsonl").exists()
+
+
+def test_verbose_traceback_is_redacted_like_the_error_line(tmp_path, capsys):
+    app = tmp_path / "keyed_app.py"
+    app.write_text(f"raise RuntimeError('could not connect with key {SECRET}')\n")
+    code = cli.main(["-v", "inject", "--app", f"{app}:build_app", "--tasks", str(tmp_path / "t.jsonl"),
+                     "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback (most recent call last)" in err, err
+    assert SECRET not in err and "[REDACTED]" in err, err
