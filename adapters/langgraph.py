@@ -227,13 +227,17 @@ def _messages_of(state: Any) -> list[Any] | None:
 
 def _task_text(graph_input: Any) -> str | None:
     """The task of a run: the last user message of the input state (which may carry the conversation
-    so far), else the input as text."""
-    messages = _messages_of(graph_input)
+    so far), else the input as text. A ``Command`` (resuming an interrupted thread) has one only if
+    its ``update`` adds a user message: a resume value is a human's answer, not a task."""
+    from langgraph.types import Command
+
+    command = isinstance(graph_input, Command)
+    messages = _messages_of(graph_input.update if command else graph_input)
     if messages:
         last = next((m for m in map(to_neutral, reversed(messages)) if m["role"] == "user"), None)
         if last is not None:
             return last["content"]
-    return None if graph_input is None else str(graph_input)
+    return None if graph_input is None or command else str(graph_input)
 
 
 def _step_output(task: Any, seen: set[str]) -> tuple[list[dict[str, Any]], list[Any]]:

@@ -113,14 +113,14 @@ def test_step_input_after_messages_are_removed(model_server, provider, exporter,
     assert [m.content for m in steps[2].input_messages] == ["summary of the talk"]
 
 
-def test_tool_that_interrupts_is_paused_not_failed(model_server, provider, exporter, tmp_path):
-    """A tool asking a human (``interrupt()``) ends its span without error; on resume it runs again."""
+def _bank_app(model_server):
+    """A graph whose ``transfer`` tool asks a human (``interrupt()``) before it runs, with a checkpointer."""
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
-    from langgraph.types import Command, interrupt
+    from langgraph.types import interrupt
 
     @tool
     def transfer(amount: int) -> str:
@@ -138,7 +138,14 @@ def test_tool_that_interrupts_is_paused_not_failed(model_server, provider, expor
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
-    app = graph.compile(name="bank", checkpointer=InMemorySaver())
+    return graph.compile(name="bank", checkpointer=InMemorySaver())
+
+
+def test_tool_that_interrupts_is_paused_not_failed(model_server, provider, exporter, tmp_path):
+    """A tool asking a human (``interrupt()``) ends its span without error; on resume it runs again."""
+    from langgraph.types import Command
+
+    app = _bank_app(model_server)
     aegis_probe.instrument(app, tracer_provider=provider, store=False)
     config = {"configurable": {"thread_id": "approval"}}
     app.invoke({"messages": [("user", "send 100")]}, config)
@@ -146,6 +153,22 @@ def test_tool_that_interrupts_is_paused_not_failed(model_server, provider, expor
     tools = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_TOOL]
     assert [s.status.status_code.name for s in tools] == ["UNSET", "UNSET"]
     assert tools[1].attributes[sc.TOOL_CALL_RESULT] == "transferred 100"
+
+
+def test_resumed_run_task_is_not_the_command(model_server, provider, exporter, tmp_path):
+    """A run resumed with ``Command(resume=...)`` has no task (the human's answer is not one); a
+    ``Command`` whose ``update`` adds a user message has that message as its task."""
+    from langgraph.types import Command
+
+    app = _bank_app(model_server)
+    aegis_probe.instrument(app, tracer_provider=provider, store=False)
+    config = {"configurable": {"thread_id": "approval"}}
+    app.invoke({"messages": [("user", "send 100")]}, config)
+    app.invoke(Command(resume="yes"), config)
+    app.invoke(Command(update={"messages": [("user", "and send 5 more")]}), config)
+    app.invoke(Command(resume="yes"), config)
+    runs = [s for s in exporter.get_finished_spans() if s.attributes.get(sc.OPERATION) == sc.OP_WORKFLOW]
+    assert [s.attributes.get(sc.TASK) for s in runs] == ["send 100", None, "and send 5 more", None]
 
 
 def test_app_error_passes_through_and_fails_tool_step_and_run(model_server, provider, exporter, tmp_path):
