@@ -3,8 +3,8 @@
 Class- and module-level patches, installed once:
 
 - run entry: ``AgentRunner.run`` (``Runner.run`` and ``Runner.run_sync`` go through it) of a
-  registered starting agent: one run per call, ``invoke_workflow {agent.name}``, its answer the
-  result's ``final_output``. The SDK's own tracing is switched off for that run
+  registered starting agent (or a clone of one, ``Agent.clone``): one run per call,
+  ``invoke_workflow {agent.name}``, its answer the result's ``final_output``. The SDK's own tracing is switched off for that run
   (``RunConfig.tracing_disabled``), so each turn is one span here and nothing is sent to the
   SDK's trace backend. A ``Runner.run`` inside a run (an agent used as a tool) opens no run;
 - agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
@@ -192,9 +192,11 @@ class OpenAIAgentsAdapter(Adapter):
     def _instrument(self, patcher: Patcher) -> None:
         import agents.run as run_module
         import agents.tool as tool_module
+        from agents import Agent
         from agents.run import AgentRunner
         from agents.run_internal import run_loop, tool_execution
 
+        patcher.wrap(Agent, "clone", self.register_copy)
         patcher.wrap(AgentRunner, "run", self._run)
         patcher.wrap(AgentRunner, "run_streamed", self._run_streamed)
         patcher.wrap(run_module, "run_single_turn", self._turn)

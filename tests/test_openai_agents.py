@@ -103,6 +103,18 @@ def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
 
 
 @needs_sdk
+def test_clone_of_instrumented_agent_is_traced(model_server, provider, exporter, tmp_path):
+    """``agent.clone(...)`` (a variant of the starting agent: other instructions, model settings) is
+    traced like the agent it copies."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    variant = app.clone(instructions=app.instructions + " Be brief.")
+    assert demo.EXPECTED in demo.run_app(variant, demo.TASK)
+    probe.flush()
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)][0] == "planner"
+    assert probe.trajectory().task == demo.TASK
+
+
+@needs_sdk
 def test_follow_up_run_task_is_its_new_user_message(model_server, provider, exporter, tmp_path):
     """A follow-up turn (the SDK's ``result.to_input_list()`` plus a new user message): its task is the new message."""
     from agents import Runner
