@@ -278,6 +278,43 @@ def test_campaign_keeps_only_flipped_runs_labelled_and_resumes(tmp_path):
     assert {r["key"]: r["answer"] for r in redone} == {r["key"]: r["answer"] for r in records[-3:]}
 
 
+class _Killed(BaseException):
+    """The process killed (kill -9) at a chosen point: nothing after it runs."""
+
+
+@pytest.mark.parametrize("store", ["traces", "baselines"])
+def test_campaign_killed_between_record_and_trace_resumes_with_one_trace_per_record(store, tmp_path, monkeypatch, caplog):
+    pytest.importorskip("autogen_agentchat")
+    from aegis_probe.injection.campaign import Campaign, read_records
+    from aegis_probe.store import TraceStore
+
+    out = tmp_path / "campaign"
+    app = f"{EXAMPLES / 'autogen_math.py'}:build_app"
+    writes: list[str] = []  # the first stored run's two writes (its record, its trace), in either order
+
+    def step(what: str) -> None:
+        writes.append(what)
+        if len(writes) == 2:
+            raise _Killed(f"killed after the {writes[0]}, before the {what}")
+
+    write, append = Campaign._write, TraceStore.append
+    stored = (lambda r: r.get("kept")) if store == "traces" else (lambda r: r.get("success") and r["kind"] == "baseline")
+    monkeypatch.setattr(Campaign, "_write", lambda self, rec: (step("record") if stored(rec) else None, write(self, rec))[1])
+    monkeypatch.setattr(TraceStore, "append", lambda self, recs: (
+        step("trace") if self.path.name == store else None, append(self, recs))[1])
+    with pytest.raises(_Killed):
+        run_campaign(app, MATH, out, plans_per_run=2, seed=1, progress=False)
+    monkeypatch.undo()
+
+    rows = run_campaign(app, MATH, out, plans_per_run=2, seed=1, progress=False)  # resume
+    records = read_records(out)
+    assert len(records) == 4 * 3 and sum(r["attempted"] for r in rows) == 8
+    for name, which in (("traces", lambda r: r.get("kept")), ("baselines", lambda r: r["kind"] == "baseline")):
+        ids = [t.trace_id for t in load_trajectories(out / name)]
+        assert sorted(ids) == sorted(r["trace_id"] for r in records.values() if which(r)), name  # one trace per record
+    assert "its trace was never stored" in caplog.text  # the record came first: its run was redone
+
+
 def test_campaign_logs_and_skips_failing_runs(tmp_path, caplog):
     pytest.importorskip("autogen_agentchat")
     module = tmp_path / "flaky_app.py"

@@ -135,8 +135,17 @@ class Campaign:
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> dict[str, dict[str, Any]]:
-        """Finished runs by key (see :func:`read_records`)."""
-        return read_records(self.out)
+        """Finished runs by key (see :func:`read_records`). A record is written before its run's
+        trace, so a run whose trace is not in its store (the campaign stopped between the two) is
+        not finished: it is redone, and no store ever holds a trace without a record."""
+        found = read_records(self.out)
+        traced = {k: r["trace_id"] for k, r in found.items() if r.get("kept") or (r.get("kind") == "baseline" and r.get("success"))}
+        if traced:
+            stored = set(self.kept_store.traces()) | set(self.baseline_store.traces())
+            for key in [k for k, trace_id in traced.items() if trace_id not in stored]:
+                logger.warning("run %s: its trace was never stored (the campaign stopped); the run will be redone", key)
+                del found[key]
+        return found
 
     def _write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -251,18 +260,18 @@ class Campaign:
             for step in result.trajectory.steps:
                 if step.llm_calls:
                     steps[step.agent] += 1
-            if result.success:
-                self.baseline_store.append(result.records)
             self._write({**base, "kind": "baseline", "success": result.success, "answer": result.answer,
                          "agent_steps": dict(steps), "trace_id": trace_id})
+            if result.success:  # after its record (see :meth:`records`)
+                self.baseline_store.append(result.records)
             return
         flipped = not result.success
         kept = flipped and bool(result.applied)
-        if kept:
-            self.kept_store.append(result.records)
         self._write({**base, "kind": "injected", "success": result.success, "answer": result.answer,
                      "applied": result.applied, "flipped": flipped, "kept": kept, "trace_id": trace_id,
                      "app_error": result.app_error})
+        if kept:  # after its record (see :meth:`records`)
+            self.kept_store.append(result.records)
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
