@@ -7,7 +7,9 @@ Class-level patches, installed once:
   the kickoff was given (:func:`run_task`), its answer the ``CrewOutput``'s ``raw`` text. A kickoff inside a run
   opens no run, and neither does the kickoff of a streaming crew (``stream=True``): iterating its
   streaming output kicks the crew off again, and that is the run. ``Crew.copy`` of a registered crew registers the copy with the same probe
-  (``kickoff_for_each``/``kickoff_for_each_async``/``akickoff_for_each`` kick off a copy per input);
+  (``kickoff_for_each``/``kickoff_for_each_async``/``akickoff_for_each`` kick off a copy per input).
+  ``Crew.replay(task_id)`` (re-running the last kickoff from one of its tasks) is a run too, its
+  task that of the kickoff's inputs;
 - agent step: ``Agent.execute_task/aexecute_task``, one agent's turn on a task ->
   ``invoke_agent {agent.role}``; its input the task's description (and the context handed to it),
   its output the agent's result. In a hierarchical crew the manager agent's turns are steps, and
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from aegis_probe.probe import Probe
 
 FRAMEWORK = "crewai"
+_NO_RUN = object()
 
 
 def _arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
@@ -68,6 +71,7 @@ class CrewAIAdapter(Adapter):
         self.seam = OpenAIClientSeam(FRAMEWORK)
         self._tool_name: Callable[[str], str] = str
         self._kickoff, self._akickoff = scoped_wrappers(self._start, self._run_finisher, "crewai run")
+        self._replay, _ = scoped_wrappers(self._start_replay, self._run_finisher, "crewai run")
         self._turn, self._aturn = scoped_wrappers(self._open_step, self._turn_finisher, "crewai step")
 
     # -- contract --------------------------------------------------------------------------
@@ -91,6 +95,7 @@ class CrewAIAdapter(Adapter):
 
         patcher.wrap(Crew, "kickoff", self._kickoff)
         patcher.wrap(Crew, "akickoff", self._akickoff)
+        patcher.wrap(Crew, "replay", self._replay)
         patcher.wrap(Crew, "copy", self.register_copy)
         patcher.wrap(Agent, "execute_task", self._turn)
         patcher.wrap(Agent, "aexecute_task", self._aturn)
@@ -100,14 +105,33 @@ class CrewAIAdapter(Adapter):
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
-        probe = self.run_probe(crew)
         # A streaming crew's kickoff only returns its streaming output; iterating it kicks the crew
         # off again with ``stream`` off, and that kickoff is the run.
-        if probe is None or current_run() is not None or crew.stream:
+        return None if crew.stream else self._open_run(crew, lambda: _arg(args, kwargs, "inputs", 0))
+
+    def _start_replay(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
+        """``replay(task_id, inputs=None)`` re-runs the stored kickoff from ``task_id``: its inputs
+        are those given, else those stored with the task. An unknown task (replay raises) opens no run."""
+        def inputs() -> Any:
+            task_id = str(_arg(args, kwargs, "task_id", 0))
+            stored = next((o for o in crew._task_output_handler.load() or () if o.get("task_id") == task_id), None)
+            if stored is None:
+                return _NO_RUN
+            given = _arg(args, kwargs, "inputs", 1)
+            return stored.get("inputs") if given is None else given
+
+        return self._open_run(crew, inputs)
+
+    def _open_run(self, crew: Any, inputs: Callable[[], Any]) -> RunScope | None:
+        """A run of ``crew`` (none inside a run) with the task of the kickoff's ``inputs()`` (``_NO_RUN``: no run)."""
+        probe = self.run_probe(crew)
+        if probe is None or current_run() is not None:
             return None
         try:
-            task = run_task(crew, _arg(args, kwargs, "inputs", 0))
-            return start_run(probe, crew.name or "crew", framework=self.name, task=task)
+            given = inputs()
+            if given is _NO_RUN:
+                return None
+            return start_run(probe, crew.name or "crew", framework=self.name, task=run_task(crew, given))
         except Exception:
             log_hook_error("crewai run start")
             return None

@@ -111,6 +111,25 @@ def test_async_kickoff_is_one_run(kickoff, model_server, provider, exporter, tmp
 
 
 @needs_crewai
+def test_replay_from_a_task_is_a_run(model_server, provider, exporter, tmp_path):
+    """``Crew.replay(task_id)`` re-runs the crew from a task of its last kickoff (the earlier tasks'
+    stored outputs as context): a run whose steps are the re-run turns, its task the kickoff's."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    demo.run_app(app, demo.TASK)
+    exporter.clear()
+    output = app.replay(str(app.tasks[1].id))
+    assert demo.EXPECTED in output.raw
+    probe.flush()
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert len(roots) == 1 and roots[0].attributes[sc.TASK] == demo.TASK
+    assert [s.attributes[sc.AGENT_NAME] for s in _steps(exporter)] == list(demo.AGENTS[1:])
+    exporter.clear()
+    with pytest.raises(ValueError, match="not found"):  # an unknown task: CrewAI's error, and no run
+        app.replay("no-such-task")
+    assert exporter.get_finished_spans() == ()
+
+
+@needs_crewai
 @pytest.mark.parametrize("kickoff", ["kickoff_for_each", "kickoff_for_each_async", "akickoff_for_each"])
 def test_kickoff_for_each_is_one_run_per_input(kickoff, model_server, provider, exporter, tmp_path):
     """``kickoff_for_each*`` kick off a copy of the crew per input: each copy's kickoff is a run."""
