@@ -24,6 +24,7 @@ from aegis_probe.injection.campaign import run_campaign  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.store import TraceStore  # noqa: E402
 from aegis_probe.trajectory import load_trajectories  # noqa: E402
+from leaky_apps import KEY, leaky_app  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
 MATH = EXAMPLES / "math_tasks.jsonl"
@@ -267,17 +268,7 @@ def test_inject_and_blame_commands_on_ray(model_server, tmp_path, capsys):
     assert "decisive error: step 1 by calculator" in capsys.readouterr().out
 
 
-KEY = "sk-proj-Zq8XwV2m9LkJ7hG5fD3sA1pO0iU4yT6r"
-LEAKY_APP = f"""
-import sys
-sys.path.insert(0, {str(EXAMPLES)!r})
-from autogen_math import AGENTS, build_app, policy, run_app as _run
-
-def run_app(app, task):
-    if "boxes" in task:
-        raise RuntimeError("upstream refused Authorization: Bearer {KEY}")
-    return _run(app, task)
-"""
+LEAKY_APP = leaky_app(raises_on="boxes")
 
 
 def test_inject_command_starts_ray_and_ships_a_file_app(tmp_path):

@@ -6,29 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("autogen_agentchat")
 
 from aegis_probe.cli import main  # noqa: E402
+from leaky_apps import EXAMPLES, KEY, leaky_app  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
-KEY = "sk-proj-Zq8XwV2m9LkJ7hG5fD3sA1pO0iU4yT6r"
-
-LEAKY_APP = f"""
-import sys
-sys.path.insert(0, {str(EXAMPLES)!r})
-from autogen_math import AGENTS, build_app, policy, run_app as _run
-
-def run_app(app, task):
-    if "train" in task:
-        raise RuntimeError("upstream refused Authorization: Bearer {KEY}")
-    if "boxes" in task:
-        return _run(app, task) + " (api_key={KEY})"
-    return _run(app, task)
-"""
+LEAKY_APP = leaky_app(raises_on="train", leaks_on="boxes")
 
 
 def test_a_key_in_an_apps_exception_or_answer_is_written_nowhere(tmp_path, capsys, caplog):
