@@ -45,6 +45,7 @@ from aegis_probe.spans import (
     current_run,
     current_step,
     log_hook_error,
+    scoped_wrappers,
     start_run,
     start_step,
     start_tool,
@@ -159,6 +160,9 @@ class OpenAIAgentsAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self.seam = OpenAIClientSeam(FRAMEWORK)
+        self._turn = scoped_wrappers(self._open_single_turn, self._turn_finisher, "openai-agents step")[1]
+        self._resumed_turn = scoped_wrappers(self._open_resumed_turn, self._turn_finisher, "openai-agents step")[1]
+        self._streamed_turn = scoped_wrappers(self._open_streamed_turn, self._turn_finisher, "openai-agents step")[1]
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -295,28 +299,21 @@ class OpenAIAgentsAdapter(Adapter):
 
         return finish
 
-    async def _in_turn(self, step: StepScope | None, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        if step is None:
-            return await wrapped(*args, **kwargs)
-        return await await_in_scope(step, lambda: wrapped(*args, **kwargs), self._turn_finisher(step), "openai-agents step")
+    def _open_single_turn(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
+        """``run_single_turn``."""
+        return self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), kwargs.get("generated_items", ()))
 
-    async def _turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), kwargs.get("generated_items", ()))
-        return await self._in_turn(step, wrapped, args, kwargs)
-
-    async def _resumed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _open_resumed_turn(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         """``resolve_interrupted_turn``: a run resumed from its state (after tool approvals) finishes the
         interrupted turn (the approved tools) without ``run_single_turn``: a step of its own."""
-        step = self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"),
+        return self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"),
                                kwargs.get("original_pre_step_items", ()))
-        return await self._in_turn(step, wrapped, args, kwargs)
 
-    async def _streamed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _open_streamed_turn(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         """``run_single_turn_streamed(streamed_result, bindings, ...)``: the turn's input is the run's so far."""
         streamed = kwargs["streamed_result"] if "streamed_result" in kwargs else args[0] if args else None
         bindings = kwargs["bindings"] if "bindings" in kwargs else args[1] if len(args) > 1 else None
-        step = self._open_turn(bindings, getattr(streamed, "input", ()), getattr(streamed, "new_items", ()))
-        return await self._in_turn(step, wrapped, args, kwargs)
+        return self._open_turn(bindings, getattr(streamed, "input", ()), getattr(streamed, "new_items", ()))
 
     # -- tools and model calls -------------------------------------------------------------
     @staticmethod
