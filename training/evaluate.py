@@ -192,8 +192,6 @@ def run_eval(args: argparse.Namespace) -> int:
             attributor = baselines.RandomBaseline(args.seed)
         elif method in FITTED:
             fit = load_source(argparse.Namespace(source=args.fit_on, format="auto")).trajectories if args.fit_on else trajs
-            if not fit:
-                raise ValueError(f"--fit-on {args.fit_on}: no trajectories")
             attributor = (baselines.MostFrequentStep(fit) if method == "majority-step"
                           else baselines.MostFrequentAgent(fit, present_only=method == "majority-present"))
             method = f"{FITTED[method]} (fit on {args.fit_on})" if args.fit_on else f"{FITTED[method]} (oracle: fit on the evaluation set)"
