@@ -48,8 +48,9 @@ def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = 
 
     sets = {}
     for path in paths:
-        trail = labels_dir if (fmt if fmt != "auto" else detect(path)) == "trail" else None
-        trajs = load_source(argparse.Namespace(source=path, format=fmt, labels_dir=trail)).trajectories
+        kind = detect(path) if fmt == "auto" else fmt  # detected once: load_source reads it as given
+        trail = labels_dir if kind == "trail" else None
+        trajs = load_source(argparse.Namespace(source=path, format=kind, labels_dir=trail)).trajectories
         empty = next((t for t in trajs if not t.steps), None)
         if empty is not None:
             raise ValueError(f"{path}: trajectory {row_id(empty)!r} has no steps to attribute")
