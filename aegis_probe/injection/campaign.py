@@ -127,6 +127,7 @@ class Campaign:
         self._lock = threading.Lock()
         self.kept_store = TraceStore(self.out / "traces")
         self.baseline_store = TraceStore(self.out / "baselines")
+        self._stored: set[str] = set()  # trace ids known to be in a store (read once, then kept up to date)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent to a worker process (a Ray task's :meth:`execute`) as what a run needs there."""
@@ -140,9 +141,9 @@ class Campaign:
         not finished: it is redone, and no store ever holds a trace without a record."""
         found = read_records(self.out)
         traced = {k: r["trace_id"] for k, r in found.items() if r.get("kept") or (r.get("kind") == "baseline" and r.get("success"))}
-        if traced:
-            stored = set(self.kept_store.traces()) | set(self.baseline_store.traces())
-            for key in [k for k, trace_id in traced.items() if trace_id not in stored]:
+        if not self._stored.issuperset(traced.values()):  # the stores are read only for a trace not seen yet
+            self._stored |= set(self.kept_store.traces()) | set(self.baseline_store.traces())
+            for key in [k for k, trace_id in traced.items() if trace_id not in self._stored]:
                 logger.warning("run %s: its trace was never stored (the campaign stopped); the run will be redone", key)
                 del found[key]
         return found
@@ -263,7 +264,7 @@ class Campaign:
             self._write({**base, "kind": "baseline", "success": result.success, "answer": result.answer,
                          "agent_steps": dict(steps), "trace_id": trace_id})
             if result.success:  # after its record (see :meth:`records`)
-                self.baseline_store.append(result.records)
+                self._store(self.baseline_store, result.records)
             return
         flipped = not result.success
         kept = flipped and bool(result.applied)
@@ -271,7 +272,12 @@ class Campaign:
                      "applied": result.applied, "flipped": flipped, "kept": kept, "trace_id": trace_id,
                      "app_error": result.app_error})
         if kept:  # after its record (see :meth:`records`)
-            self.kept_store.append(result.records)
+            self._store(self.kept_store, result.records)
+
+    def _store(self, store: TraceStore, records: list[SpanRecord]) -> None:
+        store.append(records)
+        if records:
+            self._stored.add(records[0].trace_id)
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
