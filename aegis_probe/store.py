@@ -253,17 +253,19 @@ class TraceStore:
 
     def traces(self) -> dict[str, list[SpanRecord]]:
         """All traces of the store, merged, keyed by trace id (in file order)."""
+        return self._merged()
+
+    def _merged(self, trace_prefix: str | None = None) -> dict[str, list[SpanRecord]]:
+        """The store's traces (with ``trace_prefix``: at least those it starts), after a flush."""
         self.flush()
         if not self.path.exists():
             return {}
-        return merge_records(rec for f in span_files(self.path) for rec in _readable_records(f))
+        return merge_records(rec for f in span_files(self.path) for rec in _readable_records(f, trace_prefix))
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The spans of one trace; ``trace_id`` may be a unique prefix. Only lines that may hold
         it are decoded (a large store is not read whole for one trace)."""
-        self.flush()
-        traces = merge_records(rec for f in span_files(self.path) for rec in _readable_records(f, trace_id)
-                               ) if self.path.exists() else {}
+        traces = self._merged(trace_id)
         matches = [t for t in traces if t.startswith(trace_id.lower())]
         if len(matches) != 1:
             what = "no trace" if not matches else f"{len(matches)} traces"
