@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from opentelemetry import context as otel_context
 
 from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
 from aegis_probe.messages import content_text
 from aegis_probe.spans import (
@@ -79,10 +79,6 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     if responses and not out["content"]:
         out["content"] = "\n".join(content_text(r.get("content")) for r in responses if isinstance(r, dict))
     return out
-
-
-def _arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
-    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
 
 
 def _unseen(messages: list[Any]) -> list[Any]:
@@ -208,7 +204,7 @@ class AG2Adapter(Adapter):
         # Not a step but inside a run (automatic speaker selection's helper agents): hand over the
         # current context, so their model calls are still the run's.
         ctx = step.ctx if step is not None else otel_context.get_current()
-        key = (id(instance), id(_arg(args, kwargs, "sender", 1)))
+        key = (id(instance), id(call_arg(args, kwargs, "sender", 1)))
 
         async def reply() -> Any:
             self._handoff[key] = ctx  # for a_generate_oai_reply's executor thread
@@ -223,7 +219,7 @@ class AG2Adapter(Adapter):
 
     def _in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``generate_oai_reply`` in ``a_generate_oai_reply``'s executor thread: attach the handed-over context."""
-        ctx = self._handoff.get((id(instance), id(_arg(args, kwargs, "sender", 1))))
+        ctx = self._handoff.get((id(instance), id(call_arg(args, kwargs, "sender", 1))))
         if ctx is None or current_run() is not None:
             return wrapped(*args, **kwargs)
         token = otel_context.attach(ctx)

@@ -28,7 +28,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
 from aegis_probe.spans import (
     RunScope,
@@ -47,10 +47,6 @@ if TYPE_CHECKING:
 
 FRAMEWORK = "crewai"
 _NO_RUN = object()
-
-
-def _arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
-    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
 
 
 def run_task(crew: Any, inputs: Any) -> str | None:
@@ -107,17 +103,17 @@ class CrewAIAdapter(Adapter):
     def _start(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
         # A streaming crew's kickoff only returns its streaming output; iterating it kicks the crew
         # off again with ``stream`` off, and that kickoff is the run.
-        return None if crew.stream else self._open_run(crew, lambda: _arg(args, kwargs, "inputs", 0))
+        return None if crew.stream else self._open_run(crew, lambda: call_arg(args, kwargs, "inputs", 0))
 
     def _start_replay(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
         """``replay(task_id, inputs=None)`` re-runs the stored kickoff from ``task_id``: its inputs
         are those given, else those stored with the task. An unknown task (replay raises) opens no run."""
         def inputs() -> Any:
-            task_id = str(_arg(args, kwargs, "task_id", 0))
+            task_id = str(call_arg(args, kwargs, "task_id", 0))
             stored = next((o for o in crew._task_output_handler.load() or () if o.get("task_id") == task_id), None)
             if stored is None:
                 return _NO_RUN
-            given = _arg(args, kwargs, "inputs", 1)
+            given = call_arg(args, kwargs, "inputs", 1)
             return stored.get("inputs") if given is None else given
 
         return self._open_run(crew, inputs)
@@ -152,8 +148,8 @@ class CrewAIAdapter(Adapter):
         if run is None or run.framework != self.name or not run.probe.active:
             return None
         try:
-            task = _arg(args, kwargs, "task", 0)
-            context = _arg(args, kwargs, "context", 1)
+            task = call_arg(args, kwargs, "task", 0)
+            context = call_arg(args, kwargs, "context", 1)
             text = str(getattr(task, "description", "") or "")
             if context:
                 text = f"{text}\n\n{context}"

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("aegis_probe")
 
+
+def call_arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:
+    """A wrapped call's argument ``name`` (at ``position`` when passed positionally); None if absent."""
+    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
+
 @dataclass(frozen=True)
 class AdapterEntry:
     """Where a framework's adapter lives, and what it instruments."""
