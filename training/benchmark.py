@@ -138,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
                          "choose another --out, or remove it")
     train_sets = load_sets(args.train, args.format, args.labels_dir)
     test_sets = load_sets(args.test, args.format, args.labels_dir)
-    unlabelled = [path for path, trajs in test_sets.items() if not labelled(trajs)]
+    tests = {path: labelled(trajs) for path, trajs in test_sets.items()}  # what is scored
+    unlabelled = [path for path, test in tests.items() if not test]
     if unlabelled:  # before any training
         raise ValueError(f"{unlabelled[0]}: no labelled failures to score")
     train = [t for ts in train_sets.values() for t in ts]
     seen = {content_key(t) for t in train}
-    for path, trajs in test_sets.items():
-        overlap = sum(content_key(t) in seen for t in labelled(trajs))  # what is scored
+    for path, test in tests.items():
+        overlap = sum(content_key(t) in seen for t in test)
         if overlap:
             raise ValueError(f"{path}: {overlap} of its labelled failures are also in the training sets (same task "
                              "and steps); a test set must be unseen")
@@ -161,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
                               "model": str(args.model or out / "model"), "seed": args.seed,
                               "inputs": {k: model.spec.get(k) for k in ("reading_features", "text_embeddings",
                                                                          "anonymise_agents")}, "tests": {}}
-    for path, trajs in test_sets.items():
-        test = labelled(trajs)
+    for path, test in tests.items():
         preds, turns_read = dcl_predictions(model, test)
         if args.embedding_cache:
             model.save_cache(args.embedding_cache)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                                for t, p, g in zip(test, preds, map(gold_attribution, test))]
         report["tests"][path] = part
         lo, mid, hi = part["steps_min_median_max"]
-        print(f"\ntest {path}: {part['n']} labelled failures ({len(trajs) - part['n']} unlabelled left out), "
+        print(f"\ntest {path}: {part['n']} labelled failures ({len(test_sets[path]) - part['n']} unlabelled left out), "
               f"{lo}-{hi} steps (median {mid}); gold steps unreachable: {part['unreachable_gold_steps']}")
         print(table(part))
         verdict = ", ".join(f"{m}: {'yes' if ok else 'no'}" for m, ok in part["above_every_floor"].items())
