@@ -196,10 +196,13 @@ class AG2Adapter(Adapter):
 
         return finish
 
+    def _in_own_run(self) -> bool:
+        run = current_run()
+        return run is not None and run.framework == self.name
+
     async def _areply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         step = self._open_step(instance, args, kwargs)
-        run = current_run()
-        if step is None and (run is None or run.framework != self.name):
+        if step is None and not self._in_own_run():
             return await wrapped(*args, **kwargs)
         # Not a step but inside a run (automatic speaker selection's helper agents): hand over the
         # current context, so their model calls are still the run's.
@@ -231,8 +234,7 @@ class AG2Adapter(Adapter):
     def _in_new_loop(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_run_async_in_thread(coro)`` (a sync chat's async tools) awaits ``coro`` on a new loop in a
         new thread: the coroutine attaches the caller's context there."""
-        run = current_run()
-        if run is None or run.framework != self.name:
+        if not self._in_own_run():
             return wrapped(*args, **kwargs)
         coro = kwargs.pop("coro") if "coro" in kwargs else args[0]
         ctx = otel_context.get_current()
