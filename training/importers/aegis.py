@@ -34,10 +34,10 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
         require(turn, "agent_name", "content")
         step = step_number(turn.get("step"), f"conversation_history[{i}].step")  # 3 or "3"
         order.append((i if step is None else step, i))
-    ordered = [(i, history[i]) for _, i in sorted(order)]
+    ordered = [history[i] for _, i in sorted(order)]
     steps = [
         Step(index=i, agent=str(turn["agent_name"]), role=turn.get("agent_role"), output=str(turn["content"] or ""))
-        for i, (_, turn) in enumerate(ordered)
+        for i, turn in enumerate(ordered)
     ]
     faults = []
     for entry in (out or {}).get("faulty_agents") or []:
@@ -47,7 +47,7 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
     meta = dict(record.get("metadata") or {})
     acting = {s.agent for s in steps}
     flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent not in acting for f in faults) else []
-    phases = [turn.get("phase") for _, turn in ordered]
+    phases = [turn.get("phase") for turn in ordered]
     return Trajectory(
         run_id=record_id,
         framework=meta.get("framework"),
