@@ -151,6 +151,14 @@ def _finish(scope: "LLMScope", response: LLMResponse) -> None:
     )
 
 
+def _finish_converted(scope: "LLMScope", convert: Callable[[], LLMResponse]) -> None:
+    """End ``scope`` with ``convert()``'s response; a span that records nothing is ended without converting."""
+    if scope.span.is_recording():
+        _finish(scope, convert())
+    else:
+        scope.end()
+
+
 class _Prepared:
     """Span, call record and possibly-rewritten arguments of a call about to run."""
 
@@ -172,10 +180,7 @@ class _Prepared:
 
     def complete(self, probe: "Probe", codec: LLMCodec, raw: Any | None) -> Any:
         if raw is not None and not probe.interceptors:
-            if self.scope.span.is_recording():
-                _finish(self.scope, codec.response(raw))
-            else:  # nothing would be kept: no response conversion
-                self.scope.end()
+            _finish_converted(self.scope, lambda: codec.response(raw))
             return raw
         response = self.short_circuit if raw is None else codec.response(raw)
         changed = raw is None
@@ -344,10 +349,7 @@ class _PassingChunks:
             self.scope.fail(exc)
             return
         try:
-            if self.scope.span.is_recording():
-                _finish(self.scope, self.codec.from_chunks(self.chunks))
-            else:
-                self.scope.end()
+            _finish_converted(self.scope, lambda: self.codec.from_chunks(self.chunks))
         except Exception:
             log_hook_error("llm stream end")
             self.scope.end()
