@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import ProbeConfig
+from .leanspans import LeanTracerProvider
 from .redact import encodable
 from .store import StoreSpanProcessor, TraceStore
 
@@ -61,7 +62,7 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
 
 
 def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": encodable(config.service_name)}))
+    provider = LeanTracerProvider(resource=Resource.create({"service.name": encodable(config.service_name)}))
     if store is not None:
         provider.add_span_processor(StoreSpanProcessor(store))
     remote = exporter

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from .. import semconv as sc
@@ -38,6 +38,7 @@ from ..errors import one_line
 from ..executors import Executor, Failure, ThreadExecutor
 from ..interception import UnansweredCalls
 from ..jsonl import read_jsonl
+from ..leanspans import LeanTracerProvider
 from ..modelserver import ModelServer
 from ..otlp_json import SpanRecord
 from ..store import TraceStore
@@ -121,7 +122,7 @@ class Campaign:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        self._provider = TracerProvider(sampler=ALWAYS_ON)  # every run is judged and labelled: none is sampled out
+        self._provider = LeanTracerProvider(sampler=ALWAYS_ON)  # every run is judged and labelled: none is sampled out
         self._collector = _Collector()
         self._provider.add_span_processor(self._collector)
         self._lock = threading.Lock()

@@ -1,0 +1,170 @@
+"""aegis-probe's own tracer provider: lean spans hold exactly what the SDK's spans hold."""
+
+from __future__ import annotations
+
+import enum
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from aegis_probe.leanspans import LeanSpan, LeanTracer, LeanTracerProvider
+from aegis_probe.probe import ProbeSetup
+from aegis_probe.store import StoreSpanProcessor, TraceStore
+
+
+class Model(str, enum.Enum):  # a str subclass, as CAMEL's ModelType
+    GPT = "gpt-x"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+def _scenario(tracer: trace.Tracer) -> None:
+    """Every way aegis-probe and an app's code touch a span, plain and odd values alike."""
+    root = tracer.start_span("invoke_workflow t", attributes={"a": "x", "n": 1, "f": 1.5, "b": True})
+    ctx = trace.set_span_in_context(root)
+    odd: dict[Any, Any] = {"list": ["x", "y"], "ints": (1, 2), "bytes": b"raw", "none": None, "": "empty key",
+                           "model": Model.GPT, "level": Level.HIGH, "obj": object, "plain": "é 😀 \x00"}
+    step = tracer.start_span("invoke_agent a", context=ctx, kind=SpanKind.INTERNAL, attributes=odd,
+                             links=[Link(root.get_span_context(), {"why": "retry"})])
+    step.set_attribute("a", "first")
+    step.set_attribute("n", 2)
+    step.set_attribute("a", "again")  # a key set again moves to the end
+    step.set_attribute("tuple", ("p", "q"))
+    step.set_attribute(7, "bad key")  # type: ignore[arg-type]
+    step.set_attributes({"s1": "v", "s2": 3})
+    step.set_attributes({"m1": "v", 5: "int key", "m3": [1.0, 2.0]})  # type: ignore[dict-item]
+    step.add_event("note", {"k": "v", "l": [True]})
+    step.update_name("invoke_agent renamed")
+    with pytest.raises(ValueError):
+        with trace.use_span(step, end_on_exit=False, record_exception=True, set_status_on_exception=True):
+            raise ValueError("boom")
+    llm = tracer.start_span("chat m", context=trace.set_span_in_context(step), kind=SpanKind.CLIENT,
+                            attributes={"input": "a long prompt"})
+    llm.set_attribute("output", "a long answer")
+    llm.set_status(Status(StatusCode.OK))
+    llm.end()
+    step.end()
+    step.set_attribute("after", "end")  # ignored on an ended span
+    step.end()  # ended twice: a warning, nothing else
+    root.set_status(StatusCode.ERROR, "failed")
+    root.end()
+
+
+def _finished(provider: TracerProvider) -> list[Any]:
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _scenario(provider.get_tracer("aegis_probe", "1.0"))
+    return list(exporter.get_finished_spans())
+
+
+def _view(spans: list[Any]) -> list[Any]:
+    """What an exporter reads from each span, with ids and times replaced by their order."""
+    ids = {span.context.span_id: i for i, span in enumerate(spans)}
+    return [(span.name, span.kind, ids.get(span.parent.span_id) if span.parent else None,
+             list(span.attributes.items()), span.dropped_attributes, span.status.status_code,
+             span.status.description,
+             [(e.name, list(e.attributes.items()), e.timestamp >= span.start_time) for e in span.events],
+             [(ids.get(link.context.span_id), list(link.attributes.items())) for link in span.links],
+             span.dropped_events, span.dropped_links, dict(span.resource.attributes),
+             (span.instrumentation_scope.name, span.instrumentation_scope.version),
+             span.context.trace_flags, span.context.trace_id == spans[-1].context.trace_id,
+             span.end_time >= span.start_time)
+            for span in spans]
+
+
+@pytest.mark.parametrize("limits", [None, SpanLimits(max_span_attributes=4, max_span_attribute_length=3,
+                                                     max_events=0, max_links=0)],
+                         ids=["default limits", "tight limits"])
+def test_lean_spans_hold_what_sdk_spans_hold(limits: SpanLimits | None) -> None:
+    sdk = _finished(TracerProvider(span_limits=limits))
+    lean = _finished(LeanTracerProvider(span_limits=limits))
+    assert [type(span) for span in lean] == [LeanSpan] * 3
+    assert _view(lean) == _view(sdk)
+    if limits is None:
+        step = dict(lean[1].attributes)
+        assert list(step)[-5:] == ["s1", "s2", "m1", "5", "m3"] and "after" not in step
+        assert step["model"] is Model.GPT and step["list"] == ("x", "y") and "" not in step
+
+
+def test_unsampled_and_disabled_spans_match_the_sdk() -> None:
+    for make in (TracerProvider, LeanTracerProvider):
+        provider = make(sampler=ParentBased(ALWAYS_OFF))
+        tracer = provider.get_tracer("t")
+        root = tracer.start_span("root")
+        child = tracer.start_span("child", context=trace.set_span_in_context(root))
+        assert not root.is_recording() and not child.is_recording()
+        assert child.get_span_context().trace_id == root.get_span_context().trace_id
+        assert not child.get_span_context().trace_flags.sampled
+
+
+def test_store_lines_are_the_same_bytes(tmp_path: Path) -> None:
+    lines = []
+    for i, make in enumerate((TracerProvider, LeanTracerProvider)):
+        store = TraceStore(tmp_path / str(i))
+        provider = make()
+        provider.add_span_processor(StoreSpanProcessor(store))
+        _scenario(provider.get_tracer("aegis_probe", "1.0"))
+        store.flush()
+        text = next(store.path.glob("*.jsonl")).read_text(encoding="utf-8")
+        lines.append(re.sub(r'"(traceId|spanId|parentSpanId|startTimeUnixNano|endTimeUnixNano|timeUnixNano)":"[0-9a-f]+"',
+                            r'"\1":"_"', text))
+    assert lines[0] == lines[1] and '"invoke_agent renamed"' in lines[0]
+
+
+def test_spans_from_threads_keep_their_own_attributes() -> None:
+    exporter = InMemorySpanExporter()
+    provider = LeanTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+
+    def work(n: int) -> None:
+        for i in range(200):
+            span = tracer.start_span(f"s{n}", attributes={"n": n})
+            span.set_attribute("i", i)
+            span.end()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 800 and all(span.attributes["n"] == int(span.name[1:]) for span in spans)
+    assert sorted(span.attributes["i"] for span in spans if span.name == "s2") == list(range(200))
+
+
+def test_own_provider_is_lean_and_an_apps_provider_is_not(tmp_path: Path) -> None:
+    own = ProbeSetup.resolve(store=tmp_path).provider
+    assert isinstance(own, LeanTracerProvider) and type(own.get_tracer("t")) is LeanTracer
+    apps = TracerProvider()
+    assert ProbeSetup.resolve(tracer_provider=apps).provider.get_tracer("t").__class__ is sdk_trace.Tracer
+
+
+def test_unknown_sdk_layout_keeps_the_sdks_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    sdk_init = sdk_trace._Span.__init__
+
+    def init_with_a_new_field(self: Any, *args: Any, **kwargs: Any) -> None:
+        sdk_init(self, *args, **kwargs)
+        self._new_in_a_later_sdk = []
+
+    monkeypatch.setattr(sdk_trace._Span, "__init__", init_with_a_new_field)
+    exporter = InMemorySpanExporter()
+    provider = LeanTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    assert type(tracer) is sdk_trace.Tracer
+    tracer.start_span("s", attributes={"k": "v"}).end()
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["k"] == "v" and not isinstance(span, LeanSpan)
