@@ -36,6 +36,7 @@ from opentelemetry.util import types
 logger = logging.getLogger("aegis_probe")
 
 _PLAIN = frozenset((str, bool, int, float))
+_SCALAR = (str, int, float, bytes)  # and their subclasses (enums, bool): the SDK keeps these as they are
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 _NOT_SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.DEFAULT)
@@ -46,7 +47,7 @@ class LeanAttributes(BoundedAttributes):
 
     def __setitem__(self, key: str, value: types.AnyValue) -> None:
         entries = self._dict
-        if (type(value) in _PLAIN and type(key) is str and key and not self._immutable
+        if ((type(value) in _PLAIN or isinstance(value, _SCALAR)) and type(key) is str and key and not self._immutable
                 and self.max_value_len is None
                 and (self.maxlen is None or len(entries) < self.maxlen or key in entries)):
             entries.pop(key, None)  # a key set again moves to the end, as in the SDK
@@ -55,16 +56,18 @@ class LeanAttributes(BoundedAttributes):
             super().__setitem__(key, value)
 
     def _set_items(self, attributes: Mapping[str, types.AnyValue]) -> None:
+        plain = True
         for key, value in attributes.items():
-            if type(key) is not str or not key or type(value) not in _PLAIN:
+            if type(key) is not str or not key:  # the SDK renames or drops such keys here
                 super()._set_items(attributes)
                 return
+            plain = plain and type(value) in _PLAIN
         entries = self._dict
-        if (not entries and not self._immutable and self.max_value_len is None
+        if (plain and not entries and not self._immutable and self.max_value_len is None
                 and (self.maxlen is None or len(attributes) <= self.maxlen)):
             entries.update(attributes)  # a new span's attributes: all fit, in their order
         else:
-            for key, value in attributes.items():
+            for key, value in attributes.items():  # with str keys, item by item is what the SDK does
                 self[key] = value
 
 
