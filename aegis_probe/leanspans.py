@@ -28,6 +28,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import Status, StatusCode
@@ -107,16 +108,21 @@ class LeanTracer(sdk_trace.Tracer):
         else:
             trace_id = parent.trace_id
             random_id = parent.trace_flags.random_trace_id
-        sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        flags = _SAMPLED if sampled.decision.is_sampled() else _NOT_SAMPLED
+        if self.sampler is ALWAYS_ON or (self.sampler is DEFAULT_ON and (parent is None or parent.trace_flags.sampled)):
+            # what these two samplers (the default one included) decide, without calling them
+            decision, trace_state = Decision.RECORD_AND_SAMPLE, parent.trace_state if parent else None
+        else:
+            sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+            decision, trace_state, attributes = sampled.decision, sampled.trace_state, sampled.attributes
+        flags = _SAMPLED if decision.is_sampled() else _NOT_SAMPLED
         if random_id:
             flags = trace_api.TraceFlags(flags | trace_api.TraceFlags.RANDOM_TRACE_ID)
         span_context = trace_api.SpanContext(trace_id, self.id_generator.generate_span_id(), is_remote=False,
-                                             trace_flags=flags, trace_state=sampled.trace_state)
-        record_end_metrics = self._tracer_metrics.start_span(parent, sampled.decision)
-        if not sampled.decision.is_recording():
+                                             trace_flags=flags, trace_state=trace_state)
+        record_end_metrics = self._tracer_metrics.start_span(parent, decision)
+        if not decision.is_recording():
             return trace_api.NonRecordingSpan(context=span_context)
-        span = _new_span(self._lean_fixed, name, span_context, parent, kind, sampled.attributes, links,
+        span = _new_span(self._lean_fixed, name, span_context, parent, kind, attributes, links,
                          record_exception, set_status_on_exception, record_end_metrics)
         span._start_time = start_time if start_time is not None else time_ns()
         self.span_processor.on_start(span, parent_context=context)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 import threading
 from pathlib import Path
@@ -12,10 +13,11 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, DEFAULT_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from aegis_probe.leanspans import LeanSpan, LeanTracer, LeanTracerProvider
 from aegis_probe.probe import ProbeSetup
@@ -98,15 +100,43 @@ def test_lean_spans_hold_what_sdk_spans_hold(limits: SpanLimits | None) -> None:
         assert step["model"] is Model.GPT and step["list"] == ("x", "y") and "" not in step
 
 
-def test_unsampled_and_disabled_spans_match_the_sdk() -> None:
-    for make in (TracerProvider, LeanTracerProvider):
-        provider = make(sampler=ParentBased(ALWAYS_OFF))
-        tracer = provider.get_tracer("t")
-        root = tracer.start_span("root")
-        child = tracer.start_span("child", context=trace.set_span_in_context(root))
-        assert not root.is_recording() and not child.is_recording()
-        assert child.get_span_context().trace_id == root.get_span_context().trace_id
-        assert not child.get_span_context().trace_flags.sampled
+class _Counting(IdGenerator):
+    """The same ids for both providers, spread over the ratio sampler's range."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(0x9E3779B97F4A7C15, 0x9E3779B97F4A7C15)
+
+    def generate_span_id(self) -> int:
+        return next(self._next) % 2**64 or 1
+
+    def generate_trace_id(self) -> int:
+        return next(self._next) % 2**128 or 1
+
+
+@pytest.mark.parametrize("sampler", [DEFAULT_ON, ALWAYS_ON, ParentBased(ALWAYS_OFF), TraceIdRatioBased(0.5)],
+                         ids=["default", "always on", "parent or off", "ratio"])
+def test_sampling_decisions_match_the_sdk(sampler: Sampler) -> None:
+    state = TraceState([("vendor", "v1")])
+    parents = [None] + [trace.NonRecordingSpan(SpanContext(trace_id, 0xABC, is_remote=remote, trace_state=state,
+                                                          trace_flags=TraceFlags(flags)))
+                        for trace_id in (1, 2**127 + 5) for remote in (False, True) for flags in (0, 1)]
+
+    def decisions(make: type[TracerProvider]) -> list[Any]:
+        tracer = make(sampler=sampler, id_generator=_Counting()).get_tracer("t")  # the ratio sampler reads the id
+        out = []
+        for parent in parents:
+            span = tracer.start_span("s", context=trace.set_span_in_context(parent) if parent else None,
+                                     attributes={"k": "v"})
+            got = span.get_span_context()
+            out.append((span.is_recording(), got.trace_flags, got.trace_state,
+                        parent is None or got.trace_id == parent.get_span_context().trace_id,
+                        dict(getattr(span, "attributes", {}))))
+            span.end()
+        return out
+
+    lean = decisions(LeanTracerProvider)
+    assert lean == decisions(TracerProvider)
+    assert len({recording for recording, *_ in lean}) == (1 if sampler is ALWAYS_ON else 2)
 
 
 def test_store_lines_are_the_same_bytes(tmp_path: Path) -> None:
