@@ -170,6 +170,8 @@ class CamelCodec:
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         model_type = instance.model_type
+        if isinstance(model_type, str):  # camel's ModelType (a str enum) or UnifiedModelType: their text, as a plain str
+            return str.__str__(model_type)
         return str(getattr(model_type, "value", model_type))
 
     @staticmethod
@@ -680,9 +682,14 @@ class CamelAdapter(Adapter):
                 task = content_text(getattr(message, "content", message))
                 own_run = run = start_run(probe, agent.role_name, framework=self.name, task=task, lone_agent=True)
             role = getattr(getattr(agent, "role_type", None), "value", None)
-            with attached(run if society is not None else own_run):  # the step's parent
+            parent = run if society is not None else own_run  # None: the current run is the parent
+            token = parent.attach() if parent is not None else None
+            try:
                 step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=lambda: [_message(message, "user")])  # only if it records
+            finally:
+                if token is not None:
+                    parent.detach(token)  # type: ignore[union-attr]
             if society is not None:
                 self._stepping[society] = step
             return _Opened(own_run, step, society, agent)
@@ -716,17 +723,20 @@ class CamelAdapter(Adapter):
         opened = self._open_step(instance, args, kwargs)
         if opened is None:
             return wrapped(*args, **kwargs)
+        step = opened[1]
+        token = step.attach()
         try:
-            with attached(opened[1]):
-                if getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
+            if getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
+                result = wrapped(*args, **kwargs)
+            else:
+                message = kwargs["input_message"] if "input_message" in kwargs else args[0]
+                with self._handed_over(instance, (message,), step):
                     result = wrapped(*args, **kwargs)
-                else:
-                    message = kwargs["input_message"] if "input_message" in kwargs else args[0]
-                    with self._handed_over(instance, (message,), opened[1]):
-                        result = wrapped(*args, **kwargs)
         except BaseException as exc:
+            step.detach(token)
             self._close_step(opened, None, exc)
             raise
+        step.detach(token)
         if isinstance(result, self._streaming[0]):
             return self._streamed(opened, instance, result)
         self._close_step(opened, result, None)
@@ -736,12 +746,15 @@ class CamelAdapter(Adapter):
         opened = self._open_step(instance, args, kwargs)
         if opened is None:
             return await wrapped(*args, **kwargs)
+        step = opened[1]
+        token = step.attach()
         try:
-            with attached(opened[1]):
-                result = await wrapped(*args, **kwargs)
+            result = await wrapped(*args, **kwargs)
         except BaseException as exc:
+            step.detach(token)
             self._close_step(opened, None, exc)
             raise
+        step.detach(token)
         if isinstance(result, self._streaming[1]):
             return self._streamed(opened, instance, result)
         self._close_step(opened, result, None)
