@@ -177,8 +177,9 @@ def _readable_records(path: Path, trace_prefix: str | None = None) -> Iterator[S
 def _end_last_line(fd: int, path: Path) -> None:
     """Before appending, end the file with a newline: a crash mid-write leaves a partial line.
 
-    A partial line that is not a valid record is dropped (readers skip it anyway) so that the
-    next line does not glue onto it and corrupt the file; a complete one just gets its newline.
+    A partial line (not a JSON document) is dropped (readers skip it anyway) so that the next
+    line does not glue onto it and corrupt the file; a complete one (any JSON document, another
+    producer's too, or one too deeply nested to tell) just gets its newline.
     """
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
@@ -192,12 +193,14 @@ def _end_last_line(fd: int, path: Path) -> None:
             break
         start = chunk_start
     try:
-        decode_request(json.loads(os.pread(fd, size - start, start)))
-    except _BAD_RECORD:
+        json.loads(os.pread(fd, size - start, start))
+    except ValueError:  # not JSON, or not UTF-8: cut short
         logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted write", path, size - start)
         os.ftruncate(fd, start)
-    else:
-        os.write(fd, b"\n")
+        return
+    except RecursionError:  # too deeply nested to tell: kept
+        pass
+    os.write(fd, b"\n")
 
 
 class TraceStore:

@@ -181,6 +181,22 @@ def test_store_keeps_working_after_a_crash_mid_write(probe, store, lost):
     assert_matches(trajs[-1], "after crash", sample_steps("x"), later)
 
 
+@pytest.mark.parametrize("tail", ['{"otherProducer": {"spans": []}}', "[" * 100_000 + "]" * 100_000, "[" * 100_000])
+def test_a_last_line_without_newline_that_is_not_a_crash_is_kept(probe, store, caplog, tail):
+    """A complete last line without its newline (another producer's JSON, one nested too deeply
+    to parse) is kept, not cut as a crash's, and the store keeps taking runs after it (a line too
+    deep to parse made every later write fail)."""
+    first = _write_runs(probe, 1)
+    data = store.file.read_bytes() + tail.encode()
+    store.file.write_bytes(data)
+    with caplog.at_level(logging.ERROR, logger="aegis_probe.store"):
+        later = run_script(probe, "after", sample_steps("x")).trace_id
+        assert probe.store.flush()
+    assert "could not write" not in caplog.text
+    assert store.file.read_bytes().startswith(data + b"\n"), "nothing already written is lost"
+    assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == first + [later]
+
+
 def test_malformed_lines_are_skipped_with_a_warning_naming_file_and_line(probe, store, caplog):
     """A bad line never makes the rest of the store unreadable: it is skipped, with file:line."""
     ids = _write_runs(probe, 3)
