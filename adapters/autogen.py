@@ -843,7 +843,9 @@ class _ManagerTurn(_ContextScope):
         return self.step
 
     def saw(self, result: Any) -> None:
-        """Keep the next speaker a progress ledger (JSON with ``next_speaker``) names, if ``result`` is one."""
+        """Keep the next speaker ``result`` names if it is a progress ledger (JSON with ``next_speaker``);
+        any other answer names none (a stalled ledger's choice is dropped when re-planning follows)."""
+        self.next_speaker = None
         content = getattr(result, "content", None)
         if not isinstance(content, str) or "next_speaker" not in content:
             return

@@ -95,6 +95,31 @@ def test_content_off_keeps_steps_and_next_speaker(model_server, tmp_path):
     assert [s.next_speaker for s in traj.steps] == [None, "calculator", None, "reviewer", None, None]
 
 
+def test_a_replan_names_no_next_speaker(model_server, tmp_path):
+    """A stalled progress ledger makes the orchestrator re-plan: the new task ledger it adds chose no
+    speaker (the stalled ledger's choice was dropped); the instruction after it names its own."""
+    ledgers = []
+
+    def stalling(body):
+        last = body["messages"][-1].get("content") or ""
+        if demo.LEDGER_PROMPT in last and not ledgers:
+            ledgers.append(json.loads(demo.ledger(done=False, speaker="reviewer", instruction="Say something.")))
+            ledgers[0]["is_progress_being_made"]["answer"] = False
+            return Reply(content=json.dumps(ledgers[0]))
+        return demo.policy(body)
+
+    from autogen_agentchat.teams import MagenticOneGroupChat
+
+    app = demo.build_app(model_server(stalling).base_url, "aegis-scripted", "sk-test")
+    app = MagenticOneGroupChat(app._participants, model_client=app._model_client, max_turns=10, max_stalls=1)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    asyncio.run(app.run(task=demo.TASK))
+    steps = probe.trajectory().steps
+    assert [(s.agent, s.next_speaker) for s in steps[:3]] == [(ORCH, None), (ORCH, None), (ORCH, "calculator")]
+    assert "Here is the plan to follow" in steps[1].output and len(steps[1].llm_calls) == 3  # ledger, facts, plan
+    assert steps[3].agent == "calculator"
+
+
 def test_orchestrator_failure_fails_its_step_and_passes_through(model_server, tmp_path):
     """A ledger the orchestrator cannot parse ten times: its error reaches the app unchanged."""
 
