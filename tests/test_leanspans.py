@@ -75,7 +75,7 @@ def _view(spans: list[Any]) -> list[Any]:
     """What an exporter reads from each span, with ids and times replaced by their order."""
     ids = {span.context.span_id: i for i, span in enumerate(spans)}
     return [(span.name, span.kind, ids.get(span.parent.span_id) if span.parent else None,
-             list(span.attributes.items()), span.dropped_attributes, span.status.status_code,
+             [(key, type(value), value) for key, value in span.attributes.items()], span.dropped_attributes, span.status.status_code,
              span.status.description,
              [(e.name, list(e.attributes.items()), e.timestamp >= span.start_time) for e in span.events],
              [(ids.get(link.context.span_id), list(link.attributes.items())) for link in span.links],
@@ -198,3 +198,24 @@ def test_unknown_sdk_layout_keeps_the_sdks_spans(monkeypatch: pytest.MonkeyPatch
     tracer.start_span("s", attributes={"k": "v"}).end()
     (span,) = exporter.get_finished_spans()
     assert span.attributes["k"] == "v" and not isinstance(span, LeanSpan)
+
+
+def test_otlp_protobuf_is_the_same() -> None:
+    """The OTLP exporters' encoding of lean spans equals that of the SDK's (ids and times aside)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    def encoded(make: type[TracerProvider]) -> Any:
+        request = encode_spans(_finished(make()))
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    span.trace_id = span.span_id = span.parent_span_id = b""
+                    span.start_time_unix_nano = span.end_time_unix_nano = 0
+                    for event in span.events:
+                        event.time_unix_nano = 0
+                    for link in span.links:
+                        link.trace_id = link.span_id = b""
+        return request
+
+    lean = encoded(LeanTracerProvider)
+    assert lean == encoded(TracerProvider) and len(lean.resource_spans[0].scope_spans[0].spans) == 3
