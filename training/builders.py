@@ -110,7 +110,9 @@ def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tok
 
 def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
     """Rows ``{"id", "group", "task", "turns": [{"agent", "text"}], "label_agents", "label_modes",
-    "label_step", "positive"}``; ``positive`` marks clean runs, the others of a group are negatives."""
+    "label_pairs", "label_step", "positive"}``; ``label_pairs`` are the labelled ``[agent, mode]``
+    pairs (an agent may have several modes; null when a faulty agent has no mode); ``positive``
+    marks clean runs, the others of a group are negatives."""
     rows = []
     for traj in trajs:
         faults = traj.labels.faults
@@ -120,6 +122,8 @@ def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
             "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s)).strip()} for s in traj.steps],
             "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
             "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),
+            "label_pairs": ([list(p) for p in dict.fromkeys((f.agent, f.mode) for f in faults if f.agent)]
+                            if all(f.mode for f in faults if f.agent) else None),
             "label_step": decisive.step if decisive else None,
             "positive": is_positive(traj),
         })

@@ -1,4 +1,4 @@
-"""DCL rows (``{"id", "group", "turns", "label_agents", "label_modes", "label_step", "positive"}``)
+"""DCL rows (``{"id", "group", "turns", "label_agents", "label_modes", "label_pairs", "label_step", "positive"}``)
 turned into the tensors the head and the losses read."""
 
 from __future__ import annotations
@@ -94,16 +94,15 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
                 agent_target[index[normalize_agent(a)]] = 1.0
     if any(gold_modes) or (positive and modes_known):
         mode_target = torch.zeros(len(modes))
-        pair_target = torch.zeros(len(agents), len(modes))
         for m in gold_modes:
             if m in mode_index:
                 mode_target[mode_index[m]] = 1.0
-        if len(gold_modes) == len(gold_agents):
-            for a, m in zip(gold_agents, gold_modes):
+        pairs = _label_pairs(row, gold_agents, gold_modes)  # None: pairs unknown
+        if pairs is not None:
+            pair_target = torch.zeros(len(agents), len(modes))
+            for a, m in pairs:
                 if m in mode_index and normalize_agent(a) in index:
                     pair_target[index[normalize_agent(a)], mode_index[m]] = 1.0
-        else:
-            pair_target = None  # modes not aligned with agents: pairs unknown
     step = row.get("label_step")
     agent_texts = [f"agent {i + 1}" if anonymise_agents else name_text(a) for i, a in enumerate(agents)]
     return Example(
@@ -123,3 +122,17 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
         n_turns=len(all_turns),
         features=features,
     )
+
+
+def _label_pairs(row: dict[str, Any], agents: list[str], modes: list[str]) -> list[tuple[str, str]] | None:
+    """The row's labelled (agent, mode) pairs: ``label_pairs`` when the row has them (``build dcl``
+    writes them; null: unknown), else ``label_agents`` and ``label_modes`` read as aligned when
+    they are as long (rows written by hand, one fault each); ``None``: pairs unknown."""
+    if "label_pairs" not in row:
+        return list(zip(agents, modes)) if len(agents) == len(modes) else None
+    pairs = row["label_pairs"]
+    if pairs is None:
+        return None
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise ValueError(f"DCL row {row.get('id')!r}: 'label_pairs' must be a list of [agent, mode]")
+    return [(str(a), str(m)) for a, m in pairs]
