@@ -81,9 +81,28 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     return out
 
 
-def _unseen(messages: list[Any]) -> list[Any]:
-    """The messages after the agent's own last one (``role == "assistant"`` in its own history)."""
-    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+def _own(messages: list[Any], i: int, name: str, two_party: bool) -> bool:
+    """Whether ``messages[i]`` of agent ``name``'s history is one it sent. ag2 stores received
+    messages as ``user`` and names every message by its author, except the tool calls an agent
+    sends (``assistant`` either way). In a group chat the manager names those it passes on, so an
+    unnamed one is the agent's own; in a two-agent chat it is the partner's when the agent answered
+    it (the next message is the agent's) or is about to (it is the last)."""
+    m = messages[i]
+    if not isinstance(m, dict) or m.get("role") == "user":
+        return False
+    if m.get("name") is not None:
+        return bool(m["name"] == name)
+    if not (m.get("tool_calls") or m.get("function_call")):
+        return m.get("role") == "assistant"
+    if not two_party:
+        return True
+    after = messages[i + 1] if i + 1 < len(messages) else None
+    return isinstance(after, dict) and after.get("name") != name
+
+
+def _unseen(messages: list[Any], name: str, two_party: bool) -> list[Any]:
+    """The messages of agent ``name``'s history after its own last one."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if _own(messages, i, name, two_party)), -1)
     return messages[last + 1:]
 
 
@@ -179,7 +198,8 @@ class AG2Adapter(Adapter):
             sender = kwargs["sender"] if "sender" in kwargs else args[1] if len(args) > 1 else None
             if messages is None and sender is not None:
                 messages = agent.chat_messages.get(sender, [])
-            shown = [to_neutral(m) for m in _unseen(list(messages or ()))]
+            two_party = not isinstance(sender, GroupChatManager)
+            shown = [to_neutral(m) for m in _unseen(list(messages or ()), agent.name, two_party)]
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=getattr(agent, "description", None))
         except Exception:

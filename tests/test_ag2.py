@@ -198,6 +198,64 @@ def test_nested_chat_messages_are_steps_inside_the_outer_step(model_server, prov
     assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
 
 
+def _tool_team(server):
+    """A coder whose model asks for ``add`` until it sees a result, and a user proxy executing it."""
+    from autogen import AssistantAgent, UserProxyAgent, register_function
+
+    config = {"config_list": [{"model": "aegis-scripted", "base_url": server.base_url, "api_key": "sk-test",
+                               "price": [0, 0]}], "cache_seed": None}
+    user = UserProxyAgent("user", human_input_mode="NEVER", code_execution_config=False, default_auto_reply="go on",
+                          is_termination_msg=lambda m: "DONE" in str(m.get("content")))
+    coder = AssistantAgent("coder", llm_config=config)
+    reviewer = AssistantAgent("reviewer", llm_config=config)
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    register_function(add, caller=coder, executor=user, description="Add two numbers.")
+    return user, coder, reviewer
+
+
+def _tool_policy(body):
+    if body["messages"][-1].get("role") == "tool":
+        return Reply(content="the sum is " + str(body["messages"][-1]["content"]) + " DONE")
+    return Reply(tool_calls=[("add", {"a": 2, "b": 3})])
+
+
+@needs_ag2
+def test_step_input_of_a_tool_executor_is_the_call_it_runs(model_server, provider, tmp_path):
+    """ag2 stores a tool call as ``assistant`` whoever sent it: the executor's input is the call,
+    not nothing, and its own tool result is not its next input."""
+    user, coder, _ = _tool_team(model_server(_tool_policy))
+    probe = aegis_probe.instrument(coder, tracer_provider=provider, store=tmp_path / "store")
+    user.initiate_chat(coder, message="add 2 and 3", silent=True)
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["coder", "user", "coder", "user"]
+    assert [m.content for m in steps[1].input_messages] == ['[tool_call add("{\\"a\\": 2, \\"b\\": 3}")]']
+    assert [m.content for m in steps[2].input_messages] == ["5"]
+    assert [m.content for m in steps[3].input_messages] == ["the sum is 5 DONE"]
+
+
+@needs_ag2
+def test_step_input_in_a_group_chat_includes_others_tool_calls(model_server, provider, tmp_path):
+    """A group chat with a speaker selection function: the reviewer's first input is the whole chat,
+    the coder's tool call included (it was cut after that call, taken for the reviewer's own)."""
+    from autogen import GroupChat, GroupChatManager
+
+    user, coder, reviewer = _tool_team(model_server(_tool_policy))
+    order = [coder, user, reviewer]
+    chat = GroupChat([user, coder, reviewer], messages=[], max_round=4,
+                     speaker_selection_method=lambda last, group: order[len(group.messages) - 1])
+    manager = GroupChatManager(chat, llm_config=False)
+    probe = aegis_probe.instrument(manager, tracer_provider=provider, store=tmp_path / "store")
+    user.initiate_chat(manager, message="add 2 and 3", silent=True)
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["coder", "user", "reviewer"]
+    assert ["[tool_call add(" in m.content for m in steps[1].input_messages] == [True]
+    assert [m.role for m in steps[2].input_messages] == ["user", "assistant", "tool"]
+    assert "[tool_call add(" in steps[2].input_messages[1].content
+
+
 @needs_ag2
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from autogen import ConversableAgent, GroupChat
