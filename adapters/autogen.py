@@ -495,6 +495,10 @@ class _StepHooks:
             self.scope.finish()
 
 
+#: The agent whose step a step span's context belongs to (the same agent's nested call is no new step).
+_STEP_AGENT = otel_context.create_key("aegis.autogen.step_agent")
+
+
 class StepWrapper(_Wrapper):
     """``on_messages_stream``: one ``invoke_agent`` step span per call."""
 
@@ -512,15 +516,17 @@ class StepWrapper(_Wrapper):
     def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         name = instance.name
         step = current_step()
-        if step is not None and step.agent == name:  # delegation within the same step
-            return None
+        if step is not None and step.agent == name and current_context().get(_STEP_AGENT) is instance:
+            return None  # delegation within the same step (an inner agent of the same name has its own)
         run = current_run()
         probe = run.probe if run is not None else self.registry.get(instance)
         if probe is None:
             return None
         messages = args[0] if args else kwargs.get("messages", ())
-        return start_step(probe, name, run=run, description=instance.description,
-                          input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
+        scope = start_step(probe, name, run=run, description=instance.description,
+                           input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
+        scope.ctx = otel_context.set_value(_STEP_AGENT, instance, scope.ctx)
+        return scope
 
 
 class _ClientWrapper(_Wrapper):
