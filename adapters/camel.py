@@ -29,7 +29,11 @@ coroutine scheduled on the blocked outer loop; so that thread is not handled her
 attached by the step wrapper itself), and the step wrappers (``_step``/``_astep``) and
 ``_process_task`` keep their attach/call/finish inline instead of using ``spans.call_in_scope``:
 ``_step`` is aegis's only frame under camel's stack walk (a workforce's steps add ``_process_task``:
-``process_task_async`` inside a run, as ``process_task`` runs it, is not entered).
+``process_task_async`` inside a run, as ``process_task`` runs it, is not entered). And it takes the
+place of ``ChatAgent.step``'s own frame: for a step that neither streams nor has a ``step_timeout``,
+camel 0.2.90's undecorated ``step`` only calls ``_step_impl``, so the wrapper calls ``_step_impl``
+itself (after the same checks, in the same order) and the walk is as deep as without aegis (with
+Langfuse's or TraceRoot's ``observe`` on ``step``, or another camel version, it calls ``step``).
 
 Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
 ``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
@@ -362,6 +366,29 @@ def _outside_runs() -> bool:
     return current_run() is None
 
 
+#: ``ChatAgent.step``'s parameters (after ``self``); ``_step_impl`` has the same.
+_STEP_PARAMS = ("input_message", "response_format")
+
+
+def _plain_step(chat_agent: type) -> bool:
+    """Whether ``ChatAgent.step`` is camel 0.2.90's own function, undecorated (no Langfuse or
+    TraceRoot ``observe``): a step that neither streams nor has a ``step_timeout`` then only calls
+    ``self._step_impl(input_message, response_format)``, which the step wrapper can call itself."""
+    import inspect
+
+    from camel import __version__
+
+    step, impl = vars(chat_agent).get("step"), vars(chat_agent).get("_step_impl")
+    return (__version__ == "0.2.90" and inspect.isfunction(step) and not hasattr(step, "__wrapped__")
+            and step.__module__ == "camel.agents.chat_agent" and inspect.isfunction(impl)
+            and step.__code__.co_varnames[1:3] == impl.__code__.co_varnames[1:3] == _STEP_PARAMS)
+
+
+def _binds(args: tuple, kwargs: dict) -> bool:
+    """Whether ``step(*args, **kwargs)`` binds to ``(input_message, response_format=None)``."""
+    return len(args) <= 2 and all(k in _STEP_PARAMS[len(args):] for k in kwargs) and (bool(args) or _STEP_PARAMS[0] in kwargs)
+
+
 def _society_name(society: Any) -> str:
     """A ``RolePlaying``'s app name: its two roles."""
     return f"{society.assistant_agent.role_name} & {society.user_agent.role_name}"
@@ -385,6 +412,7 @@ class CamelAdapter(Adapter):
         # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
         self._handoff: dict[tuple[int, int], list[StepScope]] = {}
         self._handoff_lock = threading.Lock()
+        self._direct_step = False  # whether the step wrapper may call _step_impl itself (set at install)
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -440,6 +468,7 @@ class CamelAdapter(Adapter):
         # Inside a run they pass straight through: no frame (``process_task`` runs ``process_task_async``).
         patcher.wrap(Workforce, "process_task", self._process_task, enabled=_outside_runs)
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task, enabled=_outside_runs)
+        self._direct_step = _plain_step(ChatAgent)  # before wrapping it
         patcher.wrap(ChatAgent, "step", self._step)
         patcher.wrap(ChatAgent, "astep", self._astep)
         patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread, enabled=self._handoff.__len__)
@@ -726,7 +755,11 @@ class CamelAdapter(Adapter):
         step = opened[1]
         token = step.attach()
         try:
-            if getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
+            if self._direct_step and _binds(args, kwargs) \
+                    and not instance.model_backend.model_config_dict.get("stream", False) and instance.step_timeout is None:
+                # All that ChatAgent.step does here (its own checks, in its order): one frame less on the stack walk.
+                result = instance._step_impl(*args, **kwargs)
+            elif getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
                 result = wrapped(*args, **kwargs)
             else:
                 message = kwargs["input_message"] if "input_message" in kwargs else args[0]

@@ -322,7 +322,9 @@ def test_one_agent_stepped_from_two_threads_at_once(pool_call, model_server, pro
 def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_server, provider, exporter, monkeypatch):
     """``_step_impl`` walks the whole stack each step: without step_timeout only ``step``'s wrapper
     is on it (a conversation's run is attached by the step wrapper, not by wrapping ``RolePlaying.step``;
-    a workforce's run by ``process_task`` alone, ``process_task_async`` inside it passing straight through)."""
+    a workforce's run by ``process_task`` alone, ``process_task_async`` inside it passing straight through),
+    and a sync step's wrapper calls ``_step_impl`` in place of ``ChatAgent.step``: the walk is as deep as
+    without aegis."""
     import sys
 
     from camel.agents import ChatAgent
@@ -331,6 +333,7 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
     from adapters import camel as adapter_module
 
     ours_on_stack: list[list[str]] = []
+    depths: list[int] = []
     walk = ChatAgent._is_called_from_registered_toolkit
 
     def recording(self: Any) -> bool:
@@ -340,11 +343,17 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
                 names.append(frame.f_code.co_name)
             frame = frame.f_back
         ours_on_stack.append(names)
+        depths.append(len(inspect.stack(0)))
         return walk(self)
+
+    import inspect
 
     monkeypatch.setattr(ChatAgent, "_is_called_from_registered_toolkit", recording)
     if app_kind == "lone agent":
         server = model_server(lambda body: Reply(content="Hello."))
+        bare = ChatAgent(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
+        bare.step("Hi")
+        bare_depths, depths[:], ours_on_stack[:] = depths[:], [], []
         app = ChatAgent(BaseMessage.make_assistant_message("Greeter", "You greet."), model=backend(server))
         aegis_probe.instrument(app, tracer_provider=provider, store=False)
         app.step("Hi")
@@ -358,6 +367,8 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
         return
     else:
         server = model_server(demo.policy)
+        demo.run_app(demo.build_app(server.base_url, MODEL, API_KEY), demo.TASK)
+        bare_depths, depths[:], ours_on_stack[:] = depths[:], [], []
         app = demo.build_app(server.base_url, MODEL, API_KEY)
         probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
         if app_kind == "role playing":
@@ -368,6 +379,7 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
     spans = ours(exporter)
     assert ours_on_stack and ours_on_stack == [["_step"]] * len(ours_on_stack)
     assert len(steps_of(spans)) == len(ours_on_stack) and len({s.context.trace_id for s in spans}) == 1
+    assert depths == bare_depths
 
 
 # -- Workforce -------------------------------------------------------------------------------
