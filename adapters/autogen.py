@@ -838,12 +838,13 @@ class _ManagerTurn(_ContextScope):
         return isinstance(self.manager, TURN_MANAGERS)
 
     def open_step(self) -> StepScope:
-        """The step of the message being produced; opened now (input: the manager's thread) if none is."""
+        """The step of the message being produced; opened now if none is. Its input: the task this
+        turn received until the manager adds a message, then the manager's thread."""
         if self.step is None:
             probe, inputs = self.run.probe, None
             if probe.config.capture_content:
                 thread = [m for m in self.manager._message_thread if isinstance(m, BaseChatMessage)]
-                inputs = chat_messages(thread or self.received)
+                inputs = chat_messages(self.received if self.received and not self._added else thread or self.received)
             self.step = start_step(probe, self.manager._name, run=self.run, description="manager of the team",
                                    input_messages=inputs, attributes=_path_attributes())
         return self.step

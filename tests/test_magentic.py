@@ -120,6 +120,23 @@ def test_a_replan_names_no_next_speaker(model_server, tmp_path):
     assert steps[3].agent == "calculator"
 
 
+def test_a_second_run_plans_from_its_own_task(model_server, tmp_path):
+    """The same team run again on a new task: the orchestrator's first step plans from that task (its
+    input), not from the thread the first run left behind."""
+    app = demo.build_app(model_server(demo.policy).base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    second = "A shop sells pens at 3 coins and notebooks at 4 coins. What do 2 pens and 2 notebooks cost?"
+    firsts = []
+
+    async def twice() -> None:  # one event loop: the team is bound to it
+        for task in (demo.TASK, second):
+            await app.run(task=task)
+            firsts.append(probe.trajectory().steps[0])
+
+    asyncio.run(twice())
+    assert [(s.agent, [m.content for m in s.input_messages]) for s in firsts] == [(ORCH, [demo.TASK]), (ORCH, [second])]
+
+
 def test_orchestrator_failure_fails_its_step_and_passes_through(model_server, tmp_path):
     """A ledger the orchestrator cannot parse ten times: its error reaches the app unchanged."""
 
