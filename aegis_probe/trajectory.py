@@ -192,10 +192,17 @@ class Trajectory(BaseModel):
 
 
 def messages_from_json(raw: Any) -> list[Message]:
-    """Messages from a ``gen_ai.input.messages``/``output.messages`` JSON attribute."""
+    """Messages from a ``gen_ai.input.messages``/``output.messages`` JSON attribute.
+
+    A text that is not JSON (cut by ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, another producer's
+    plain text) is one message of that text, without a role.
+    """
     if not raw:
         return []
-    data = json.loads(raw) if isinstance(raw, str) else raw
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        return [Message(role="", content=raw)]
     out = []
     for m in data:
         texts = []

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from datetime import datetime, timezone
 
 from ..config import ProbeConfig
 from ..steptable import step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
+
+logger = logging.getLogger("aegis_probe")
 
 _DIR_HELP = "trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)"
 
@@ -36,7 +39,12 @@ def _store(args: argparse.Namespace) -> TraceStore:
 
 def _ls(args: argparse.Namespace) -> int:
     store = _store(args)
-    trajs = [Trajectory.from_spans(spans) for spans in store.traces().values()]
+    trajs = []
+    for spans in store.traces().values():
+        try:
+            trajs.append(Trajectory.from_spans(spans))
+        except ValueError as exc:  # one malformed trace is left out of the list, not the whole store
+            logger.warning("%s: %s; trace skipped", store.path, exc)
     trajs.sort(key=lambda t: t.start_ns or 0, reverse=True)
     if args.limit:
         trajs = trajs[: args.limit]

@@ -82,8 +82,13 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
                 f"trace {span.trace_id}: LLM call {span.span_id} has no captured content; "
                 "replay needs runs recorded with capture_content on"
             )
+        try:
+            response = response_from_span(span)
+        except (ValueError, AttributeError) as exc:  # cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or not aegis's messages
+            raise RecordingError(f"trace {span.trace_id}: LLM call {span.span_id}: its recorded response is not "
+                                 f"readable messages JSON ({exc}); was it cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT?") from exc
         key = (str(attrs.get(sc.AGENT_NAME, "")), int(attrs[sc.AGENT_CALL_INDEX]))
-        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response_from_span(span))
+        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response)
     if not calls:
         raise RecordingError("the trace holds no recorded LLM calls")
     return calls
