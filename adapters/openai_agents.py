@@ -229,10 +229,11 @@ class OpenAIAgentsAdapter(Adapter):
 
     @staticmethod
     def _untraced(kwargs: dict) -> dict:
-        """``kwargs`` with the SDK's own tracing off for this run."""
-        from agents import RunConfig
-
-        config = kwargs.get("run_config") or RunConfig()
+        """``kwargs`` with the SDK's own tracing off for this run. No config or a dict (the SDK takes
+        both) stays a dict: the SDK then still owns, and closes, the model provider it makes."""
+        config = kwargs.get("run_config")
+        if config is None or isinstance(config, dict):
+            return {**kwargs, "run_config": {**(config or {}), "tracing_disabled": True}}
         return {**kwargs, "run_config": dataclasses.replace(config, tracing_disabled=True)}
 
     async def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -90,6 +90,29 @@ def test_turns_are_steps_and_handoffs_switch_agent(model_server, provider, expor
 
 
 @needs_sdk
+def test_run_config_as_the_app_gave_it_keeps_sdk_tracing_off(model_server, provider, exporter, tmp_path, sdk_traces,
+                                                               monkeypatch):
+    """``run_config`` as a dict (the SDK takes one) is still untraced (``dataclasses.replace`` failed on
+    it: the SDK traced the run); with none given the SDK still closes the model provider it made."""
+    from agents import Runner
+    from agents.models.multi_provider import MultiProvider
+
+    closed = []
+    original = MultiProvider.aclose
+
+    async def aclose(self):
+        closed.append(self)
+        await original(self)
+
+    monkeypatch.setattr(MultiProvider, "aclose", aclose)
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    Runner.run_sync(app, demo.TASK, run_config={"workflow_name": "math"})
+    assert sdk_traces.spans == [] and len(_steps(exporter)) == 4
+    Runner.run_sync(app, demo.TASK)
+    assert len(closed) == 2, "the Runner's own model provider is closed, as without instrumentation"
+
+
+@needs_sdk
 def test_async_run_is_one_trace(model_server, provider, exporter, tmp_path):
     from agents import Runner
 
