@@ -113,7 +113,8 @@ def load_source(args: argparse.Namespace, errors_to: str | None = None) -> Any:
 
     options = {"labels_dir": args.labels_dir} if getattr(args, "labels_dir", None) else {}
     result = load(args.source, args.format, **options)
-    if errors_to:
+    if errors_to:  # its folder is made like -o's, not an error after a long import
+        Path(errors_to).parent.mkdir(parents=True, exist_ok=True)
         Path(errors_to).write_text(json.dumps([vars(e) for e in result.errors], indent=2))
     if result.errors and not result.trajectories:
         more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""

@@ -16,9 +16,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from aegis_probe.jsonl import read_jsonl
 from ..modes import MODE_IDS
-from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_configs
+from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_configs, training_rows
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
 from .examples import Example
@@ -191,7 +190,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
 def train(args: argparse.Namespace) -> int:
     """Run DCL training as configured by ``args`` (see :func:`add_parser`)."""
     (cfg,) = resolve_configs(args, (DCLConfig,))
-    fit(read_jsonl(args.data, required=("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
+    fit(training_rows(args.data, ("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
         resume=args.resume)
     return 0
 

@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 from transformers import HfArgumentParser
 
+from aegis_probe.jsonl import read_jsonl
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A flat mapping from a ``.json`` or ``.yaml``/``.yml`` file."""
@@ -35,6 +37,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file holds one mapping of field names to values")
     return data
+
+
+def training_rows(path: str | Path, required: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of a trainer's ``--data`` file; a file without any is an error naming it (before
+    anything is written to ``--out``)."""
+    rows = read_jsonl(path, required=required)
+    if not rows:
+        raise ValueError(f"{path}: no rows to train on")
+    return rows
 
 
 def check_fresh_run(out: str | Path, last_checkpoint: str | Path | None, resume: bool) -> None:

@@ -15,8 +15,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from .common import device_defaults, run_trl
-from aegis_probe.jsonl import read_jsonl
-from .config import add_trainer_parser, resolve_configs
+from .config import add_trainer_parser, resolve_configs, training_rows
 
 REWARDS = {
     "aegis": "aegis_hierarchical_reward",
@@ -59,7 +58,7 @@ def to_example(row: dict[str, Any]) -> dict[str, Any]:
 def train(args: argparse.Namespace) -> int:
     """Run GRPO as configured by ``args`` (see :func:`add_parser`)."""
     grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
-    dataset = Dataset.from_list([to_example(r) for r in read_jsonl(args.data, required=("prompt",))])
+    dataset = Dataset.from_list([to_example(r) for r in training_rows(args.data, ("prompt",))])
     run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
                    reward_funcs=reward_functions(grpo_args.rewards))
     return 0
