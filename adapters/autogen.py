@@ -495,8 +495,11 @@ class _StepHooks:
             self.scope.finish()
 
 
-#: The agent whose step a step span's context belongs to (the same agent's nested call is no new step).
-_STEP_AGENT = otel_context.create_key("aegis.autogen.step_agent")
+def _in_own_context(step: StepScope) -> bool:
+    """Whether the calling code runs in ``step``'s own context: its span current, in its team. An
+    agent of the step's name called there delegates (``super()``, ``on_messages``, a wrapper such as
+    ``MessageFilterAgent``); one called in a nested team (a ``SocietyOfMindAgent``'s) or a tool takes a turn."""
+    return trace.get_current_span() is step.span and current_context().get(_TEAM_PATH) is step.ctx.get(_TEAM_PATH)
 
 
 class StepWrapper(_Wrapper):
@@ -516,17 +519,15 @@ class StepWrapper(_Wrapper):
     def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         name = instance.name
         step = current_step()
-        if step is not None and step.agent == name and current_context().get(_STEP_AGENT) is instance:
-            return None  # delegation within the same step (an inner agent of the same name has its own)
+        if step is not None and step.agent == name and _in_own_context(step):
+            return None  # delegation within the same step (super(), on_messages, a wrapper's inner agent)
         run = current_run()
         probe = run.probe if run is not None else self.registry.get(instance)
         if probe is None:
             return None
         messages = args[0] if args else kwargs.get("messages", ())
-        scope = start_step(probe, name, run=run, description=instance.description,
-                           input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
-        scope.ctx = otel_context.set_value(_STEP_AGENT, instance, scope.ctx)
-        return scope
+        return start_step(probe, name, run=run, description=instance.description,
+                          input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
 
 
 class _ClientWrapper(_Wrapper):

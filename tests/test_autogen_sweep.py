@@ -53,3 +53,22 @@ def test_inner_agent_named_like_its_society_has_its_own_step(model_server, tmp_p
     ]
     assert [len(s.llm_calls) for s in steps] == [1, 1, 1, 1]
     assert [s.index for s in steps] == [0, 1, 2, 3]
+
+
+def test_wrapper_agent_of_the_same_name_is_one_step(model_server, tmp_path):
+    """``MessageFilterAgent`` wraps an agent of its own name (as autogen's GraphFlow docs do): the
+    wrapper's turn is one step holding the inner agent's model call."""
+    from autogen_agentchat.agents import AssistantAgent, MessageFilterAgent, MessageFilterConfig, PerSourceFilter
+    from autogen_agentchat.teams import DiGraphBuilder, GraphFlow
+
+    client = _client(model_server(_by_system_prompt))
+    drafter = AssistantAgent("drafter", model_client=client, system_message="drafter")
+    inner = AssistantAgent("checker", model_client=client, system_message="checker")
+    checker = MessageFilterAgent(name="checker", wrapped_agent=inner, filter=MessageFilterConfig(
+        per_source=[PerSourceFilter(source="drafter", position="last", count=1)]))
+    flow = GraphFlow([drafter, checker], graph=DiGraphBuilder().add_node(drafter).add_node(checker).add_edge(drafter, checker).build())
+    probe = aegis_probe.instrument(flow, store=tmp_path / "store")
+    asyncio.run(flow.run(task="Write one line."))
+    steps = probe.trajectory().steps
+    assert [(s.index, s.agent, s.output, len(s.llm_calls)) for s in steps] == [
+        (0, "drafter", "drafter spoke.", 1), (1, "checker", "checker spoke.", 1)]
