@@ -5,8 +5,9 @@ is registered and when a run starts):
 
 - run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
   ``BaseChatAgent.run``; a registered app opens the run, nested teams pass through.
-- agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call
-  delegating to the same agent (``super()``, ``on_messages``) stays one step.
+- agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
+  the step's agent name in the step's own context (``super()``, ``on_messages``, a wrapper such as
+  ``MessageFilterAgent``) stays one step.
 - LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
   core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
   Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
