@@ -207,6 +207,9 @@ CASES = [
     Case("train-eval-bad-predictions", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY), "--predictions",
                                                   e.file("p.jsonl", "{}\nnot json\n"), "--out-dir", str(e.root / "ev")], 2,
          ("p.jsonl:1", "missing field(s) id")),
+    Case("train-eval-predictions-of-a-shared-id", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY + TRAJECTORY.replace(
+        '"agent": "a", "step": 0', '"agent": "b", "step": 1')), "--predictions", e.file("p.jsonl", '{"id": "t1", "agent": "a"}\n'),
+        "--out-dir", str(e.root / "ev")], 2, ("p.jsonl: prediction 't1' matches 2 trajectories",)),
     Case("train-import-labels-dir-not-trail", lambda e: ["train", "import", e.file("traj.jsonl", TRAJECTORY), "--labels-dir", str(e.root),
                                                          "-o", str(e.root / "o.jsonl")], 2,
          ("--labels-dir", "TRAIL traces only", "traj.jsonl is trajectories")),

@@ -50,11 +50,17 @@ def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Att
 def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], path: str | Path) -> list[dict[str, Any] | None]:
     """Each trajectory's prediction row: by its id, else by the file it was imported from when that
     file holds it alone (``1.json`` or ``1``, as Who&When scripts key predictions). Says on stderr
-    how many predictions match no trajectory."""
+    how many predictions match no trajectory. An id that several trajectories share (records of two
+    files numbered alike) and a prediction names is an error: which of them it answers is unknown."""
     from collections import Counter
 
     from .builders import row_id
 
+    shared = next((i for i, n in Counter(map(row_id, trajs)).items() if n > 1 and i in rows), None)
+    if shared is not None:
+        raise ValueError(f"{path}: prediction {shared!r} matches {sum(row_id(t) == shared for t in trajs)} "
+                         "trajectories sharing that id; score the sources one at a time, or give their records "
+                         "distinct ids")
     files = [t.metadata.get("file") for t in trajs]
     single = {f for f, n in Counter(files).items() if f and n == 1}
     found: list[dict[str, Any] | None] = []
