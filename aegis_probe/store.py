@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -203,6 +204,18 @@ def _end_last_line(fd: int, path: Path) -> None:
     os.write(fd, b"\n")
 
 
+def _after_fork() -> None:
+    """A child forked while a thread of its parent wrote to a store: that write's lock (this
+    process's, and the file's, held through the child's copy of the file descriptor until the
+    child closes it) is let go, or the child's writes and all of the parent's later ones wait
+    for good."""
+    for store in list(_STORES):
+        store._lock = threading.Lock()
+        fd, store._fd = store._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class TraceStore:
     """A directory of OTLP/JSON-lines trace files."""
 
@@ -210,6 +223,8 @@ class TraceStore:
         self.path = Path(path)
         self._file = self.path / SPANS_FILE
         self._lock = threading.Lock()
+        self._fd: int | None = None  # the file while a write holds it (its lock)
+        _STORES.add(self)
 
     @property
     def file(self) -> Path:
@@ -239,10 +254,10 @@ class TraceStore:
 
     def _write(self, data: bytes) -> None:
         try:
-            fd = os.open(self._file, _APPEND, 0o644)
+            self._fd = fd = os.open(self._file, _APPEND, 0o644)
         except FileNotFoundError:  # no directory yet (or it was removed)
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._file, _APPEND, 0o644)
+            self._fd = fd = os.open(self._file, _APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             _end_last_line(fd, self._file)
@@ -252,6 +267,7 @@ class TraceStore:
                 while view:
                     view = view[os.write(fd, view):]
         finally:
+            self._fd = None
             os.close(fd)
 
     def traces(self) -> dict[str, list[SpanRecord]]:
@@ -298,3 +314,8 @@ class TraceStore:
             for e in events
         ]
         self.append([target])
+
+
+_STORES: "weakref.WeakSet[TraceStore]" = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,54 @@
+"""A process forked while a thread of its parent writes to the trace store (multiprocessing's fork
+start method, a pre-fork server): neither process's later writes wait on that write's locks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+
+import pytest
+
+from aegis_probe.store import SPANS_FILE, TraceStore
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+def test_fork_during_a_store_write_leaves_no_lock_held(tmp_path):
+    store = TraceStore(tmp_path)
+    fifo = tmp_path / SPANS_FILE
+    os.mkfifo(fifo)  # a write into it blocks until it is read: the fork lands inside the write
+    big = "x" * 1_000_000
+    writing = threading.Thread(target=store.write_line, args=(big,), daemon=True)
+    writing.start()
+    time.sleep(0.3)
+    assert writing.is_alive(), "the write holds the store's locks"
+    pid = os.fork()
+    if pid == 0:  # the child writes a line of its own (its thread: the parent's writer is not here)
+        mine = threading.Thread(target=store.write_line, args=("child",), daemon=True)
+        mine.start()
+        mine.join(5)
+        os._exit(1 if mine.is_alive() else 0)
+    try:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        got = bytearray()
+        deadline = time.monotonic() + 10
+        while len(got) < len(big) + 1 and time.monotonic() < deadline:
+            try:
+                got += os.read(reader, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.01)
+        writing.join(5)
+        assert not writing.is_alive() and got[: len(big) + 1] == big.encode() + b"\n"
+        fd = os.open(fifo, os.O_RDWR)
+        try:  # the parent's next write could take the file's lock (the child's copy of the
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # descriptor kept it for its lifetime)
+        except BlockingIOError:
+            pytest.fail("the forked child holds the store file's lock: the parent's writes wait for it")
+        finally:
+            os.close(fd)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(reader)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's own write waited for its parent's locks"
