@@ -6,7 +6,7 @@ is registered and when a run starts):
 - run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
   ``BaseChatAgent.run``; a registered app opens the run, nested teams pass through.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
-  the step's agent name in the step's own context (``super()``, ``on_messages``, a wrapper such as
+  the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
   ``MessageFilterAgent``) stays one step.
 - LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
   core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
@@ -496,11 +496,11 @@ class _StepHooks:
             self.scope.finish()
 
 
-def _in_own_context(step: StepScope) -> bool:
-    """Whether the calling code runs in ``step``'s own context: its span current, in its team. An
-    agent of the step's name called there delegates (``super()``, ``on_messages``, a wrapper such as
-    ``MessageFilterAgent``); one called in a nested team (a ``SocietyOfMindAgent``'s) or a tool takes a turn."""
-    return trace.get_current_span() is step.span and current_context().get(_TEAM_PATH) is step.ctx.get(_TEAM_PATH)
+def _in_steps_team(step: StepScope) -> bool:
+    """Whether the calling code runs in ``step``'s team. An agent of the step's name called there
+    delegates (``super()``, ``on_messages``, a wrapper such as ``MessageFilterAgent``); one called
+    in a nested team (a ``SocietyOfMindAgent``'s of the same name) takes a turn of its own."""
+    return current_context().get(_TEAM_PATH) is step.ctx.get(_TEAM_PATH)
 
 
 class StepWrapper(_Wrapper):
@@ -520,7 +520,7 @@ class StepWrapper(_Wrapper):
     def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         name = instance.name
         step = current_step()
-        if step is not None and step.agent == name and _in_own_context(step):
+        if step is not None and step.agent == name and _in_steps_team(step):
             return None  # delegation within the same step (super(), on_messages, a wrapper's inner agent)
         run = current_run()
         probe = run.probe if run is not None else self.registry.get(instance)
