@@ -4,7 +4,8 @@ Class- and module-level patches, installed once:
 
 - run entry: ``AgentRunner.run`` (``Runner.run`` and ``Runner.run_sync`` go through it) of a
   registered starting agent (or a clone of one, ``Agent.clone``): one run per call,
-  ``invoke_workflow {agent.name}``, its answer the result's ``final_output``. The SDK's own tracing is switched off for that run
+  ``invoke_workflow {agent.name}``, its answer the result's ``final_output``, its conversation id
+  the run's ``conversation_id`` or ``session``'s id when it has one. The SDK's own tracing is switched off for that run
   (``RunConfig.tracing_disabled``), so each turn is one span here and nothing is sent to the
   SDK's trace backend. A ``Runner.run`` inside a run (an agent used as a tool) opens no run;
 - agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
@@ -104,6 +105,13 @@ def _task_text(task: Any) -> str | None:
     if isinstance(task, str):
         return task
     return next((m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
+
+
+def _conversation(kwargs: dict) -> str | None:
+    """The conversation a run continues: the OpenAI conversation it names, else its session's id
+    (``session=SQLiteSession("user-42")``: the runs of one session are one conversation)."""
+    conversation = kwargs.get("conversation_id") or getattr(kwargs.get("session"), "session_id", None)
+    return None if conversation is None else str(conversation)
 
 
 def _jsonable(value: Any) -> Any:
@@ -222,7 +230,8 @@ class OpenAIAgentsAdapter(Adapter):
             return None
         try:
             task = kwargs["input"] if "input" in kwargs else args[1] if len(args) > 1 else None
-            return start_run(probe, agent.name, framework=self.name, task=_task_text(task))
+            return start_run(probe, agent.name, framework=self.name, task=_task_text(task),
+                             conversation_id=_conversation(kwargs))
         except Exception:
             log_hook_error("openai-agents run start")
             return None

@@ -151,6 +151,22 @@ def test_follow_up_run_task_is_its_new_user_message(model_server, provider, expo
 
 
 @needs_sdk
+def test_runs_of_one_session_are_one_conversation(model_server, provider, exporter, tmp_path):
+    """A chat kept in a session (``session=SQLiteSession(id)``): its runs share the session's id as
+    ``gen_ai.conversation.id`` (each had a new one), as a LangGraph checkpointer thread does."""
+    from agents import Runner, SQLiteSession
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    session = SQLiteSession("user-42")
+    Runner.run_sync(app, demo.TASK, session=session)
+    Runner.run_sync(app, "Once more: " + demo.TASK, session=session)
+    probe.flush()
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert len(roots) == 2
+    assert {s.attributes[sc.CONVERSATION_ID] for s in exporter.get_finished_spans()} == {"user-42"}
+
+
+@needs_sdk
 def test_streamed_run_is_traced_like_a_run(model_server, provider, exporter, tmp_path):
     from agents import Runner
 
