@@ -77,7 +77,7 @@ def _base64ish(token: str) -> bool:
 _DETECTORS: tuple[_Detector, ...] = (
     # Key/value pairs whose key ends with a secret's name (``aws_secret_access_key``, ``GITHUB_TOKEN``,
     # ``db.password``, ``"token"``), not ``max_tokens``.
-    _pair("key", r"(?:api[_-]?|access[_-]?|secret[_-]?|private[_-]?)key"),
+    _pair("key", r"(?:api[_-]?|access[_-]?|secret[_-]?|private[_-]?|subscription[_-]?)key"),
     _pair("secret", r"secret"),
     _pair("token", r"token"),
     _pair("passw", r"passw(?:or)?d"),

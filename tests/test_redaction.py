@@ -71,6 +71,7 @@ FORMS: dict[str, Callable[[str], tuple[str, str]]] = {
     "JSON in a JSON string": lambda c: _nested(1, "client_secret", c),
     "JSON in JSON in a JSON string": lambda c: _nested(2, "api_key", c),
     "GITHUB_TOKEN env line": lambda c: (f"export GITHUB_TOKEN={c}", c),
+    "Azure Ocp-Apim-Subscription-Key header": lambda c: (f"Ocp-Apim-Subscription-Key: {c}", c),
 }
 
 
