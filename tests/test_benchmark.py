@@ -238,6 +238,25 @@ def test_benchmark_compares_runs_not_ids_across_data_sets(tmp_path, capsys):
     assert f"{test}: 1 of its labelled failures are also in the training sets" in capsys.readouterr().err
 
 
+def test_benchmark_refuses_a_test_set_holding_training_runs_in_another_format(tmp_path, capsys):
+    """Captured traces trained on, then exported as Who&When files and given as the test set, are the
+    same runs: refused (the runs were compared with their span ids, times and roles, which the
+    export does not keep, so the copy was scored as unseen)."""
+    from aegis_probe.train.cli import main
+
+    runs = system_runs(["planner", "coder"], 4, "t", 0)
+    for run in runs:  # as captured: span ids, times
+        run.trace_id = f"{run.run_id}-trace"
+        for step in run.steps:
+            step.span_id, step.start_ns, step.end_ns = f"{step.index:016x}", 1000 + step.index, 2000 + step.index
+    train = write_trajs(tmp_path / "train.jsonl", runs)
+    assert main(["export", str(train), "--format", "whowhen", "-o", str(tmp_path / "ww")]) == 0
+    assert main(["benchmark", "--train", str(train), "--test", str(tmp_path / "ww"), "--out", str(tmp_path / "b"),
+                 "--epochs", "1", "--inputs", "features"]) == 2
+    assert f"{tmp_path / 'ww'}: 4 of its labelled failures are also in the training sets" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_benchmark_reads_trail_label_files_and_checks_test_sets_first(tmp_path, capsys):
     """TRAIL ships its labels as separate files: benchmark --labels-dir reads them for TRAIL sources
     (it had no such option: a TRAIL test set was 'no labelled failures'), and a test set without

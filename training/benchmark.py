@@ -59,9 +59,11 @@ def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = 
 
 
 def content_key(traj: Trajectory) -> str:
-    """What makes two imported trajectories the same run: their task and steps (not their ids,
-    which repeat across data sets: Who&When's subsets both name their files ``1.json``, ...)."""
-    return traj.model_dump_json(include={"task", "steps"})
+    """What makes two imported trajectories the same run: their task and what each step's agent
+    said, as an attributor reads them (not their ids, which repeat across data sets: Who&When's
+    subsets both name their files ``1.json``, ...; nor what a format keeps beside the text, such
+    as span ids, times and roles, so a stored trace and its Who&When export are the same run)."""
+    return json.dumps([traj.task or "", [(s.agent, s.output or "") for s in traj.steps]], ensure_ascii=False)
 
 
 def labelled(trajs: Sequence[Trajectory]) -> list[Trajectory]:
