@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import ProbeConfig
@@ -61,8 +61,32 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
         return provider
 
 
+#: The specification's defaults, for when the environment's ``OTEL_*`` values are refused by the SDK.
+_SPEC_LIMITS: dict[str, Any] = {"max_attributes": 128, "max_events": 128, "max_links": 128,
+                                "max_span_attributes": 128, "max_event_attributes": 128, "max_link_attributes": 128,
+                                "max_attribute_length": SpanLimits.UNSET, "max_span_attribute_length": SpanLimits.UNSET}
+_SPEC_BATCH: dict[str, Any] = {"max_queue_size": 2048, "schedule_delay_millis": 5000, "max_export_batch_size": 512,
+                               "export_timeout_millis": 30000}
+
+
+def batch_processor(exporter: SpanExporter) -> BatchSpanProcessor:
+    """``BatchSpanProcessor(exporter)``; ``OTEL_BSP_*`` values the SDK refuses are ignored with a
+    warning (the specification's defaults apply), never raised into the app."""
+    try:
+        return BatchSpanProcessor(exporter)
+    except ValueError as exc:
+        logger.warning("aegis-probe: OTEL_BSP_* settings ignored, the specification's defaults apply: %s", exc)
+        return BatchSpanProcessor(exporter, **_SPEC_BATCH)
+
+
 def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanExporter | None) -> TracerProvider:
-    provider = LeanTracerProvider(resource=Resource.create({"service.name": encodable(config.service_name)}))
+    resource = Resource.create({"service.name": encodable(config.service_name)})
+    try:
+        provider = LeanTracerProvider(resource=resource)
+    except ValueError as exc:  # e.g. OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=-1
+        logger.warning("aegis-probe: OTel span limits from the environment ignored, the specification's defaults "
+                       "apply: %s", exc)
+        provider = LeanTracerProvider(resource=resource, span_limits=SpanLimits(**_SPEC_LIMITS))
     if store is not None:
         provider.add_span_processor(StoreSpanProcessor(store))
     remote = exporter
@@ -73,7 +97,7 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
             logger.warning("aegis-probe: OTLP export is off, the exporter refused its configuration: %s: %s",
                            type(exc).__name__, exc)
     if remote is not None:
-        provider.add_span_processor(BatchSpanProcessor(remote))
+        provider.add_span_processor(batch_processor(remote))
     return provider
 
 

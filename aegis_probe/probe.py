@@ -20,7 +20,7 @@ from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from .config import ProbeConfig
 from .interception import Interceptor
 from .metrics import add_metrics
-from .exporting import EXPORT_WAIT_S, add_once, default_provider, flush_exporters
+from .exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
 from .redact import make_redactor
 from .spans import RunScope, current_run, start_run
 from .store import StoreSpanProcessor, TraceStore
@@ -320,9 +320,7 @@ class ProbeSetup:
                 store_dir = trace_store.path.resolve()
                 add_once(provider, store_dir, lambda: StoreSpanProcessor(TraceStore(store_dir), runs_only=True))
             if exporter is not None:
-                from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-                add_once(provider, id(exporter), lambda: BatchSpanProcessor(exporter))  # the provider keeps it: no id reuse
+                add_once(provider, id(exporter), lambda: batch_processor(exporter))  # the provider keeps it: no id reuse
         if meter_provider is not None or global_meter_provider_set():
             add_metrics(provider, meter_provider or metrics.get_meter_provider(), _version())
         return cls(config, provider, trace_store)
