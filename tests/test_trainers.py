@@ -354,7 +354,7 @@ def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path
     assert sets == {f"attribution:{Path(ckpt).name}": [("Coder", 2)], "attribution:other": [("Tester", 0)]}
 
     capsys.readouterr()
-    preds = attribute("--model", ckpt, "--data", data, out=tmp_path / "q.jsonl")
+    preds = attribute("--model", ckpt, "--data", data, out=tmp_path / "new" / "q.jsonl")  # its folder is made
     assert len(preds) == len(rows) and "trajectories/s" in capsys.readouterr().err
 
 

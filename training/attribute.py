@@ -18,7 +18,7 @@ from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory, label_
 
 from .builders import build_dcl
 from .dcl.attributor import DCLAttributor
-from aegis_probe.jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl, write_jsonl
 
 
 def verdict(pred: dict[str, Any]) -> Fault:
@@ -77,11 +77,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
-    lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
-    if args.output:
-        Path(args.output).write_text(lines, encoding="utf-8")
+    if args.output:  # whole or not at all, its folder made: a bad path does not lose the predictions
+        write_jsonl(preds, args.output)
     else:
-        sys.stdout.write(lines)
+        sys.stdout.write("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds))
     return 0
 
 
