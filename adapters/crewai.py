@@ -53,7 +53,9 @@ def run_task(crew: Any, inputs: Any) -> str | None:
     """A kickoff's task: the value of its one input, its inputs as JSON, or (none) the first task's description."""
     if isinstance(inputs, dict) and inputs:
         values = list(inputs.values())
-        return values[0] if len(values) == 1 and isinstance(values[0], str) else json.dumps(inputs, default=str)
+        if len(values) == 1 and isinstance(values[0], str):
+            return values[0]
+        return json.dumps(inputs, default=str, ensure_ascii=False)
     return crew.tasks[0].description if crew.tasks else None
 
 

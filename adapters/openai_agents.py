@@ -141,7 +141,7 @@ def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
         exc = None if task is None else _streamed_error(result, task)
         output: Any = getattr(result, "final_output", None)
         if output is not None:
-            answer: Any = output if isinstance(output, str) else json.dumps(output, default=_jsonable)
+            answer: Any = output if isinstance(output, str) else json.dumps(output, default=_jsonable, ensure_ascii=False)
             run.answer = answer
     except Exception:
         log_hook_error("openai-agents run end")

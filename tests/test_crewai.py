@@ -111,6 +111,17 @@ def test_async_kickoff_is_one_run(kickoff, model_server, provider, exporter, tmp
 
 
 @needs_crewai
+def test_task_of_several_inputs_keeps_their_text(model_server, provider, exporter, tmp_path):
+    """Several inputs: the task is their JSON with the text as written (was ``\\u``-escaped: "Z\\u00fcrich")."""
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    inputs = {"task": demo.TASK, "city": "Zürich"}
+    app.kickoff(inputs=inputs)
+    probe.flush()
+    task = probe.trajectory().task
+    assert "Zürich" in task and json.loads(task) == inputs
+
+
+@needs_crewai
 def test_replay_from_a_task_is_a_run(model_server, provider, exporter, tmp_path):
     """``Crew.replay(task_id)`` re-runs the crew from a task of its last kickoff (the earlier tasks'
     stored outputs as context): a run whose steps are the re-run turns, its task the kickoff's."""

@@ -252,7 +252,8 @@ def test_run_resumed_after_tool_approval(streamed, model_server, provider, expor
 
 @needs_sdk
 def test_structured_final_output_is_the_answer_as_json(model_server, provider, tmp_path):
-    """An agent with an ``output_type`` (a pydantic model): the judge gets its JSON, not its repr."""
+    """An agent with an ``output_type`` (a pydantic model): the judge gets its JSON, not its repr, with
+    its text as written (not ``\\u``-escaped)."""
     import json
 
     from agents import Agent, OpenAIChatCompletionsModel, Runner
@@ -263,7 +264,7 @@ def test_structured_final_output_is_the_answer_as_json(model_server, provider, t
         total: int
         unit: str
 
-    server = model_server(lambda body: Reply(content=json.dumps({"total": 126, "unit": "coins"})))
+    server = model_server(lambda body: Reply(content=json.dumps({"total": 126, "unit": "Münzen"})))
     model = OpenAIChatCompletionsModel(model="aegis-scripted", openai_client=AsyncOpenAI(base_url=server.base_url,
                                                                                          api_key="sk-test"))
     agent = Agent(name="solver", instructions="Add it up.", model=model, output_type=Total)
@@ -271,7 +272,7 @@ def test_structured_final_output_is_the_answer_as_json(model_server, provider, t
     aegis_probe.instrument(agent, tracer_provider=provider, store=False,
                            judge=lambda task, answer: answers.append(answer) or True)
     Runner.run_sync(agent, demo.TASK)
-    assert [json.loads(a) for a in answers] == [{"total": 126, "unit": "coins"}]
+    assert [json.loads(a) for a in answers] == [{"total": 126, "unit": "Münzen"}] and "Münzen" in answers[0]
 
 
 @needs_sdk
