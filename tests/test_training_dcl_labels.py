@@ -44,3 +44,15 @@ def test_pairs_unknown_when_a_faulty_agent_has_no_mode_and_hand_written_rows_sti
     assert pair_targets(hand) == {("B", "FM-2.4")}
     with pytest.raises(ValueError, match="DCL row 'h': 'label_pairs' must be a list"):
         pair_targets({**hand, "label_pairs": ["B"]})
+
+
+def test_a_label_naming_only_absent_agents_leaves_the_agent_targets_unknown():
+    """A faulty run whose labelled agent never acts (Who&When's 'Ghost', a name spelt otherwise) does
+    not teach that no agent present is at fault; its step still trains."""
+    row = build_dcl([trajectory([Fault(agent="Ghost", step=2, mode="FM-2.6")])])[0]
+    ex = example_from_row(row, MODES, reading_features=False)
+    assert ex.agent_target is None and ex.pair_target is None and ex.step == 2  # were all zeros
+    assert ex.mode_target is not None and ex.mode_target[MODES.index("FM-2.6")] == 1.0
+    mixed = example_from_row(build_dcl([trajectory([Fault(agent="Ghost", mode="FM-2.6"), Fault(agent="b", mode="FM-1.1")])])[0],
+                             MODES, reading_features=False)
+    assert mixed.agent_target is not None and mixed.agent_target.tolist() == [0.0, 1.0, 0.0]  # 'b' is B

@@ -87,7 +87,10 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     gold_agents = [a for a in row.get("label_agents") or [] if a]
     gold_modes = list(row.get("label_modes") or [])
     agent_target = mode_target = pair_target = None
-    if gold_agents or positive:
+    # a label naming only agents that never act (a name spelt otherwise, a flagged label) says
+    # nothing about the agents present: their targets stay unknown rather than all "not at fault"
+    named_present = any(normalize_agent(a) in index for a in gold_agents)
+    if named_present or positive:
         agent_target = torch.zeros(len(agents))
         for a in gold_agents:
             if normalize_agent(a) in index:
@@ -98,7 +101,7 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
             if m in mode_index:
                 mode_target[mode_index[m]] = 1.0
         pairs = _label_pairs(row, gold_agents, gold_modes)  # None: pairs unknown
-        if pairs is not None:
+        if pairs is not None and (named_present or not gold_agents):
             pair_target = torch.zeros(len(agents), len(modes))
             for a, m in pairs:
                 if m in mode_index and normalize_agent(a) in index:
