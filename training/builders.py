@@ -96,9 +96,13 @@ def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_toke
 def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
                tokenizer: Any = None) -> list[dict[str, Any]]:
     """Rows ``{"id", "source", "prompt": [system, user], "gold_pairs", "gold_agent", "gold_step"}``;
-    ``gold_pairs`` is ``[[agent, mode or None], ...]``, the others come from the decisive fault."""
+    ``gold_pairs`` is ``[[agent, mode or None], ...]``, the others come from the decisive fault. For
+    ``agent_step``, trajectories without an agent and step label are skipped, as for SFT (the
+    prompt says the run failed, and no answer could earn a reward)."""
     rows = []
     for traj in trajs:
+        if target == "agent_step" and target_text(traj, target) is None:
+            continue
         gold = gold_attribution(traj)
         rows.append({
             "id": row_id(traj), "source": source_of(traj),
