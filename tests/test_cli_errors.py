@@ -202,6 +202,9 @@ CASES = [
     Case("train-import-format-finds-nothing", lambda e: ["train", "import", str(Path(e.file("t.parquet", "PAR1")).parent),
                                                          "--format", "whowhen", "-o", str(e.root / "o.jsonl")], 2,
          ("no whowhen records found; nothing imported",)),
+    Case("train-build-no-row-for-the-target", lambda e: ["train", "build", "sft", e.file("t.jsonl", TRAJECTORY.replace(
+        '"step": 0', '"mode": "FM-1.1"')), "--target", "agent_step", "-o", e.file("sft.jsonl", '{"id": "kept"}\n')], 2,
+         ("t.jsonl: no trajectory has an agent and step label for --target agent_step", "sft.jsonl not written")),
     Case("train-build-missing-source", lambda e: ["train", "build", "sft", str(e.root / "none.jsonl"), "-o", str(e.root / "o.jsonl")], 2,
          ("none.jsonl",)),
     Case("train-eval-bad-predictions", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY), "--predictions",

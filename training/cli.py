@@ -185,6 +185,9 @@ def _run_build(args: argparse.Namespace) -> int:
             options["reasoning"] = args.reasoning
         builder: Any = builders.BUILDERS[args.kind]  # sft or grpo (dcl takes no target)
         rows = builder(trajs, args.target, **options)
+    if not rows:  # --target agent_step on runs without agent and step labels (Aegis, clean runs)
+        raise ValueError(f"{args.source}: no trajectory has an agent and step label for --target {args.target}; "
+                         f"{args.out} not written")
     builders.write_jsonl(rows, args.out)
     if args.hf_dir:
         builders.to_hf_dataset(rows).save_to_disk(args.hf_dir)
