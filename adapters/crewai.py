@@ -14,7 +14,8 @@ Class-level patches, installed once:
   ``invoke_agent {agent.role}``; its input the task's description (and the context handed to it),
   its output the agent's result. In a hierarchical crew the manager agent's turns are steps, and
   a coworker's turn it delegates (the delegation tools call ``execute_task``) is a step nested in
-  the manager's;
+  the manager's. A failed turn CrewAI retries (``max_retry_limit``: ``_handle_execution_error``
+  calls ``execute_task`` again from inside it) ends failed there, and the retry is a step beside it;
 - LLM call: the openai client's ``Completions.create/AsyncCompletions.create`` inside a run
   (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`, which serves the
   ``with_raw_response`` calls CrewAI's native OpenAI provider makes);
@@ -28,6 +29,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
+from opentelemetry import context as otel_context
+
 from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
 from aegis_probe.spans import (
@@ -35,6 +38,7 @@ from aegis_probe.spans import (
     StepScope,
     call_in_scope,
     current_run,
+    current_step,
     log_hook_error,
     scoped_wrappers,
     start_run,
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 
 FRAMEWORK = "crewai"
 _NO_RUN = object()
+#: In a turn's step context: the context the step was opened in (where a retry of the turn goes).
+_OPENED_IN = otel_context.create_key("aegis_crewai_opened_in")
 
 
 def run_task(crew: Any, inputs: Any) -> str | None:
@@ -97,6 +103,8 @@ class CrewAIAdapter(Adapter):
         patcher.wrap(Crew, "copy", self.register_copy)
         patcher.wrap(Agent, "execute_task", self._turn)
         patcher.wrap(Agent, "aexecute_task", self._aturn)
+        patcher.wrap(Agent, "_handle_execution_error", self._retry)
+        patcher.wrap(Agent, "_handle_execution_error_async", self._aretry)
         patcher.wrap(BaseTool, "run", self._tool)
         patcher.wrap(Tool, "run", self._tool)
         self.seam.install(patcher)
@@ -155,11 +163,47 @@ class CrewAIAdapter(Adapter):
             text = str(getattr(task, "description", "") or "")
             if context:
                 text = f"{text}\n\n{context}"
-            return start_step(run.probe, agent.role, run=run, agent_id=str(agent.id),
+            opened_in = otel_context.get_current()
+            step = start_step(run.probe, agent.role, run=run, agent_id=str(agent.id),
                               description=agent.goal, input_messages=[{"role": "user", "content": text}])
+            step.ctx = otel_context.set_value(_OPENED_IN, opened_in, step.ctx)
+            return step
         except Exception:
             log_hook_error("crewai step start")
             return None
+
+    @staticmethod
+    def _end_failed_turn(args: tuple, kwargs: dict) -> otel_context.Context | None:
+        """In ``_handle_execution_error(e, task, ...)``: fail the turn's step with ``e`` and return the
+        context it was opened in, for the retry (None: not in a step)."""
+        step, opened_in = current_step(), otel_context.get_value(_OPENED_IN)
+        if step is None or not isinstance(opened_in, otel_context.Context):
+            return None
+        try:
+            step.fail(call_arg(args, kwargs, "e", 0))
+        except Exception:
+            log_hook_error("crewai step retry")
+        return opened_in
+
+    def _retry(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened_in = self._end_failed_turn(args, kwargs)
+        if opened_in is None:
+            return wrapped(*args, **kwargs)
+        token = otel_context.attach(opened_in)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    async def _aretry(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        opened_in = self._end_failed_turn(args, kwargs)
+        if opened_in is None:
+            return await wrapped(*args, **kwargs)
+        token = otel_context.attach(opened_in)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
 
     @staticmethod
     def _turn_finisher(step: StepScope) -> Callable[[Any], None]:

@@ -232,12 +232,40 @@ def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider,
 
 
 @needs_crewai
+@pytest.mark.parametrize("kickoff", ["kickoff", "akickoff"])
+def test_retried_turn_is_a_failed_step_then_a_step_beside_it(kickoff, model_server, provider, exporter, tmp_path):
+    """CrewAI retries a failed turn (``max_retry_limit``) by calling ``execute_task`` again from inside
+    it: the failed attempt is a failed step of its own (it was nested around the retry and ended
+    with the retry's output, as if it had succeeded), the retry a step beside it."""
+    calls = []
+
+    def policy(body):
+        calls.append(body)
+        if len(calls) == 1:
+            raise RuntimeError("model overloaded")
+        return demo.policy(body)
+
+    app, probe = _instrumented(model_server, provider, tmp_path, policy)
+    output = app.kickoff(inputs={"task": demo.TASK}) if kickoff == "kickoff" else asyncio.run(
+        app.akickoff(inputs={"task": demo.TASK}))
+    assert demo.EXPECTED in output.raw
+    probe.flush()
+    steps = _steps(exporter)
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["planner", *demo.AGENTS]
+    root = next(s for s in exporter.get_finished_spans() if s.parent is None)
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    assert [s.status.status_code.name for s in steps] == ["ERROR", "UNSET", "UNSET", "UNSET"]
+    assert probe.trajectory().steps[0].output == ""
+
+
+@needs_crewai
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from crewai import Agent, Crew
     from crewai.tools.base_tool import BaseTool, Tool
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    names = [(Crew, "kickoff"), (Crew, "akickoff"), (Crew, "copy"), (Agent, "execute_task"), (Agent, "aexecute_task"), (BaseTool, "run"),
+    names = [(Crew, "kickoff"), (Crew, "akickoff"), (Crew, "copy"), (Agent, "execute_task"), (Agent, "aexecute_task"),
+             (Agent, "_handle_execution_error"), (Agent, "_handle_execution_error_async"), (BaseTool, "run"),
              (Tool, "run"), (Completions, "create"), (AsyncCompletions, "create")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
