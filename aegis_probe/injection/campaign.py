@@ -18,23 +18,25 @@ Tasks file: JSON lines ``{"id", "task", "type": "math"|"code"|..., "expected", "
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import random
 import threading
 from collections import defaultdict
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
-from ..errors import one_line
+from ..errors import AegisProbeError, one_line
 from ..executors import Executor, Failure, ThreadExecutor
 from ..interception import UnansweredCalls
 from ..jsonl import read_jsonl
@@ -68,6 +70,27 @@ def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, A
         except (ValueError, KeyError, TypeError):
             logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
     return {k: r for k, r in found.items() if errors or "error" not in r}
+
+
+class CampaignBusy(AegisProbeError, OSError):
+    """Another campaign is running into the same output directory."""
+
+
+@contextmanager
+def _only_campaign(out: Path) -> Iterator[None]:
+    """Hold ``out`` for this campaign (a lock on its records file, let go when the process ends,
+    ``kill -9`` too): a second campaign into it at the same time would run every run again,
+    and its stores would hold each kept run twice."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / RUNS_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CampaignBusy(f"{out} is in use by another inject campaign: wait for it to end, or choose another --out") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 class _Collector(SpanProcessor):
@@ -224,6 +247,7 @@ class Campaign:
                     raise ValueError("the app module has no scripted `policy`; give an endpoint (--base-url)")
                 server = stack.enter_context(ModelServer(self.app.policy))
                 endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
+            stack.enter_context(_only_campaign(self.out))
             bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
             done = self.records()
             self._stage(executor, endpoint, [(f"{t['id']}/baseline", t, None) for t in self.tasks], done, bar)
