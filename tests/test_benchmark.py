@@ -59,6 +59,24 @@ def test_every_metric_scores_one_answer_per_trace():
     assert metrics.one_answer(Attribution(None, 3, [("X", "FM-3.1")])) == Attribution("X", 3, [("X", "FM-3.1")])
 
 
+def test_intervals_resample_only_the_traces_an_accuracy_is_over():
+    """Two traces with a gold step, both answered right, among eight with an agent only: the step
+    accuracy is 1 and so is its whole interval (resamples holding neither step-labelled trace
+    scored 0 and put the lower bound at 0); the expected random step is over those two only."""
+    from aegis_probe.train.benchmark import score_set
+
+    stepped = [traj([("A", "x"), ("B", "y")], [Fault(agent="B", step=1)], rid=f"s{i}") for i in range(2)]
+    agent_only = [traj([("A", "x"), ("B", "y")], [Fault(agent="A")], rid=f"a{i}") for i in range(8)]
+    test = stepped + agent_only
+    golds = [gold_attribution(t) for t in test]
+    preds = [Attribution(g.agent, g.step, [(g.agent, None)]) for g in golds]
+    report = metrics.evaluate(golds, preds, n_resamples=200)
+    assert report["step_accuracy"] == 1.0 and report["step_accuracy_ci"] == (1.0, 1.0)
+    part = score_set(test, test, preds, [2] * len(test), n_resamples=200)
+    assert part["results"]["DCL (trained on the training sets)"]["step"]["ci95"] == [1.0, 1.0]
+    assert part["results"]["expected random (acting agent, step)"]["step"]["value"] == 0.5  # was 0.1: zeros counted
+
+
 def test_random_pool_is_the_acting_agents_and_floors_fit_on_training():
     t = traj([("user", "task"), ("Planner", "plan"), ("human", "ok"), ("Coder", "code")], [Fault(agent="Coder", step=3)])
     assert acting_agents(t) == ["Planner", "Coder"]

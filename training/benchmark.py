@@ -23,13 +23,15 @@ from .answers import Attribution, gold_attribution
 from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
 from .builders import build_dcl, row_id
 from .evaluate import unreachable_steps
-from .metrics import Metric, agent_accuracy, bootstrap_ci, step_accuracy
+from .metrics import Metric, accuracy_ci, agent_accuracy, bootstrap_ci, step_accuracy
 
 METRICS: dict[str, Metric] = {
     "agent": agent_accuracy,
     "step": step_accuracy,
     "step±1": lambda g, p: step_accuracy(g, p, 1),
 }
+#: the gold label each metric is computed over (traces without it are not resampled for its interval)
+FIELDS = {"agent": "agent", "step": "step", "step±1": "step"}
 MODEL = "DCL (trained on the training sets)"
 #: ``--inputs``: what the DCL head reads of each turn (the default is fixed before any test set is read).
 INPUTS = {
@@ -78,9 +80,9 @@ def dcl_predictions(model: Any, trajs: Sequence[Trajectory], progress: bool = Tr
     return answers, [p["turns_read"] for p in preds]
 
 
-def _interval(metric: Metric, golds: Sequence[Attribution], preds: Sequence[Attribution | None],
+def _interval(metric: Metric, field: str, golds: Sequence[Attribution], preds: Sequence[Attribution | None],
               n_resamples: int, seed: int) -> dict[str, Any]:
-    lo, hi = bootstrap_ci(metric, golds, preds, n_resamples=n_resamples, seed=seed)
+    lo, hi = accuracy_ci(metric, field, golds, preds, n_resamples=n_resamples, seed=seed) or (0.0, 0.0)
     return {"value": metric(golds, preds), "ci95": [lo, hi]}
 
 
@@ -106,12 +108,12 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
     }
     systems: dict[str, list[Attribution | None]] = {MODEL: list(model_preds),
                                                     **{name: list(map(floor, test)) for name, floor in floors.items()}}
-    results = {name: {m: _interval(fn, golds, preds, n_resamples, seed) for m, fn in METRICS.items()}
+    results = {name: {m: _interval(fn, FIELDS[m], golds, preds, n_resamples, seed) for m, fn in METRICS.items()}
                for name, preds in systems.items()}
     chance = [expected_random(t, g) for t, g in zip(test, golds)]
-    results["expected random (acting agent, step)"] = {
-        "agent": _expected([a for a, _ in chance], n_resamples, seed),
-        "step": _expected([s for _, s in chance], n_resamples, seed),
+    results["expected random (acting agent, step)"] = {  # over the traces with that label, as the accuracies
+        "agent": _expected([a for (a, _), g in zip(chance, golds) if g.agent is not None], n_resamples, seed),
+        "step": _expected([s for (_, s), g in zip(chance, golds) if g.step is not None], n_resamples, seed),
     }
     unreachable = unreachable_steps(golds, turns_read, [len(t.steps) for t in test])
     others = [r for name, r in results.items() if name != MODEL]

@@ -130,6 +130,18 @@ def bootstrap_ci(metric: Metric, golds: Sequence[Attribution], preds: Sequence[A
     return lo, hi
 
 
+def accuracy_ci(metric: Metric, field: str, golds: Sequence[Attribution], preds: Sequence[Attribution | None], *,
+                n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float] | None:
+    """The bootstrap interval of an accuracy over the traces it is computed on, those with a gold
+    ``field`` (``"agent"`` or ``"step"``); ``None`` when there are none. (Resampling every trace
+    made resamples holding none of them, which score 0 and drag the interval down.)"""
+    idx = _labelled(golds, field)
+    if not idx:
+        return None
+    return bootstrap_ci(metric, [golds[i] for i in idx], [preds[i] for i in idx], n_resamples=n_resamples,
+                        alpha=alpha, seed=seed)
+
+
 def one_answer(pred: Attribution | None) -> Attribution | None:
     """A prediction reduced to one answer per trace: its agent (else its first pair's agent), its
     step, and the single pair (agent, that agent's first predicted mode). Every metric of
@@ -161,7 +173,7 @@ def evaluate(golds: Sequence[Attribution], preds: Sequence[Attribution | None], 
     }
     for name, (field, fn) in headline.items():  # no gold of that kind (Aegis: no steps): None, not 0
         report[name] = fn(golds, preds) if labelled[field] else None
-        report[f"{name}_ci"] = bootstrap_ci(fn, golds, preds, n_resamples=n_resamples, seed=seed) if labelled[field] else None
+        report[f"{name}_ci"] = accuracy_ci(fn, field, golds, preds, n_resamples=n_resamples, seed=seed)
     for level in ("pair", "agent", "mode"):
         report[f"{level}_f1"] = set_f1(golds, preds, level)
     report["whowhen_reference_compat"] = whowhen_reference_compat(golds, preds, n_files)
@@ -188,5 +200,5 @@ def agent_confusion(golds: Sequence[Attribution], preds: Sequence[Attribution | 
     return cols, matrix
 
 
-__all__ = ["agent_accuracy", "agent_confusion", "bootstrap_ci", "evaluate", "label_set", "one_answer",
+__all__ = ["accuracy_ci", "agent_accuracy", "agent_confusion", "bootstrap_ci", "evaluate", "label_set", "one_answer",
            "set_f1", "step_accuracy", "whowhen_reference_compat"]
