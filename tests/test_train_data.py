@@ -668,6 +668,25 @@ def test_eval_predictions_by_hand_strict_and_reference_compat(tmp_path, capsys):
     assert json.loads((tmp_path / "ev3" / "metrics.json").read_text())["unreachable_gold_steps"] == 1
 
 
+def test_eval_matches_predictions_keyed_by_trace_id(tmp_path, capsys):
+    """``attribute --trace`` keys its predictions by trace id; a captured run's trajectory id is its
+    run id: those predictions are matched by the trace id (all were 'match no trajectory')."""
+    from aegis_probe.train.importers.native import write
+
+    runs = []
+    for i, agent in enumerate(["Coder", "Planner"]):
+        run = traj([("Planner", "plan"), ("Coder", "code")], [Fault(agent=agent, step=["Planner", "Coder"].index(agent))], rid=f"run{i}")
+        run.trace_id = f"{i:032x}"
+        runs.append(run)
+    data = write(runs, tmp_path / "t.jsonl")
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("".join(json.dumps({"id": r.trace_id, "agent": "Coder", "step": 1}) + "\n" for r in runs))
+    assert cli.main(["eval", str(data), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev"), "--bootstrap", "10"]) == 0
+    assert "match no trajectory" not in capsys.readouterr().err
+    report = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert report["n_predicted"] == 2 and report["agent_accuracy"] == 0.5
+
+
 def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):
     from aegis_probe.train.evaluate import read_predictions
     from aegis_probe.jsonl import read_jsonl, write_jsonl

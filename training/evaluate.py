@@ -48,8 +48,9 @@ def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Att
 
 
 def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], path: str | Path) -> list[dict[str, Any] | None]:
-    """Each trajectory's prediction row: by its id, else by the file it was imported from when that
-    file holds it alone (``1.json`` or ``1``, as Who&When scripts key predictions). Says on stderr
+    """Each trajectory's prediction row: by its id, else by its trace id (``attribute --trace`` keys
+    its output so), else by the file it was imported from when that file holds it alone (``1.json``
+    or ``1``, as Who&When scripts key predictions). Says on stderr
     how many predictions match no trajectory. An id that several trajectories share (records of two
     files numbered alike) and a prediction names is an error: which of them it answers is unknown."""
     from collections import Counter
@@ -66,7 +67,7 @@ def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], pat
     found: list[dict[str, Any] | None] = []
     used: set[str] = set()
     for traj, file in zip(trajs, files):
-        keys = [row_id(traj), *((file, Path(file).stem) if file in single else ())]
+        keys = [row_id(traj), *([traj.trace_id] if traj.trace_id else []), *((file, Path(file).stem) if file in single else ())]
         key = next((k for k in keys if k in rows), None)
         found.append(rows[key] if key is not None else None)
         used.update([key] if key is not None else [])
