@@ -185,7 +185,8 @@ class OpenAIAgentsAdapter(Adapter):
 
     @staticmethod
     def _reachable(agent: Any) -> list[Any]:
-        """``agent`` and every agent its handoffs lead to."""
+        """``agent`` and every agent its handoffs lead to: an agent itself, or the one a
+        ``handoff(agent, ...)`` object holds (by a weak reference)."""
         from agents import Agent
 
         seen: list[Any] = []
@@ -196,7 +197,8 @@ class OpenAIAgentsAdapter(Adapter):
                 continue
             seen.append(current)
             for handoff in getattr(current, "handoffs", ()):
-                target = handoff if isinstance(handoff, Agent) else getattr(handoff, "agent", None)
+                ref = getattr(handoff, "_agent_ref", None)
+                target = handoff if isinstance(handoff, Agent) else ref() if callable(ref) else None
                 if isinstance(target, Agent):
                     todo.append(target)
         return seen

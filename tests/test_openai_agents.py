@@ -151,6 +151,32 @@ def test_follow_up_run_task_is_its_new_user_message(model_server, provider, expo
 
 
 @needs_sdk
+def test_follow_up_run_from_a_handoff_object_target_is_traced(model_server, provider, exporter, tmp_path):
+    """A handoff made with ``handoff(agent, on_handoff=...)`` leads to an instrumented agent too: the
+    next turn of the chat, run from ``result.last_agent``, is traced (it was not registered: no run)."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, handoff
+    from openai import AsyncOpenAI
+
+    def policy(body):
+        asked = body["messages"][0]["content"] == "Triage." and body["messages"][-1]["role"] != "tool"
+        return Reply(tool_calls=[("transfer_to_billing", {})]) if asked else Reply(content="Billing here.")
+
+    server = model_server(policy)
+    model = OpenAIChatCompletionsModel(model="aegis-scripted", openai_client=AsyncOpenAI(base_url=server.base_url,
+                                                                                         api_key="sk-test"))
+    billing = Agent(name="billing", instructions="Billing.", model=model)
+    triage = Agent(name="triage", instructions="Triage.", model=model,
+                   handoffs=[handoff(billing, on_handoff=lambda context: None)])
+    aegis_probe.instrument(triage, tracer_provider=provider, store=False)
+    first = Runner.run_sync(triage, "I was charged twice.")
+    assert first.last_agent is billing
+    Runner.run_sync(first.last_agent, first.to_input_list() + [{"role": "user", "content": "And a refund?"}])
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert sorted((s.name, s.attributes[sc.TASK]) for s in roots) == [
+        ("invoke_workflow billing", "And a refund?"), ("invoke_workflow triage", "I was charged twice.")]
+
+
+@needs_sdk
 def test_runs_of_one_session_are_one_conversation(model_server, provider, exporter, tmp_path):
     """A chat kept in a session (``session=SQLiteSession(id)``): its runs share the session's id as
     ``gen_ai.conversation.id`` (each had a new one), as a LangGraph checkpointer thread does."""
