@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -162,11 +163,34 @@ def _after_fork() -> None:
     for writer in list(_WRITERS):
         for processor in writer.processors():
             processor._traces.clear()
+    _flush_in_multiprocessing_children()
+
+
+def _flush_in_multiprocessing_children() -> None:
+    """A multiprocessing child (fork, forkserver) ends with ``os._exit``: atexit handlers do not
+    run there, its finalizers do. Once multiprocessing is loaded (no import of it here), have
+    each child it starts register one (after its start clears those it inherited)."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(_flush_at_exit, _flush_at_process_end)
+
+
+_finalizer_pid: int | None = None
+
+
+def _flush_at_process_end(_: object) -> None:
+    global _finalizer_pid
+    if _finalizer_pid != os.getpid():  # once per process
+        _finalizer_pid = os.getpid()
+        from multiprocessing.util import Finalize
+
+        Finalize(None, _flush_at_exit, exitpriority=100)
 
 
 atexit.register(_flush_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+_flush_in_multiprocessing_children()
 
 
 #: A span encoded for its line: (resource attributes, scope name, span text).

@@ -52,3 +52,29 @@ def test_fork_during_a_store_write_leaves_no_lock_held(tmp_path):
         _, status = os.waitpid(pid, 0)
         os.close(reader)
     assert os.waitstatus_to_exitcode(status) == 0, "the child's own write waited for its parent's locks"
+
+
+def _run_in_child(store_dir: str, i: int) -> None:
+    """A multiprocessing child's work: one run, then return (the child ends with os._exit)."""
+    from aegis_probe.config import ProbeConfig
+    from toyrun import StepSpec, default_probe, run_script
+
+    probe = default_probe(ProbeConfig.resolve(capture_content=True), TraceStore(store_dir))
+    run_script(probe, f"task {i}", [StepSpec("a", "x" * 20_000 + str(i), "y", usage=[(1, 1)]) for _ in range(30)])
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_runs_of_multiprocessing_children_are_stored(tmp_path, method):
+    """A multiprocessing child ends with os._exit, so no atexit handler writes its queued traces:
+    its runs were lost (all of them when it returned right after)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context(method)
+    children = [ctx.Process(target=_run_in_child, args=(str(tmp_path), i)) for i in range(3)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    assert [c.exitcode for c in children] == [0, 0, 0]
+    traces = TraceStore(tmp_path).traces()
+    assert len(traces) == 3 and all(len(spans) == 61 for spans in traces.values())
