@@ -1,5 +1,6 @@
-"""A process forked while a thread of its parent writes to the trace store (multiprocessing's fork
-start method, a pre-fork server): neither process's later writes wait on that write's locks."""
+"""Trace stores across processes: a process forked while a thread of its parent writes to the store
+(multiprocessing's fork start method, a pre-fork server) leaves no lock held, and multiprocessing
+children, which end with os._exit, still write their runs."""
 
 from __future__ import annotations
 
