@@ -31,9 +31,10 @@ attached by the step wrapper itself), and the step wrappers (``_step``/``_astep`
 ``_step`` is aegis's only frame under camel's stack walk (a workforce's steps add ``_process_task``:
 ``process_task_async`` inside a run, as ``process_task`` runs it, is not entered). And it takes the
 place of ``ChatAgent.step``'s own frame: for a step that neither streams nor has a ``step_timeout``,
-camel 0.2.90's undecorated ``step`` only calls ``_step_impl``, so the wrapper calls ``_step_impl``
-itself (after the same checks, in the same order) and the walk is as deep as without aegis (with
-Langfuse's or TraceRoot's ``observe`` on ``step``, or another camel version, it calls ``step``).
+camel 0.2.90's undecorated ``step`` only calls ``_step_impl`` (``astep``: sets the agent's logging
+context, which ``_astep_non_streaming_task`` sets again first, and awaits that), so the wrapper
+calls it itself (after the same checks, in the same order) and the walk is as deep as without aegis
+(with Langfuse's or TraceRoot's ``observe`` on ``step``, or another camel version, it calls ``step``).
 
 Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
 ``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
@@ -370,15 +371,17 @@ def _outside_runs() -> bool:
 _STEP_PARAMS = ("input_message", "response_format")
 
 
-def _plain_step(chat_agent: type) -> bool:
-    """Whether ``ChatAgent.step`` is camel 0.2.90's own function, undecorated (no Langfuse or
-    TraceRoot ``observe``): a step that neither streams nor has a ``step_timeout`` then only calls
-    ``self._step_impl(input_message, response_format)``, which the step wrapper can call itself."""
+def _plain_step(chat_agent: type, step_name: str, impl_name: str) -> bool:
+    """Whether ``ChatAgent.step`` (``astep``) is camel 0.2.90's own function, undecorated (no
+    Langfuse or TraceRoot ``observe``): a step that neither streams nor has a ``step_timeout`` then
+    only calls ``self._step_impl(input_message, response_format)`` (awaits
+    ``self._astep_non_streaming_task(...)``, which first sets the agent's logging context as
+    ``astep`` did), which the step wrapper can call itself."""
     import inspect
 
     from camel import __version__
 
-    step, impl = vars(chat_agent).get("step"), vars(chat_agent).get("_step_impl")
+    step, impl = vars(chat_agent).get(step_name), vars(chat_agent).get(impl_name)
     return (__version__ == "0.2.90" and inspect.isfunction(step) and not hasattr(step, "__wrapped__")
             and step.__module__ == "camel.agents.chat_agent" and inspect.isfunction(impl)
             and step.__code__.co_varnames[1:3] == impl.__code__.co_varnames[1:3] == _STEP_PARAMS)
@@ -412,7 +415,8 @@ class CamelAdapter(Adapter):
         # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
         self._handoff: dict[tuple[int, int], list[StepScope]] = {}
         self._handoff_lock = threading.Lock()
-        self._direct_step = False  # whether the step wrapper may call _step_impl itself (set at install)
+        # Whether the step wrappers may call _step_impl / _astep_non_streaming_task themselves (set at install).
+        self._direct_step = self._direct_astep = False
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -468,7 +472,8 @@ class CamelAdapter(Adapter):
         # Inside a run they pass straight through: no frame (``process_task`` runs ``process_task_async``).
         patcher.wrap(Workforce, "process_task", self._process_task, enabled=_outside_runs)
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task, enabled=_outside_runs)
-        self._direct_step = _plain_step(ChatAgent)  # before wrapping it
+        self._direct_step = _plain_step(ChatAgent, "step", "_step_impl")  # before wrapping them
+        self._direct_astep = _plain_step(ChatAgent, "astep", "_astep_non_streaming_task")
         patcher.wrap(ChatAgent, "step", self._step)
         patcher.wrap(ChatAgent, "astep", self._astep)
         patcher.wrap(ChatAgent, "_step_impl", self._step_in_thread, enabled=self._handoff.__len__)
@@ -782,7 +787,12 @@ class CamelAdapter(Adapter):
         step = opened[1]
         token = step.attach()
         try:
-            result = await wrapped(*args, **kwargs)
+            if self._direct_astep and _binds(args, kwargs) \
+                    and not instance.model_backend.model_config_dict.get("stream", False) and instance.step_timeout is None:
+                # All that ChatAgent.astep does here (its own checks, in its order): one frame less on the stack walk.
+                result = await instance._astep_non_streaming_task(*args, **kwargs)
+            else:
+                result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             step.detach(token)
             self._close_step(opened, None, exc)

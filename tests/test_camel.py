@@ -360,10 +360,14 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
     elif app_kind == "workforce":
         from camel.tasks import Task
 
-        app = build_workforce(model_server(workforce_policy))
+        server = model_server(workforce_policy)
+        assert EXPECTED in build_workforce(server).process_task(Task(content=demo.TASK, id="0")).result
+        bare_depths, depths[:], ours_on_stack[:] = depths[:], [], []
+        app = build_workforce(server)
         aegis_probe.instrument(app, tracer_provider=provider, store=False)
         assert EXPECTED in app.process_task(Task(content=demo.TASK, id="0")).result
         assert {tuple(names) for names in ours_on_stack} == {("_step", "_process_task"), ("_astep", "_process_task")}
+        assert depths == [d + 1 for d in bare_depths]  # the task's run: process_task's wrapper
         return
     else:
         server = model_server(demo.policy)
