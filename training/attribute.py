@@ -18,6 +18,7 @@ from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory, label_
 
 from .builders import build_dcl
 from .dcl.attributor import DCLAttributor
+from .dcl.examples import RowError
 from aegis_probe.jsonl import read_jsonl, write_jsonl
 
 
@@ -75,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         traces = tqdm(args.trace, desc="attributing", unit="trace", file=sys.stderr, disable=len(args.trace) < 2)
         preds = [attribute_trace(model, store, t, Path(args.model).name) for t in traces]
     else:
-        preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
+        try:
+            preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
+        except RowError as exc:
+            raise ValueError(f"{args.data}: {exc}") from None
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
     if args.output:  # whole or not at all, its folder made: a bad path does not lose the predictions
         write_jsonl(preds, args.output)

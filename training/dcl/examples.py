@@ -13,6 +13,10 @@ from ..answers import normalize_agent
 from .reading import name_pattern, step_features
 
 
+class RowError(ValueError):
+    """A DCL row that cannot be read (the commands add the file it came from)."""
+
+
 @dataclass
 class Example:
     """One trajectory, indexed: turn texts, each turn's agent, and known targets (None = unknown)."""
@@ -66,20 +70,20 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     """
     all_turns = row.get("turns")
     if not isinstance(all_turns, list):
-        raise ValueError(f"DCL row {row.get('id')!r}: 'turns' must be a list of {{agent, text}}")
+        raise RowError(f"DCL row {row.get('id')!r}: 'turns' must be a list of {{agent, text}}")
     bad = next((i for i, t in enumerate(all_turns) if not isinstance(t, dict) or "agent" not in t), None)
     if bad is not None:
-        raise ValueError(f"DCL row {row.get('id')!r} turn {bad}: not an object with an 'agent'")
+        raise RowError(f"DCL row {row.get('id')!r} turn {bad}: not an object with an 'agent'")
     turns = all_turns[:max_turns] if max_turns > 0 else all_turns
     if not turns:
-        raise ValueError(f"DCL row {row.get('id')!r} has no turns")
+        raise RowError(f"DCL row {row.get('id')!r} has no turns")
     texts = [str(t.get("text") or "") for t in turns]
     features = None
     if reading_features:  # only for a model that reads them
         try:
             features = torch.tensor(step_features(texts, [str(t["agent"]) for t in turns], str(row.get("task") or "")))
         except ValueError as exc:
-            raise ValueError(f"DCL row {row.get('id')!r}: {exc}") from None
+            raise RowError(f"DCL row {row.get('id')!r}: {exc}") from None
     agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
     index = {normalize_agent(a): i for i, a in enumerate(agents)}
     mode_index = {m: i for i, m in enumerate(modes)}
@@ -137,5 +141,5 @@ def _label_pairs(row: dict[str, Any], agents: list[str], modes: list[str]) -> li
     if pairs is None:
         return None
     if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
-        raise ValueError(f"DCL row {row.get('id')!r}: 'label_pairs' must be a list of [agent, mode]")
+        raise RowError(f"DCL row {row.get('id')!r}: 'label_pairs' must be a list of [agent, mode]")
     return [(str(a), str(m)) for a, m in pairs]

@@ -20,7 +20,7 @@ from ..modes import MODE_IDS
 from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_configs, training_rows
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
-from .examples import Example
+from .examples import Example, RowError
 from .losses import dcl_losses
 
 logger = logging.getLogger("aegis_probe.train")
@@ -190,8 +190,11 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
 def train(args: argparse.Namespace) -> int:
     """Run DCL training as configured by ``args`` (see :func:`add_parser`)."""
     (cfg,) = resolve_configs(args, (DCLConfig,))
-    fit(training_rows(args.data, ("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
-        resume=args.resume)
+    try:
+        fit(training_rows(args.data, ("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
+            resume=args.resume)
+    except RowError as exc:
+        raise ValueError(f"{args.data}: {exc}") from None
     return 0
 
 
