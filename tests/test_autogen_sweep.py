@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe
+from aegis_probe import semconv as sc
 from aegis_probe.modelserver import Reply
+from aegis_probe.store import TraceStore
 
 
 def _client(server: Any) -> Any:
@@ -72,3 +74,92 @@ def test_wrapper_agent_of_the_same_name_is_one_step(model_server, tmp_path):
     steps = probe.trajectory().steps
     assert [(s.index, s.agent, s.output, len(s.llm_calls)) for s in steps] == [
         (0, "drafter", "drafter spoke.", 1), (1, "checker", "checker spoke.", 1)]
+
+
+def test_swarm_handoff_to_the_user_and_resume(model_server, tmp_path):
+    """A ``Swarm`` stops at a handoff to the user (``HandoffTermination``) and resumes with the user's
+    ``HandoffMessage``: two runs, each its agents' turns with the handoff tool calls in them."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import HandoffTermination, TextMentionTermination
+    from autogen_agentchat.messages import HandoffMessage
+    from autogen_agentchat.teams import Swarm
+
+    def policy(body: dict[str, Any]) -> Reply:
+        system, last = body["messages"][0]["content"], body["messages"][-1]
+        if system == "travel":
+            told = any("Paris" in str(m.get("content")) for m in body["messages"])
+            return Reply(tool_calls=[("transfer_to_flights" if told else "transfer_to_user", {})])
+        if last.get("role") == "tool":
+            return Reply(content="Booked. TERMINATE")
+        return Reply(tool_calls=[("book", {"city": "Paris"})])
+
+    def book(city: str) -> str:
+        return f"seat to {city}"
+
+    client = _client(model_server(policy))
+    travel = AssistantAgent("travel", model_client=client, system_message="travel", handoffs=["flights", "user"])
+    flights = AssistantAgent("flights", model_client=client, system_message="flights", tools=[book], handoffs=["travel"])
+    team = Swarm([travel, flights], termination_condition=HandoffTermination(target="user") | TextMentionTermination("TERMINATE"))
+    probe = aegis_probe.instrument(team, store=tmp_path / "store")
+    trajs = []
+
+    async def go() -> None:  # one event loop: the team is bound to it
+        for task in ("Book me a trip.", HandoffMessage(source="user", target="travel", content="To Paris, please.")):
+            await team.run(task=task)
+            trajs.append(probe.trajectory())
+
+    asyncio.run(go())
+    asked, resumed = trajs
+    assert asked.trace_id != resumed.trace_id and resumed.task == "To Paris, please."
+    assert [(s.agent, [c.name for c in s.tool_calls]) for s in asked.steps] == [("travel", ["transfer_to_user"])]
+    assert [(s.index, s.agent, [c.name for c in s.tool_calls]) for s in resumed.steps] == [
+        (0, "travel", ["transfer_to_flights"]), (1, "flights", ["book"]), (2, "flights", [])]
+    assert resumed.steps[1].tool_calls[0].result == "seat to Paris" and resumed.steps[2].output == "Booked. TERMINATE"
+
+
+def test_graph_flow_loop_and_parallel_fan_out(model_server, tmp_path):
+    """A ``GraphFlow`` loops writer -> critic on a conditional edge until approval, then fans out to
+    two agents running at once and joins: every turn a step, each model call under its own agent's."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.teams import DiGraphBuilder, GraphFlow
+
+    reviews = []
+
+    def policy(body: dict[str, Any]) -> Reply:
+        system = body["messages"][0]["content"]
+        if system == "critic":
+            reviews.append(system)
+            return Reply(content="APPROVE" if len(reviews) == 2 else "REVISE")
+        return Reply(content=f"{system} done.")
+
+    server = model_server(policy)
+    server.latency = 0.05  # the fan-out's two calls overlap
+    client = _client(server)
+    writer, critic, left, right, join = (AssistantAgent(name, model_client=client, system_message=name)
+                                        for name in ("writer", "critic", "left", "right", "join"))
+    graph = DiGraphBuilder()
+    for agent in (writer, critic, left, right, join):
+        graph.add_node(agent)
+    graph.add_edge(writer, critic)
+    graph.add_edge(critic, writer, condition=lambda m: "REVISE" in m.to_text())
+    graph.add_edge(critic, left, condition=lambda m: "APPROVE" in m.to_text())
+    graph.add_edge(critic, right, condition=lambda m: "APPROVE" in m.to_text())
+    graph.add_edge(left, join).add_edge(right, join)
+    graph.set_entry_point(writer)
+    flow = GraphFlow(graph.get_participants(), graph=graph.build(), max_turns=20)
+    probe = aegis_probe.instrument(flow, store=tmp_path / "store")
+    asyncio.run(flow.run(task="Write one line."))
+    probe.flush()
+    traj = probe.trajectory()
+    agents = [s.agent for s in traj.steps]
+    assert agents[:4] == ["writer", "critic", "writer", "critic"] and sorted(agents[4:6]) == ["left", "right"]
+    assert agents[6:] == ["join"] and [s.index for s in traj.steps] == list(range(7))
+    fan_out = traj.steps[4:6]
+    assert max(s.start_ns for s in fan_out) < min(s.end_ns for s in fan_out)  # the two steps overlapped
+    assert [s.output for s in traj.steps if s.agent == "critic"] == ["REVISE", "APPROVE"]
+    assert all(len(s.llm_calls) == 1 and s.output == f"{s.agent} done." for s in traj.steps if s.agent != "critic")
+    spans = TraceStore(tmp_path / "store").trace(traj.trace_id)
+    by_id = {s.span_id: s for s in spans}
+    chats = [s for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
+    assert len(chats) == 7
+    assert all(by_id[c.parent_span_id].attributes[sc.AGENT_NAME] == c.attributes[sc.AGENT_NAME] for c in chats)
