@@ -418,6 +418,10 @@ def test_builders_rows_and_writers(tmp_path):
     assert [r["id"] for r in step_rows] == ["bad"] and step_rows[0]["messages"][2]["content"] == "Coder|1"
     reasoned = builders.build_sft([bad], "agent_step", reasoning=True)[0]["messages"][2]["content"]
     assert rewards.multigranular_score(reasoned, "Coder", 1) == 1.0
+    injected = traj([("Planner", "plan"), ("Coder", "code")], rid="inj", faults=[Fault(agent="Coder", step=1, mode="FM-2.4")])
+    reasoned = builders.build_sft([injected], "agent_step", reasoning=True)[0]["messages"][2]["content"]
+    assert reasoned == "<think>FM-2.4 information withholding</think>\n<answer>Coder|1</answer>"  # was an empty think
+    assert rewards.multigranular_score(reasoned, "Coder", 1) == 1.0  # block: the reward's format check scored it 0
     grpo = builders.build_grpo([clean, bad])
     assert grpo[1]["gold_pairs"] == [["Coder", "FM-1.3"], ["Planner", "FM-2.2"]]
     assert (grpo[1]["gold_agent"], grpo[1]["gold_step"], grpo[0]["gold_agent"]) == ("Coder", 1, None)

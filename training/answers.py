@@ -14,7 +14,7 @@ from typing import Any
 
 from aegis_probe.trajectory import Fault, Trajectory
 
-from .modes import normalize_mode
+from .modes import MODES, normalize_mode
 
 Pair = tuple[str, str | None]
 
@@ -45,6 +45,14 @@ def decisive_fault(faults: list[Fault]) -> Fault | None:
     if stepped:
         return min(stepped, key=lambda f: f.step)  # type: ignore[arg-type, return-value]
     return next((f for f in faults if f.agent), None)
+
+
+def fault_reason(fault: Fault) -> str:
+    """Why a fault is one: its reason, else its failure mode named (``FM-2.4 information
+    withholding``, what an injected run's label says); empty when it has neither."""
+    if fault.reason:
+        return fault.reason
+    return f"{fault.mode} {MODES[fault.mode]}" if fault.mode in MODES else (fault.mode or "")
 
 
 def gold_attribution(traj: Trajectory) -> Attribution:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Literal
 
 from aegis_probe.trajectory import Trajectory
 
-from .answers import decisive_fault, format_agent_step, format_pairs, gold_attribution
+from .answers import decisive_fault, fault_reason, format_agent_step, format_pairs, gold_attribution
 from aegis_probe.jsonl import read_jsonl, write_jsonl  # noqa: F401 - re-exported: rows are read and written here
 from .modes import MODES
 from .render import render, step_text, strip_artefacts
@@ -72,7 +72,7 @@ def target_text(traj: Trajectory, target: Target, *, reasoning: bool = False) ->
     fault = decisive_fault(traj.labels.faults)
     if fault is None or fault.agent is None or fault.step is None:
         return None
-    return format_agent_step(fault.agent, fault.step, (fault.reason or "") if reasoning else None)
+    return format_agent_step(fault.agent, fault.step, fault_reason(fault) if reasoning else None)
 
 
 def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,

@@ -21,8 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from aegis_probe.mast import MODES
 from aegis_probe.trajectory import Fault, Step, Trajectory
+
+from .answers import fault_reason
 
 FORMATS = ("whowhen",)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -40,12 +41,6 @@ def _role(step: Step) -> str:
     return f"{step.agent} (-> {step.next_speaker})" if step.next_speaker else step.agent
 
 
-def _reason(fault: Fault) -> str:
-    if fault.reason:
-        return fault.reason
-    return f"{fault.mode} {MODES[fault.mode]}" if fault.mode in MODES else (fault.mode or "")
-
-
 def whowhen_record(traj: Trajectory) -> dict[str, Any]:
     """One trajectory as a Who&When record."""
     record: dict[str, Any] = {
@@ -60,7 +55,7 @@ def whowhen_record(traj: Trajectory) -> dict[str, Any]:
     fault = decisive_fault(traj)
     record["mistake_agent"] = (fault.agent or "") if fault else ""
     record["mistake_step"] = "" if fault is None or fault.step is None else str(fault.step)
-    record["mistake_reason"] = _reason(fault) if fault else ""
+    record["mistake_reason"] = fault_reason(fault) if fault else ""
     return record
 
 
