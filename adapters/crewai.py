@@ -173,11 +173,11 @@ class CrewAIAdapter(Adapter):
             return None
 
     @staticmethod
-    def _end_failed_turn(args: tuple, kwargs: dict) -> otel_context.Context | None:
-        """In ``_handle_execution_error(e, task, ...)``: fail the turn's step with ``e`` and return the
-        context it was opened in, for the retry (None: not in a step)."""
+    def _end_failed_turn(agent: Any, args: tuple, kwargs: dict) -> otel_context.Context | None:
+        """In ``agent._handle_execution_error(e, task, ...)``: fail the turn's step with ``e`` and return
+        the context it was opened in, for the retry (None: not in a step of ``agent``)."""
         step, opened_in = current_step(), otel_context.get_value(_OPENED_IN)
-        if step is None or not isinstance(opened_in, otel_context.Context):
+        if step is None or step.agent != agent.role or not isinstance(opened_in, otel_context.Context):
             return None
         try:
             step.fail(call_arg(args, kwargs, "e", 0))
@@ -186,7 +186,7 @@ class CrewAIAdapter(Adapter):
         return opened_in
 
     def _retry(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        opened_in = self._end_failed_turn(args, kwargs)
+        opened_in = self._end_failed_turn(instance, args, kwargs)
         if opened_in is None:
             return wrapped(*args, **kwargs)
         token = otel_context.attach(opened_in)
@@ -196,7 +196,7 @@ class CrewAIAdapter(Adapter):
             otel_context.detach(token)
 
     async def _aretry(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        opened_in = self._end_failed_turn(args, kwargs)
+        opened_in = self._end_failed_turn(instance, args, kwargs)
         if opened_in is None:
             return await wrapped(*args, **kwargs)
         token = otel_context.attach(opened_in)
