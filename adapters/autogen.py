@@ -25,7 +25,9 @@ is registered and when a run starts):
   call's arguments and the ``ToolResult``'s text, ERROR when ``is_error``; ``BaseTool.run_json`` /
   ``BaseStreamTool.run_json_stream`` for tools called outside a workbench (handoffs). A tool that
   a workbench runs through ``run_json`` gets no second span: its exception type is recorded on
-  the workbench call's span, which a workbench delegating to another reuses too.
+  the workbench call's span, which a workbench delegating to another reuses too. A call
+  ``AssistantAgent._execute_tool_call`` rejects before any tool runs (arguments that are not JSON,
+  a tool no workbench has) gets an ERROR ``execute_tool`` span with autogen's error text.
 
 autogen-core opens its own ``invoke_agent`` and ``execute_tool`` spans (``trace_invoke_agent_span``,
 ``trace_tool_span``, on the global tracer provider). Inside an aegis run those helpers are
@@ -38,6 +40,7 @@ aegis spans themselves. Apps that are not being traced run untouched.
 
 from __future__ import annotations
 
+import json
 import operator
 import sys
 import threading
@@ -45,7 +48,7 @@ import weakref
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
-from autogen_agentchat.agents import BaseChatAgent
+from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
 from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_agentchat.teams import BaseGroupChat
@@ -754,6 +757,41 @@ class ToolStreamWrapper(_Wrapper):
         return iterate_in_scope(wrapped(*args, **kwargs), scope, on_item=lambda item: last.__setitem__(0, item), on_done=done)
 
 
+class ToolDispatchWrapper(_Wrapper):
+    """``AssistantAgent._execute_tool_call``: a call autogen answers with an error before any tool
+    runs (arguments that are not JSON, a tool no workbench has) gets an ERROR ``execute_tool`` span."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = current_run()
+        if run is None:
+            return wrapped(*args, **kwargs)
+        return self._checked(run.probe, wrapped(*args, **kwargs))
+
+    @staticmethod
+    async def _checked(probe: "Probe", call: Any) -> Any:
+        tool_call, result = outcome = await call
+        try:
+            if result.is_error and _undispatched(tool_call, result.content):
+                scope = start_tool(probe, tool_call.name, call_id=tool_call.id, arguments=tool_call.arguments,
+                                   tool_type="function")
+                scope.finish(result.content, is_error=True)
+        except Exception:
+            log_hook_error("tool dispatch")
+        return outcome
+
+
+def _undispatched(tool_call: FunctionCall, error: str) -> bool:
+    """Whether autogen made ``error`` itself, running no tool: ``tool_call``'s arguments are not JSON,
+    or no workbench has its tool."""
+    if error == f"Error: tool '{tool_call.name}' not found in any workbench":
+        return True
+    try:
+        json.loads(tool_call.arguments)
+    except ValueError:
+        return True
+    return False
+
+
 def _reuse_current_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     """autogen-core's span helpers: inside an aegis run, yield the current span, open none."""
     if current_run() is None:
@@ -946,6 +984,7 @@ class AutogenAdapter(Adapter):
         self._create = CreateWrapper(self)
         self._manager = ManagerWrapper(self)
         self._create_stream = CreateStreamWrapper(self)
+        self._dispatch = ToolDispatchWrapper(self)
 
     def detect(self, app: Any) -> bool:
         return isinstance(app, (BaseGroupChat, BaseChatAgent))
@@ -969,6 +1008,7 @@ class AutogenAdapter(Adapter):
         self._patched.clear()
         self.sync_patches(modules=True)
         patcher.wrap(BaseGroupChatManager, "on_message_impl", self._manager)  # inherited: no subclass defines it
+        patcher.wrap(AssistantAgent, "_execute_tool_call", self._dispatch)  # a staticmethod its subclasses inherit
         if not env_flag(ENV_RUNTIME_SPANS, False):
             patcher.wrap(TraceHelper, "trace_block", _no_runtime_span)
             patcher.wrap(_runtime_module, "get_telemetry_envelope_metadata", _no_envelope_context)

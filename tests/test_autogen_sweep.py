@@ -16,12 +16,16 @@ from aegis_probe.modelserver import Reply
 from aegis_probe.store import TraceStore
 
 
-def _client(server: Any) -> Any:
+def _client_info() -> Any:
     from autogen_core.models import ModelFamily, ModelInfo
+
+    return ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
+
+
+def _client(server: Any) -> Any:
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    return OpenAIChatCompletionClient(model="m", base_url=server.base_url, api_key="sk-test", model_info=ModelInfo(
-        vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False))
+    return OpenAIChatCompletionClient(model="m", base_url=server.base_url, api_key="sk-test", model_info=_client_info())
 
 
 def _by_system_prompt(body: dict[str, Any]) -> Reply:
@@ -163,3 +167,37 @@ def test_graph_flow_loop_and_parallel_fan_out(model_server, tmp_path):
     chats = [s for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
     assert len(chats) == 7
     assert all(by_id[c.parent_span_id].attributes[sc.AGENT_NAME] == c.attributes[sc.AGENT_NAME] for c in chats)
+
+
+def test_tool_calls_autogen_rejects_before_any_tool_runs_are_recorded(tmp_path):
+    """A model calling a tool no workbench has, or with arguments that are not JSON: autogen answers
+    with an error result and runs no tool; each call still gets its ``execute_tool`` span, ERROR."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, RequestUsage
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def agent() -> AssistantAgent:
+        calls = [FunctionCall(id="c1", name="add", arguments='{"a": 1, "b": 2}'),
+                 FunctionCall(id="c2", name="multiply", arguments='{"a": 2, "b": 3}'),
+                 FunctionCall(id="c3", name="add", arguments='{"a": 1, "b":')]
+        usage = RequestUsage(prompt_tokens=1, completion_tokens=1)
+        client = ReplayChatCompletionClient([CreateResult(finish_reason="function_calls", content=calls, usage=usage, cached=False),
+                                             CreateResult(finish_reason="stop", content="Done.", usage=usage, cached=False)],
+                                            model_info=_client_info())
+        return AssistantAgent("calculator", model_client=client, tools=[add], reflect_on_tool_use=True)
+
+    plain = asyncio.run(agent().run(task="Add and multiply."))
+    traced = agent()
+    probe = aegis_probe.instrument(traced, store=tmp_path / "store")
+    result = asyncio.run(traced.run(task="Add and multiply."))
+    assert [m.to_text() for m in result.messages] == [m.to_text() for m in plain.messages]
+    (step,) = probe.trajectory().steps
+    calls = [(c.name, c.call_id, c.result, c.error is not None) for c in step.tool_calls]
+    assert calls == [("add", "c1", "3", False),
+                     ("multiply", "c2", "Error: tool 'multiply' not found in any workbench", True),
+                     ("add", "c3", "Error: Expecting value: line 1 column 14 (char 13)", True)]
+    assert step.tool_calls[2].arguments == '{"a": 1, "b":'
