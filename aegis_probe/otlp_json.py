@@ -13,6 +13,8 @@ from typing import Any, Iterable, Mapping
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from .redact import encodable
+
 _STATUS_CODE = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _STATUS_NAME = {0: "UNSET", 1: "OK", 2: "ERROR"}
 _KIND = {kind: kind.value + 1 for kind in SpanKind}  # OTLP numbers span kinds from 1
@@ -85,8 +87,8 @@ def plain_attributes(attrs: Any) -> dict[str, Any]:
 
 
 def _from_any_value(value: Mapping[str, Any]) -> Any:
-    if "stringValue" in value:
-        return value["stringValue"]
+    if "stringValue" in value:  # a lone surrogate (another writer's "\ud800") escaped, as this store writes it
+        return encodable(value["stringValue"])
     if "intValue" in value:
         return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
@@ -184,7 +186,7 @@ def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
                         trace_id=_decode_id(sp["traceId"]) or "",
                         span_id=_decode_id(sp["spanId"]) or "",
                         parent_span_id=_decode_id(sp.get("parentSpanId")),
-                        name=_str(sp["name"], "name"),
+                        name=encodable(_str(sp["name"], "name")),
                         start_ns=_int(sp.get("startTimeUnixNano", 0), "startTimeUnixNano"),
                         end_ns=_int(sp.get("endTimeUnixNano", 0), "endTimeUnixNano"),
                         attributes=_from_attributes(sp.get("attributes")),

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from . import semconv as sc
 from .otlp_json import SpanRecord
-from .redact import redact_secrets
+from .redact import encodable, redact_secrets
 
 
 class Message(BaseModel):
@@ -214,7 +214,7 @@ def messages_from_json(raw: Any) -> list[Message]:
                 texts.append(f"[tool_call {part.get('name')}({json.dumps(part.get('arguments'))})]")
             elif kind == "tool_call_response":
                 texts.append(f"[tool_result {part.get('response')}]")
-        out.append(Message(role=m.get("role", ""), content="\n".join(texts), name=m.get("name")))
+        out.append(Message(role=m.get("role", ""), content=encodable("\n".join(texts)), name=m.get("name")))
     return out
 
 

@@ -264,3 +264,31 @@ def test_verbose_traceback_is_redacted_like_the_error_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback (most recent call last)" in err, err
     assert SECRET not in err and "[REDACTED]" in err, err
+
+
+def test_another_writers_trace_with_lone_surrogate_escapes_shows_as_json(tmp_path, capsys):
+    """Another writer's OTLP/JSON with "\\ud800" escapes (json.dumps of os.fsdecode text), in the
+    task, an agent name, a span name and inside a step's messages JSON: read as this store
+    writes them (escaped text), so ``traces show --json`` and ``report`` work (were: 'Error
+    serializing to JSON: ... surrogates not allowed')."""
+    trace_id = "ab" * 16
+
+    def kv(key: str, value: object) -> dict:
+        return {"key": key, "value": {"stringValue": value} if isinstance(value, str) else {"intValue": str(value)}}
+
+    messages = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "out\udc80put"}]}])
+    spans = [
+        {"traceId": trace_id, "spanId": "1" * 16, "name": "invoke_workflow te\ud800am", "startTimeUnixNano": "1",
+         "attributes": [kv("gen_ai.operation.name", "invoke_workflow"), kv("aegis.task", "ta\ud800sk")]},
+        {"traceId": trace_id, "spanId": "2" * 16, "parentSpanId": "1" * 16, "name": "invoke_agent a",
+         "startTimeUnixNano": "2", "attributes": [kv("gen_ai.operation.name", "invoke_agent"), kv("aegis.step.index", 0),
+                                                  kv("gen_ai.agent.name", "a\udc80b"), kv("gen_ai.output.messages", messages)]},
+    ]
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "spans.jsonl").write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n")
+    assert cli.main(["traces", "show", trace_id, "--dir", str(store), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["task"], shown["app"]) == ("ta\\ud800sk", "te\\ud800am")
+    assert [(s["agent"], s["output"]) for s in shown["steps"]] == [("a\\udc80b", "out\\udc80put")]
+    assert cli.main(["report", trace_id, "--dir", str(store), "--out", str(tmp_path / "r.html")]) == 0
