@@ -229,6 +229,10 @@ CASES = [
     Case("train-dcl-row-without-turns", lambda e: ["train", "dcl", "--data", e.file("rows.jsonl", '{"id": "r1", "turns": []}\n'),
                                                    "--out", str(e.root / "dcl"), "--no_text_embeddings"], 2,
          ("rows.jsonl: DCL row 'r1' has no turns",), needs="torch"),
+    Case("train-dcl-corrupt-embedding-cache", lambda e: ["train", "dcl", "--data", e.file("rows.jsonl", json.dumps(
+        {"id": "r1", "turns": [{"agent": "a", "text": "x"}], "label_agents": ["a"], "positive": False}) + "\n"),
+        "--out", str(e.root / "dcl"), "--embedding_cache", e.file("cache.safetensors", "garbage")], 2,
+        ("cache.safetensors: not an embedding cache",), needs="torch"),
     Case("train-dcl-empty-data", lambda e: ["train", "dcl", "--data", e.file("rows.jsonl", "\n"), "--out", str(e.root / "dcl")], 2,
          ("rows.jsonl: no rows to train on",), needs="torch"),
     Case("train-sft-empty-data", lambda e: ["train", "sft", "--data", e.file("rows.jsonl", ""), "--model", str(e.root / "m"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -103,7 +104,10 @@ class DCLAttributor(nn.Module):
         returns how many windows it holds. Keys bind the encoder and ``max_length``."""
         if self.train_encoder or not self.spec["text_embeddings"] or not Path(path).is_file():
             return 0
-        self._stored.update(load_file(str(path)))
+        try:
+            self._stored.update(load_file(str(path)))
+        except Exception as exc:  # safetensors raises its own error type for a file it cannot read
+            raise ValueError(f"{path}: not an embedding cache ({exc}); remove it to start a new one") from None
         return len(self._stored)
 
     def save_cache(self, path: str | Path) -> None:
@@ -112,7 +116,12 @@ class DCLAttributor(nn.Module):
             return
         tensors = {**self._stored, **{self._cache_key(t): v.contiguous() for t, v in self.cache.items()}}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(path))
+        tmp = Path(path).with_name(f".{Path(path).name}.tmp")  # whole or not at all: Ctrl-C keeps the old cache
+        try:
+            save_file(tensors, str(tmp))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """One vector per text: the mean of its windows' embeddings (zeros without ``text_embeddings``)."""

@@ -128,6 +128,8 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
                           cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
                           cfg.reading_features, cfg.text_embeddings)
     examples = [model.example(r, modes_known) for r in rows]
+    if cfg.embedding_cache:  # read (and checked) before anything is written to out
+        model.load_cache(cfg.embedding_cache)
     groups: dict[str, list[Example]] = {}
     for ex in examples:
         groups.setdefault(ex.group, []).append(ex)
@@ -139,8 +141,6 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     if checkpoint is not None:
         state = load_checkpoint(model, opt, checkpoint)
         log.write({"event": "resume", "checkpoint": str(checkpoint), **state})
-    if cfg.embedding_cache:
-        model.load_cache(cfg.embedding_cache)
     model.precompute([t for ex in examples for t in ex.turn_texts] + [a for ex in examples for a in ex.agent_texts],
                      progress=progress)
     if cfg.embedding_cache:
