@@ -292,3 +292,10 @@ def test_another_writers_trace_with_lone_surrogate_escapes_shows_as_json(tmp_pat
     assert (shown["task"], shown["app"]) == ("ta\\ud800sk", "te\\ud800am")
     assert [(s["agent"], s["output"]) for s in shown["steps"]] == [("a\\udc80b", "out\\udc80put")]
     assert cli.main(["report", trace_id, "--dir", str(store), "--out", str(tmp_path / "r.html")]) == 0
+
+
+def test_traces_ls_refuses_a_negative_limit(tmp_path, capsys):
+    """--limit -1 listed every trace but the oldest (a slice), silently."""
+    assert cli.main(["traces", "ls", "--dir", str(tmp_path), "--limit", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --limit must be >= 0 (0: all), not -1\n", err

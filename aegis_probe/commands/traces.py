@@ -38,6 +38,8 @@ def _store(args: argparse.Namespace) -> TraceStore:
 
 
 def _ls(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise ValueError(f"--limit must be >= 0 (0: all), not {args.limit}")
     store = _store(args)
     trajs = []
     for spans in store.traces().values():
