@@ -199,6 +199,10 @@ def run_eval(args: argparse.Namespace) -> int:
             attributor = baselines.RandomBaseline(args.seed)
         elif method in FITTED:
             fit = load_source(argparse.Namespace(source=args.fit_on, format="auto")).trajectories if args.fit_on else trajs
+            field = "step" if method == "majority-step" else "agent"
+            if not any(getattr(gold_attribution(t), field) is not None for t in fit):  # it would answer nothing
+                raise ValueError(f"{args.fit_on or args.source}: no trajectory has a gold {field} to fit the "
+                                 f"{FITTED[method]} on")
             attributor = (baselines.MostFrequentStep(fit) if method == "majority-step"
                           else baselines.MostFrequentAgent(fit, present_only=method == "majority-present"))
             method = f"{FITTED[method]} (fit on {args.fit_on})" if args.fit_on else f"{FITTED[method]} (oracle: fit on the evaluation set)"
