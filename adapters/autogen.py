@@ -17,6 +17,9 @@ is registered and when a run starts):
   progress ledger's next speaker in ``aegis.step.next_speaker``. Other managers' model calls
   (``SelectorGroupChat``'s speaker selection) stay outside steps, as ``chat`` spans naming the
   manager with ``aegis.llm.purpose = speaker_selection``.
+- a team on a runtime the app started itself (``runtime=``): its message handlers run in the
+  runtime's task, outside the run; the manager's and (patched once such a team is registered) the
+  participant containers' ``on_message_impl`` put them back in their team's run, found by team id.
 - nested teams (a team as a participant, ``SocietyOfMindAgent``): the inner ``run_stream`` opens
   no run; its agents' steps are steps of the outer run, each with ``aegis.agent.path`` (the team
   names from the outer app down).
@@ -53,6 +56,7 @@ from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_agentchat.teams import BaseGroupChat
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager
+from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
 from autogen_agentchat.teams._group_chat._events import GroupChatStart
 from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrator import MagenticOneOrchestrator
 from autogen_core import FunctionCall
@@ -375,13 +379,20 @@ def _run_ended() -> None:
             _PROMPTS.clear()
 
 
+#: The context of each team's run in progress, by the team's id (its runtime agents' key): the
+#: message handlers of a runtime the app started itself run outside the run (see ``_in_team_run``).
+_TEAM_RUNS: dict[str, otel_context.Context] = {}
+
+
 class _RunHooks:
-    """Item and end callbacks of one run's stream."""
+    """Item and end callbacks of one run's stream (``team_id``: the team's, for ``_TEAM_RUNS``)."""
 
-    __slots__ = ("run",)
+    __slots__ = ("run", "team_id")
 
-    def __init__(self, run: "RunScope") -> None:
-        self.run = run
+    def __init__(self, run: "RunScope", team_id: str | None = None) -> None:
+        self.run, self.team_id = run, team_id
+        if team_id is not None:
+            _TEAM_RUNS[team_id] = run.ctx
         _run_started()
 
     def item(self, item: Any) -> None:
@@ -390,6 +401,8 @@ class _RunHooks:
 
     def done(self, exc: BaseException | None) -> None:
         try:
+            if self.team_id is not None and _TEAM_RUNS.get(self.team_id) is self.run.ctx:
+                del _TEAM_RUNS[self.team_id]
             self.run.finish(exc)
         finally:
             _run_ended()
@@ -425,9 +438,11 @@ class RunStreamWrapper(_Wrapper):
         run = self._open_run(instance, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
+        team_id = None
         if isinstance(instance, BaseGroupChat):
             run.ctx = otel_context.set_value(_TEAM_PATH, (instance.name,), run.ctx)
-        hooks = _RunHooks(run)
+            team_id = getattr(instance, "_team_id", None)
+        hooks = _RunHooks(run, team_id)
         return iterate_in_scope(wrapped(*args, **kwargs), run, on_item=hooks.item, on_done=hooks.done)
 
 
@@ -927,13 +942,46 @@ class _ManagerTurn(_ContextScope):
         self.step = None
 
 
+def _team_run_context(runtime_agent: Any) -> otel_context.Context | None:
+    """The context of the run of the team whose manager or participant container ``runtime_agent``
+    is, when its handler runs outside it: the app started the team's runtime itself (``runtime=``),
+    so the runtime's task did not start inside the run."""
+    if not _TEAM_RUNS or current_run() is not None:
+        return None
+    try:
+        return _TEAM_RUNS.get(runtime_agent.id.key)
+    except Exception:  # not bound to a runtime
+        return None
+
+
+async def _in_context(ctx: otel_context.Context, call: Callable[[], Any]) -> Any:
+    token = otel_context.attach(ctx)
+    try:
+        return await call()
+    finally:
+        otel_context.detach(token)
+
+
+def _in_team_run(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``on_message_impl`` of a participant's container (patched once a registered team has a runtime
+    of the app's own): handled inside its team's run."""
+    ctx = _team_run_context(instance)
+    if ctx is None:
+        return wrapped(*args, **kwargs)
+    return _in_context(ctx, lambda: wrapped(*args, **kwargs))
+
+
 class ManagerWrapper(_Wrapper):
-    """``on_message_impl`` of a team's manager: a :class:`_ManagerTurn` current while it handles a message."""
+    """``on_message_impl`` of a team's manager: a :class:`_ManagerTurn` current while it handles a
+    message (inside its team's run, also on a runtime the app started itself)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         run = current_run()
         if run is None:
-            return wrapped(*args, **kwargs)
+            ctx = _team_run_context(instance)
+            if ctx is None:
+                return wrapped(*args, **kwargs)
+            return _in_context(ctx, lambda: self(wrapped, instance, args, kwargs))
         try:
             turn = _ManagerTurn(run, instance, args[0] if args else kwargs.get("message"))
         except Exception:
@@ -974,6 +1022,7 @@ class AutogenAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self._patched: set[tuple[type, str]] = set()
+        self._own_runtimes = False  # a registered team runs on a runtime the app started itself
         self._run_stream = RunStreamWrapper(self)
         self._run = RunWrapper(self)
         self._step = StepWrapper(self)
@@ -1002,6 +1051,8 @@ class AutogenAdapter(Adapter):
             self.registry.add(client, probe)
         if isinstance(obj, BaseChatAgent):
             return [obj]
+        if getattr(obj, "_embedded_runtime", True) is False:
+            self._own_runtimes = True
         return [agent for member in getattr(obj, "_participants", ()) for agent in self._register(member, probe)]
 
     def _instrument(self, patcher: Patcher) -> None:
@@ -1016,6 +1067,7 @@ class AutogenAdapter(Adapter):
     def uninstall(self) -> None:
         super().uninstall()
         self._patched.clear()
+        self._own_runtimes = False
         _SHARED.clear()  # let go of the apps' messages
 
     def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
@@ -1040,6 +1092,9 @@ class AutogenAdapter(Adapter):
         for cls in _subclasses(Workbench):
             self._patch(cls, "call_tool", self._workbench)
             self._patch(cls, "call_tool_stream", self._workbench_stream)
+        if self._own_runtimes and (ChatAgentContainer, "on_message_impl") not in self._patched:
+            self._patcher.wrap(ChatAgentContainer, "on_message_impl", _in_team_run)  # inherited, as the manager's
+            self._patched.add((ChatAgentContainer, "on_message_impl"))
 
     def _patch(self, cls: type, attr: str, wrapper: Callable[..., Any]) -> None:
         func = vars(cls).get(attr)

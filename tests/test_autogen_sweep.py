@@ -201,3 +201,46 @@ def test_tool_calls_autogen_rejects_before_any_tool_runs_are_recorded(tmp_path):
                      ("multiply", "c2", "Error: tool 'multiply' not found in any workbench", True),
                      ("add", "c3", "Error: Expecting value: line 1 column 14 (char 13)", True)]
     assert step.tool_calls[2].arguments == '{"a": 1, "b":'
+
+
+def test_teams_on_a_runtime_the_app_started(model_server, tmp_path):
+    """Two teams on one ``SingleThreadedAgentRuntime`` the app started itself (``runtime=``), run at
+    once: its message handlers run outside the runs, yet each run holds its own agents' steps and
+    speaker selection; uninstrument() removes the container patch this needs."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
+    from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
+    from autogen_core import SingleThreadedAgentRuntime
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if "select the next role" in str(body["messages"]):
+            return Reply(content="critic" if "writer spoke." in str(body["messages"]) else "writer")
+        return _by_system_prompt(body)
+
+    server = model_server(policy)
+    server.latency = 0.02  # the two runs interleave
+
+    async def go() -> list[Any]:
+        runtime = SingleThreadedAgentRuntime()
+        runtime.start()
+        client = _client(server)
+        solo = RoundRobinGroupChat([AssistantAgent(n, model_client=client, system_message=n) for n in ("planner", "doer")],
+                                   termination_condition=MaxMessageTermination(3), runtime=runtime)
+        picked = SelectorGroupChat([AssistantAgent(n, model_client=client, system_message=n) for n in ("writer", "critic")],
+                                   model_client=client, termination_condition=MaxMessageTermination(3), runtime=runtime)
+        probes = [aegis_probe.instrument(team, store=tmp_path / "store") for team in (solo, picked)]
+        await asyncio.gather(solo.run(task="Plan."), picked.run(task="Write."))
+        await runtime.stop_when_idle()
+        return [probe.trajectory() for probe in probes]
+
+    solo, picked = asyncio.run(go())
+    assert [(s.index, s.agent, s.output) for s in solo.steps] == [(0, "planner", "planner spoke."), (1, "doer", "doer spoke.")]
+    assert [(s.index, s.agent, s.output) for s in picked.steps] == [(0, "writer", "writer spoke."), (1, "critic", "critic spoke.")]
+    spans = TraceStore(tmp_path / "store").trace(picked.trace_id)
+    root = next(s for s in spans if s.parent_span_id is None)
+    selection = [s for s in spans if s.attributes.get(sc.LLM_PURPOSE) == sc.PURPOSE_SPEAKER_SELECTION]
+    assert len(selection) == 1 and selection[0].parent_span_id == root.span_id  # (the second has one candidate)
+    assert {s.trace_id for s in TraceStore(tmp_path / "store").trace(solo.trace_id)} == {solo.trace_id}
+    aegis_probe.uninstrument()
+    assert "on_message_impl" not in vars(ChatAgentContainer)  # inherited again, as before
