@@ -12,7 +12,7 @@ import pytest
 
 from aegis_probe import cli
 from aegis_probe.apps import AppSpec
-from aegis_probe.injection.campaign import RUNS_FILE, run_campaign
+from aegis_probe.injection.campaign import LOCK_FILE, RUNS_FILE, run_campaign
 
 pytest.importorskip("autogen_agentchat")
 
@@ -36,7 +36,7 @@ def test_a_second_campaign_into_the_same_out_is_refused(tmp_path, capsys):
     first.start()
     try:
         deadline = time.monotonic() + 30
-        while not (out / RUNS_FILE).exists() and time.monotonic() < deadline:
+        while not (out / LOCK_FILE).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
         tasks = tmp_path / "tasks.jsonl"

@@ -19,6 +19,7 @@ Tasks file: JSON lines ``{"id", "task", "type": "math"|"code"|..., "expected", "
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +53,8 @@ from .plan import MODES, STRATEGIES, InjectionPlan, Target
 logger = logging.getLogger("aegis_probe")
 
 RUNS_FILE = "runs.jsonl"
+#: Held (flock) by the campaign writing to its output directory.
+LOCK_FILE = ".campaign.lock"
 
 
 def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, Any]]:
@@ -72,17 +75,39 @@ def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, A
     return {k: r for k, r in found.items() if errors or "error" not in r}
 
 
+def task_fingerprint(task: dict[str, Any]) -> str:
+    """What a run record remembers of its task (all its fields), to tell a task changed since."""
+    return hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _drop_changed_tasks(out: Path, tasks: list[dict[str, Any]], done: dict[str, dict[str, Any]]) -> None:
+    """Take the finished runs made for another version of their task (the tasks file changed
+    since, e.g. a corrected ``expected``) out of ``done``, so that they are redone. ``ValueError``
+    when such a run is in a store (a kept run, a successful baseline): its trace and labels,
+    judged by the old task, cannot be taken back."""
+    current = {json.dumps(t["id"]): task_fingerprint(t) for t in tasks}
+    for key, rec in list(done.items()):
+        made_for, now = rec.get("task_hash"), current.get(json.dumps(rec.get("task_id")))
+        if made_for is None or now is None or made_for == now:
+            continue
+        if rec.get("kept") or (rec.get("kind") == "baseline" and rec.get("success")):
+            raise ValueError(f"{out / RUNS_FILE}: task {rec['task_id']!r} changed since run {key} was made and "
+                             f"stored; give another --out, or the task as it was")
+        logger.warning("run %s: its task changed since; the run will be redone", key)
+        del done[key]
+
+
 class CampaignBusy(AegisProbeError, OSError):
     """Another campaign is running into the same output directory."""
 
 
 @contextmanager
 def _only_campaign(out: Path) -> Iterator[None]:
-    """Hold ``out`` for this campaign (a lock on its records file, let go when the process ends,
-    ``kill -9`` too): a second campaign into it at the same time would run every run again,
-    and its stores would hold each kept run twice."""
+    """Hold ``out`` for this campaign (a lock on its :data:`LOCK_FILE`, let go when the process
+    ends, ``kill -9`` too): a second campaign into it at the same time would run every run
+    again, and its stores would hold each kept run twice."""
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / RUNS_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+    fd = os.open(out / LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -248,8 +273,9 @@ class Campaign:
                 server = stack.enter_context(ModelServer(self.app.policy))
                 endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
             stack.enter_context(_only_campaign(self.out))
-            bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
             done = self.records()
+            _drop_changed_tasks(self.out, self.tasks, done)
+            bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
             self._stage(executor, endpoint, [(f"{t['id']}/baseline", t, None) for t in self.tasks], done, bar)
             done = self.records()
             injected = []
@@ -272,7 +298,7 @@ class Campaign:
             bar.update(1)
 
     def _record(self, key: str, task: dict[str, Any], plan: InjectionPlan | None, result: RunResult | Failure) -> None:
-        base = {"key": key, "task_id": task["id"]}
+        base = {"key": key, "task_id": task["id"], "task_hash": task_fingerprint(task)}
         if plan is not None:
             target = plan.targets[0]
             base.update(plan=json.loads(plan.to_json()), agent=target.agent, mode=target.mode, strategy=target.strategy)
