@@ -427,6 +427,8 @@ def test_builders_rows_and_writers(tmp_path):
     assert (grpo[1]["gold_agent"], grpo[1]["gold_step"], grpo[0]["gold_agent"]) == ("Coder", 1, None)
     assert [m["role"] for m in grpo[0]["prompt"]] == ["system", "user"]
     assert [r["id"] for r in builders.build_grpo([clean, bad], "agent_step")] == ["bad"]  # as for SFT: no label, no row
+    beyond = traj([("Planner", "plan"), ("Coder", "code")], rid="beyond", faults=[Fault(agent="Coder", step=-1)])
+    assert builders.build_sft([beyond], "agent_step") == []  # a flagged step outside the trace: was the target "Coder|-1"
     dcl = builders.build_dcl([clean, bad])
     assert dcl[0]["positive"] and not dcl[1]["positive"] and dcl[0]["group"] == dcl[1]["group"]
     assert dcl[1]["turns"][1] == {"agent": "Coder", "text": "code"}

@@ -4,7 +4,7 @@ Row ids are the trajectory's ``run_id`` (else ``trace_id``). Prompts are rendere
 :func:`~aegis_probe.train.render.render`, so labelled steps are never cut and injection artefacts
 are stripped. Targets: *pairs* is ``{"faulty_agents": [{"agent_name", "error_type"}]}`` (empty
 list for a clean run); *agent_step* is ``agent|step`` of the decisive (earliest) fault, and
-trajectories without an agent and step label are skipped for it.
+trajectories without an agent and step label (or whose step is outside the trace) are skipped for it.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def target_text(traj: Trajectory, target: Target, *, reasoning: bool = False) ->
     if target == "pairs":
         return format_pairs(gold_attribution(traj).pairs)
     fault = decisive_fault(traj.labels.faults)
-    if fault is None or fault.agent is None or fault.step is None:
-        return None
+    if fault is None or fault.agent is None or fault.step is None or not 0 <= fault.step < len(traj.steps):
+        return None  # no agent|step label, or one naming a step the trace does not have (flagged on import)
     return format_agent_step(fault.agent, fault.step, fault_reason(fault) if reasoning else None)
 
 
