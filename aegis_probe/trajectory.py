@@ -307,12 +307,13 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
 
     steps = sorted(steps_by_span.values(), key=lambda st: st.index)
     attrs = root.attributes
+    run_root = root.span_id not in steps_by_span  # none when the run never ended (its process exited mid-run)
     return Trajectory(
         trace_id=root.trace_id,
         run_id=attrs.get(sc.RUN_ID),
         start_ns=root.start_ns,
         framework=attrs.get(sc.FRAMEWORK),
-        app=attrs.get(sc.WORKFLOW_NAME) or attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None,
+        app=(attrs.get(sc.WORKFLOW_NAME) or attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None) if run_root else None,
         task=attrs.get(sc.TASK),
         steps=steps,
         outcome=Outcome(
@@ -321,7 +322,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
             expected=attrs.get(sc.OUTCOME_EXPECTED),
         ),
         labels=Labels.from_sets(_label_sets(attrs)),
-        error=(root.status_message or "error") if root.status == "ERROR" else None,
+        error=(root.status_message or "error") if run_root and root.status == "ERROR" else None,
     )
 
 

@@ -490,3 +490,28 @@ def test_process_exit_writes_queued_traces(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ids = proc.stdout.split()
     assert [t.trace_id for t in aegis_probe.load_trajectories(tmp_path / "s")] == ids and len(ids) == 5
+
+
+def test_a_run_left_unfinished_at_exit_has_no_app_taken_from_a_step(tmp_path):
+    """The process exits mid-run: its finished steps are written without the run's root span. The
+    run is listed with its steps and no app (was: its first step's agent as the app)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from opentelemetry.sdk.trace import TracerProvider\n"
+            "from aegis_probe.store import TraceStore\n"
+            "from aegis_probe.spans import start_run, start_step\n"
+            "from toyrun import make_probe\n"
+            "probe = make_probe(TracerProvider(shutdown_on_exit=False), TraceStore(%r))\n"
+            "run = start_run(probe, 'toy-team', framework='toy', task='t')\n"
+            "run.attach()\n"
+            "for agent in ('planner', 'coder'):\n"
+            "    start_step(probe, agent, run=run, role='assistant').finish([{'role': 'assistant', 'content': 'x'}])\n"
+            "sys.exit(0)\n"
+            % (str(Path(__file__).parent), str(tmp_path / "s")))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (traj,) = aegis_probe.load_trajectories(tmp_path / "s")
+    assert [s.agent for s in traj.steps] == ["planner", "coder"] and traj.framework == "toy"
+    assert traj.app is None and traj.error is None
