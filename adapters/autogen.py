@@ -379,9 +379,23 @@ def _run_ended() -> None:
             _PROMPTS.clear()
 
 
-#: The context of each team's run in progress, by the team's id (its runtime agents' key): the
-#: message handlers of a runtime the app started itself run outside the run (see ``_in_team_run``).
+#: The context of each team's run in progress (its own, or a nested team's part of another), by
+#: the team's id (its runtime agents' key): the message handlers of a runtime the app started
+#: itself run outside the run (see ``_in_team_run``).
 _TEAM_RUNS: dict[str, otel_context.Context] = {}
+
+
+def _team_run_started(team: Any, ctx: otel_context.Context) -> str | None:
+    """Note ``ctx`` as the context of ``team``'s run in progress; returns the team's id (None: unknown)."""
+    team_id = getattr(team, "_team_id", None)
+    if team_id is not None:
+        _TEAM_RUNS[team_id] = ctx
+    return team_id
+
+
+def _team_run_ended(team_id: str | None, ctx: otel_context.Context) -> None:
+    if team_id is not None and _TEAM_RUNS.get(team_id) is ctx:
+        del _TEAM_RUNS[team_id]
 
 
 class _RunHooks:
@@ -389,10 +403,8 @@ class _RunHooks:
 
     __slots__ = ("run", "team_id")
 
-    def __init__(self, run: "RunScope", team_id: str | None = None) -> None:
-        self.run, self.team_id = run, team_id
-        if team_id is not None:
-            _TEAM_RUNS[team_id] = run.ctx
+    def __init__(self, run: "RunScope", team: Any = None) -> None:
+        self.run, self.team_id = run, _team_run_started(team, run.ctx) if team is not None else None
         _run_started()
 
     def item(self, item: Any) -> None:
@@ -401,8 +413,7 @@ class _RunHooks:
 
     def done(self, exc: BaseException | None) -> None:
         try:
-            if self.team_id is not None and _TEAM_RUNS.get(self.team_id) is self.run.ctx:
-                del _TEAM_RUNS[self.team_id]
+            _team_run_ended(self.team_id, self.run.ctx)
             self.run.finish(exc)
         finally:
             _run_ended()
@@ -438,11 +449,11 @@ class RunStreamWrapper(_Wrapper):
         run = self._open_run(instance, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
-        team_id = None
+        team = None
         if isinstance(instance, BaseGroupChat):
             run.ctx = otel_context.set_value(_TEAM_PATH, (instance.name,), run.ctx)
-            team_id = getattr(instance, "_team_id", None)
-        hooks = _RunHooks(run, team_id)
+            team = instance
+        hooks = _RunHooks(run, team)
         return iterate_in_scope(wrapped(*args, **kwargs), run, on_item=hooks.item, on_done=hooks.done)
 
 
@@ -453,10 +464,12 @@ def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args
         return wrapped(*args, **kwargs)
     try:
         scope = _ContextScope(otel_context.set_value(_TEAM_PATH, (*_team_path(), instance.name)))
+        team_id = _team_run_started(instance, scope.ctx)
     except Exception:
         log_hook_error("nested team start")
         return wrapped(*args, **kwargs)
-    return iterate_in_scope(wrapped(*args, **kwargs), scope)  # type: ignore[arg-type]  # a context-only scope
+    return iterate_in_scope(wrapped(*args, **kwargs), scope,  # type: ignore[arg-type]  # a context-only scope
+                            on_done=lambda exc: _team_run_ended(team_id, scope.ctx))
 
 
 class RunWrapper(_Wrapper):

@@ -231,10 +231,15 @@ def test_teams_on_a_runtime_the_app_started(model_server, tmp_path):
                                    model_client=client, termination_condition=MaxMessageTermination(3), runtime=runtime)
         probes = [aegis_probe.instrument(team, store=tmp_path / "store") for team in (solo, picked)]
         await asyncio.gather(solo.run(task="Plan."), picked.run(task="Write."))
+        trajs = [probe.trajectory() for probe in probes]
+        with probes[0].run("Two rounds."):  # the app's own run around two team runs
+            await solo.run(task="Plan.")
+            await solo.run(task="Plan again.")
         await runtime.stop_when_idle()
-        return [probe.trajectory() for probe in probes]
+        return [*trajs, probes[0].trajectory()]
 
-    solo, picked = asyncio.run(go())
+    solo, picked, rounds = asyncio.run(go())
+    assert [s.agent for s in rounds.steps] == ["planner", "doer"] * 2 and [s.index for s in rounds.steps] == [0, 1, 2, 3]
     assert [(s.index, s.agent, s.output) for s in solo.steps] == [(0, "planner", "planner spoke."), (1, "doer", "doer spoke.")]
     assert [(s.index, s.agent, s.output) for s in picked.steps] == [(0, "writer", "writer spoke."), (1, "critic", "critic spoke.")]
     spans = TraceStore(tmp_path / "store").trace(picked.trace_id)
