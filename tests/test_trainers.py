@@ -353,6 +353,13 @@ def test_attribute_writes_verdict_onto_stored_trace(dcl_ckpt, dcl_data, tmp_path
     sets = {s.source: [(f.agent, f.step) for f in s.faults] for s in Trajectory.from_spans(store.trace(trace_id)).labels.sets}
     assert sets == {f"attribution:{Path(ckpt).name}": [("Coder", 2)], "attribution:other": [("Tester", 0)]}
 
+    # an id that names no trace is found before any verdict is written (the first ids were amended)
+    stored = (store.path / "spans.jsonl").read_bytes()
+    from aegis_probe.train.cli import main
+    assert main(["attribute", "--model", str(ckpt), "--trace", trace_id[:12], "ffffffff", "--store", str(store.path)]) == 2
+    assert "no trace matching 'ffffffff'" in capsys.readouterr().err
+    assert (store.path / "spans.jsonl").read_bytes() == stored
+
     capsys.readouterr()
     preds = attribute("--model", ckpt, "--data", data, out=tmp_path / "new" / "q.jsonl")  # its folder is made
     assert len(preds) == len(rows) and "trajectories/s" in capsys.readouterr().err

@@ -30,6 +30,16 @@ def verdict(pred: dict[str, Any]) -> Fault:
                         f"modes {', '.join(modes) or '-'}")
 
 
+def stored_trajectory(store: TraceStore, trace_id: str) -> tuple[list[Any], Trajectory]:
+    """The spans and trajectory of one stored trace (a unique id prefix); an error when there is no
+    such trace or it has no agent steps."""
+    spans = store.trace(trace_id)
+    traj = Trajectory.from_spans(spans)
+    if not traj.steps:
+        raise ValueError(f"trace {trace_id} has no agent steps to attribute")
+    return spans, traj
+
+
 def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, model_name: str) -> dict[str, Any]:
     """Predict for one stored trace and add the verdict to it; returns the prediction.
 
@@ -37,10 +47,7 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     blame finding or an injection label is never overwritten) plus an ``aegis.attribution`` event
     on the blamed step's span.
     """
-    spans = store.trace(trace_id)
-    traj = Trajectory.from_spans(spans)
-    if not traj.steps:
-        raise ValueError(f"trace {trace_id} has no agent steps to attribute")
+    spans, traj = stored_trajectory(store, trace_id)
     pred = model.predict(build_dcl([traj])[0])
     full_id = traj.trace_id or trace_id
     pred["id"], pred["trace_id"] = full_id, full_id
@@ -71,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     model = DCLAttributor.load(args.model)
     if args.trace:
         store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)
+        for trace_id in args.trace:  # every id checked before a verdict is written: a typo amends none of them
+            stored_trajectory(store, trace_id)
         from tqdm import tqdm
 
         traces = tqdm(args.trace, desc="attributing", unit="trace", file=sys.stderr, disable=len(args.trace) < 2)
