@@ -56,3 +56,20 @@ def test_a_label_naming_only_absent_agents_leaves_the_agent_targets_unknown():
     mixed = example_from_row(build_dcl([trajectory([Fault(agent="Ghost", mode="FM-2.6"), Fault(agent="b", mode="FM-1.1")])])[0],
                              MODES, reading_features=False)
     assert mixed.agent_target is not None and mixed.agent_target.tolist() == [0.0, 1.0, 0.0]  # 'b' is B
+
+
+def test_modes_of_another_taxonomy_are_unknown_not_absent(tmp_path):
+    """TRAIL labels name its own error categories, not MAST modes: they leave the mode and pair
+    targets unknown (they were all zero: every TRAIL failure taught that no mode applies), and a
+    model trained on them alone predicts no modes."""
+    from aegis_probe.train.dcl.train import DCLConfig, fit
+
+    trail = [trajectory([Fault(agent="A", step=0, mode="Formatting Errors")]), trajectory([Fault(agent="B", step=1, mode="Tool Errors")])]
+    rows = build_dcl(trail)
+    ex = example_from_row(rows[0], MODES, reading_features=False)
+    assert ex.mode_target is None and ex.pair_target is None and ex.agent_target is not None
+    mast = example_from_row(build_dcl([trajectory([Fault(agent="A", mode="FM-1.1"), Fault(agent="B", mode="Tool Errors")])])[0],
+                            MODES, reading_features=False)
+    assert mast.mode_target is not None and mast.mode_target.sum() == 1.0 and mast.pair_target is None
+    model = fit(rows, tmp_path / "dcl", DCLConfig(epochs=1, text_embeddings=False), progress=False)
+    assert model.spec["modes_trained"] is False

@@ -99,16 +99,18 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
         for a in gold_agents:
             if normalize_agent(a) in index:
                 agent_target[index[normalize_agent(a)]] = 1.0
-    if any(gold_modes) or (positive and modes_known):
+    # modes outside the bank (another taxonomy: TRAIL's error categories) say nothing about the
+    # bank's modes: without a bank mode, the mode targets stay unknown rather than all "absent"
+    bank_modes = [m for m in gold_modes if m in mode_index]
+    if bank_modes or (positive and modes_known):
         mode_target = torch.zeros(len(modes))
-        for m in gold_modes:
-            if m in mode_index:
-                mode_target[mode_index[m]] = 1.0
+        for m in bank_modes:
+            mode_target[mode_index[m]] = 1.0
         pairs = _label_pairs(row, gold_agents, gold_modes)  # None: pairs unknown
-        if pairs is not None and (named_present or not gold_agents):
+        if pairs is not None and (named_present or not gold_agents) and all(m in mode_index for _, m in pairs):
             pair_target = torch.zeros(len(agents), len(modes))
             for a, m in pairs:
-                if m in mode_index and normalize_agent(a) in index:
+                if normalize_agent(a) in index:
                     pair_target[index[normalize_agent(a)], mode_index[m]] = 1.0
     step = row.get("label_step")
     agent_texts = [f"agent {i + 1}" if anonymise_agents else name_text(a) for i, a in enumerate(agents)]

@@ -123,7 +123,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     found = checkpoints(out)
     check_fresh_run(out, found[-1] if found else None, resume)
     torch.manual_seed(cfg.seed)
-    modes_known = any(r.get("label_modes") for r in rows)
+    modes_known = any(m in cfg.modes for r in rows for m in r.get("label_modes") or [])  # modes of the bank
     model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
                           cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
                           cfg.reading_features, cfg.text_embeddings)
