@@ -57,7 +57,7 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
@@ -753,53 +753,68 @@ class CamelAdapter(Adapter):
                 self._stepping.pop(society, None)
             self._session_step_done(society, step.run, agent, result, exc)  # type: ignore[arg-type]
 
-    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _step_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict, sync: bool) -> tuple[Any, _Opened | None, object]:
+        """What a step wrapper calls, the step it opened (None: it passes straight through) and the
+        token of the step's attach: ``_step_impl`` (``_astep_non_streaming_task``) in place of
+        ``step`` (``astep``) where that is all it would do, else ``step`` itself (handing the step
+        over to ``step_timeout``'s pool thread)."""
         opened = self._open_step(instance, args, kwargs)
         if opened is None:
-            return wrapped(*args, **kwargs)
+            return wrapped, None, None
         step = opened[1]
         token = step.attach()
         try:
-            if self._direct_step and _binds(args, kwargs) \
+            # ChatAgent.step's (astep's) own checks, in its order.
+            if (self._direct_step if sync else self._direct_astep) and _binds(args, kwargs) \
                     and not instance.model_backend.model_config_dict.get("stream", False) and instance.step_timeout is None:
-                # All that ChatAgent.step does here (its own checks, in its order): one frame less on the stack walk.
-                result = instance._step_impl(*args, **kwargs)
-            elif getattr(instance, "step_timeout", None) is None:  # _step_impl runs right here
-                result = wrapped(*args, **kwargs)
-            else:
-                message = kwargs["input_message"] if "input_message" in kwargs else args[0]
-                with self._handed_over(instance, (message,), step):
-                    result = wrapped(*args, **kwargs)
+                return (instance._step_impl if sync else instance._astep_non_streaming_task), opened, token
+            if not sync or getattr(instance, "step_timeout", None) is None:  # _step_impl runs in the wrapper's thread
+                return wrapped, opened, token
+            return partial(self._handing_step_over, wrapped, instance, step), opened, token
         except BaseException as exc:
             step.detach(token)
             self._close_step(opened, None, exc)
             raise
-        step.detach(token)
-        if isinstance(result, self._streaming[0]):
-            return self._streamed(opened, instance, result)
-        self._close_step(opened, result, None)
-        return result
+
+    def _handing_step_over(self, wrapped: Any, agent: Any, step: StepScope, *args: Any, **kwargs: Any) -> Any:
+        message = kwargs["input_message"] if "input_message" in kwargs else args[0]
+        with self._handed_over(agent, (message,), step):
+            return wrapped(*args, **kwargs)
+
+    # The step wrappers' frames are on camel's stack walk, which reads every frame's position by
+    # counting its instructions: the call comes first (its cost grows with the call's offset).
+    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call, opened, token = self._step_call(wrapped, instance, args, kwargs, True)
+        try:
+            result = call(*args, **kwargs)
+        except BaseException as exc:
+            if opened is not None:
+                self._step_failed(opened, token, exc)
+            raise
+        if opened is None:
+            return result
+        return self._step_returned(opened, token, instance, result, self._streaming[0])
 
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        opened = self._open_step(instance, args, kwargs)
-        if opened is None:
-            return await wrapped(*args, **kwargs)
-        step = opened[1]
-        token = step.attach()
+        call, opened, token = self._step_call(wrapped, instance, args, kwargs, False)
         try:
-            if self._direct_astep and _binds(args, kwargs) \
-                    and not instance.model_backend.model_config_dict.get("stream", False) and instance.step_timeout is None:
-                # All that ChatAgent.astep does here (its own checks, in its order): one frame less on the stack walk.
-                result = await instance._astep_non_streaming_task(*args, **kwargs)
-            else:
-                result = await wrapped(*args, **kwargs)
+            result = await call(*args, **kwargs)
         except BaseException as exc:
-            step.detach(token)
-            self._close_step(opened, None, exc)
+            if opened is not None:
+                self._step_failed(opened, token, exc)
             raise
-        step.detach(token)
-        if isinstance(result, self._streaming[1]):
-            return self._streamed(opened, instance, result)
+        if opened is None:
+            return result
+        return self._step_returned(opened, token, instance, result, self._streaming[1])
+
+    def _step_failed(self, opened: _Opened, token: object, exc: BaseException) -> None:
+        opened[1].detach(token)
+        self._close_step(opened, None, exc)
+
+    def _step_returned(self, opened: _Opened, token: object, agent: Any, result: Any, streaming: type) -> Any:
+        opened[1].detach(token)
+        if isinstance(result, streaming):
+            return self._streamed(opened, agent, result)
         self._close_step(opened, result, None)
         return result
 
