@@ -179,6 +179,9 @@ _finalizer_pid: int | None = None
 
 
 def _flush_at_process_end(_: object) -> None:
+    """In a multiprocessing child: write the queue at its end, and each run's trace when the run
+    ends, before the child's work returns (a pool's ``terminate()``, which leaving ``with Pool()``
+    calls, kills its workers without running finalizers)."""
     global _finalizer_pid
     if _finalizer_pid != os.getpid():  # once per process
         _finalizer_pid = os.getpid()
@@ -252,8 +255,12 @@ class StoreSpanProcessor(SpanProcessor):
             encoded = [_encoded(span, None)]
             if self._keeps(span.context.trace_id, encoded):
                 self._write(encoded)
-        elif not self.writer.submit(self, span, parent is None or parent[2]):
-            self._dropped()
+        else:
+            root = parent is None or parent[2]
+            if not self.writer.submit(self, span, root):
+                self._dropped()
+            elif root and _finalizer_pid == os.getpid():  # a multiprocessing child (_flush_at_process_end)
+                self.writer.flush()
 
     def _dropped(self) -> None:
         with self._drop_lock:

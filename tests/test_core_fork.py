@@ -55,13 +55,13 @@ def test_fork_during_a_store_write_leaves_no_lock_held(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0, "the child's own write waited for its parent's locks"
 
 
-def _run_in_child(store_dir: str, i: int) -> None:
+def _run_in_child(store_dir: str, i: int, size: int = 20_000) -> None:
     """A multiprocessing child's work: one run, then return (the child ends with os._exit)."""
     from aegis_probe.config import ProbeConfig
     from toyrun import StepSpec, default_probe, run_script
 
     probe = default_probe(ProbeConfig.resolve(capture_content=True), TraceStore(store_dir))
-    run_script(probe, f"task {i}", [StepSpec("a", "x" * 20_000 + str(i), "y", usage=[(1, 1)]) for _ in range(30)])
+    run_script(probe, f"task {i}", [StepSpec("a", f"{j} " + "x" * size + str(i), "y", usage=[(1, 1)]) for j in range(30)])
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
@@ -79,3 +79,14 @@ def test_runs_of_multiprocessing_children_are_stored(tmp_path, method):
     assert [c.exitcode for c in children] == [0, 0, 0]
     traces = TraceStore(tmp_path).traces()
     assert len(traces) == 3 and all(len(spans) == 61 for spans in traces.values())
+
+
+def test_runs_of_pool_workers_are_stored_when_the_pool_is_left(tmp_path):
+    """Leaving ``with Pool()`` terminates its workers (SIGTERM, no finalizer): each run's trace
+    is written before its work returns (the last runs of each worker were lost)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.starmap(_run_in_child, [(str(tmp_path), i, 100_000) for i in range(4)])  # 6 MB lines: long writes
+    traces = TraceStore(tmp_path).traces()
+    assert len(traces) == 4 and all(len(spans) == 61 for spans in traces.values())
