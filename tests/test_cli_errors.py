@@ -83,6 +83,13 @@ def _inject(env: Env, app: str, tasks: str | None = None) -> list[str]:
             "--plans-per-run", "1", "--no-progress"]
 
 
+def _campaign_folder(env: Env) -> list[str]:
+    """Import of a folder like an injection campaign's output: its runs.jsonl is no data set, its store is."""
+    env.store_with()
+    env.file("runs.jsonl", '{"key": "k", "trace_id": "t"}\n')
+    return ["train", "import", str(env.root), "-o", str(env.root / "o.jsonl")]
+
+
 @dataclass
 class Case:
     id: str
@@ -205,6 +212,8 @@ CASES = [
     Case("train-build-no-row-for-the-target", lambda e: ["train", "build", "sft", e.file("t.jsonl", TRAJECTORY.replace(
         '"step": 0', '"mode": "FM-1.1"')), "--target", "agent_step", "-o", e.file("sft.jsonl", '{"id": "kept"}\n')], 2,
          ("t.jsonl: no trajectory has an agent and step label for --target agent_step", "sft.jsonl not written")),
+    Case("train-import-campaign-folder", lambda e: _campaign_folder(e), 2,
+         ("cannot tell the format of", "give its folders holding data (S) as sources")),
     Case("train-build-missing-source", lambda e: ["train", "build", "sft", str(e.root / "none.jsonl"), "-o", str(e.root / "o.jsonl")], 2,
          ("none.jsonl",)),
     Case("train-eval-bad-predictions", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY), "--predictions",

@@ -69,7 +69,16 @@ def detect(path: str | os.PathLike[str]) -> str:
         if fmt:
             return fmt
     raise ValueError(f"cannot tell the format of {path}: no record of a known format ({', '.join(FORMATS)}); "
-                     "pass --format")
+                     f"pass --format{_subfolders_hint(path)}")
+
+
+def _subfolders_hint(path: str | os.PathLike[str]) -> str:
+    """Where the data may be when ``path`` is a folder of data folders (an injection campaign's
+    ``traces/`` and ``baselines/``): those are read one at a time, not from their parent."""
+    folder = Path(path)
+    held = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")
+                  and data_files(d, (".json", ".jsonl", ".parquet"))) if folder.is_dir() else []
+    return f", or give its folders holding data ({', '.join(held)}) as sources" if held else ""
 
 
 def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:
