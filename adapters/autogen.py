@@ -379,23 +379,24 @@ def _run_ended() -> None:
             _PROMPTS.clear()
 
 
-#: The context of each team's run in progress (its own, or a nested team's part of another), by
-#: the team's id (its runtime agents' key): the message handlers of a runtime the app started
-#: itself run outside the run (see ``_in_team_run``).
-_TEAM_RUNS: dict[str, otel_context.Context] = {}
+#: Each team's run in progress (its own, or the run a nested team is part of) and the context to
+#: handle its messages in, by the team's id (its runtime agents' key): the message handlers of a
+#: runtime the app started itself run in the runtime's task, not in the run (see ``_in_team_run``).
+_TEAM_RUNS: "dict[str, tuple[RunScope, otel_context.Context]]" = {}
 
 
-def _team_run_started(team: Any, ctx: otel_context.Context) -> str | None:
-    """Note ``ctx`` as the context of ``team``'s run in progress; returns the team's id (None: unknown)."""
+def _team_run_started(team: Any, run: "RunScope", ctx: otel_context.Context) -> str | None:
+    """Note ``team``'s run in progress and its context; returns the team's id (None: unknown)."""
     team_id = getattr(team, "_team_id", None)
     if team_id is not None:
-        _TEAM_RUNS[team_id] = ctx
+        _TEAM_RUNS[team_id] = (run, ctx)
     return team_id
 
 
 def _team_run_ended(team_id: str | None, ctx: otel_context.Context) -> None:
-    if team_id is not None and _TEAM_RUNS.get(team_id) is ctx:
-        del _TEAM_RUNS[team_id]
+    entry = _TEAM_RUNS.get(team_id) if team_id is not None else None
+    if entry is not None and entry[1] is ctx:
+        del _TEAM_RUNS[team_id]  # type: ignore[arg-type]
 
 
 class _RunHooks:
@@ -404,7 +405,7 @@ class _RunHooks:
     __slots__ = ("run", "team_id")
 
     def __init__(self, run: "RunScope", team: Any = None) -> None:
-        self.run, self.team_id = run, _team_run_started(team, run.ctx) if team is not None else None
+        self.run, self.team_id = run, _team_run_started(team, run, run.ctx) if team is not None else None
         _run_started()
 
     def item(self, item: Any) -> None:
@@ -464,7 +465,7 @@ def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args
         return wrapped(*args, **kwargs)
     try:
         scope = _ContextScope(otel_context.set_value(_TEAM_PATH, (*_team_path(), instance.name)))
-        team_id = _team_run_started(instance, scope.ctx)
+        team_id = _team_run_started(instance, current_run(), scope.ctx)  # type: ignore[arg-type]
     except Exception:
         log_hook_error("nested team start")
         return wrapped(*args, **kwargs)
@@ -957,14 +958,13 @@ class _ManagerTurn(_ContextScope):
 
 def _team_run_context(runtime_agent: Any) -> otel_context.Context | None:
     """The context of the run of the team whose manager or participant container ``runtime_agent``
-    is, when its handler runs outside it: the app started the team's runtime itself (``runtime=``),
-    so the runtime's task did not start inside the run."""
-    if not _TEAM_RUNS or current_run() is not None:
-        return None
+    is, when its handler runs outside that run: the app started the team's runtime itself
+    (``runtime=``), so the runtime's task runs in no run, or in the one it was started in."""
     try:
-        return _TEAM_RUNS.get(runtime_agent.id.key)
+        entry = _TEAM_RUNS.get(runtime_agent.id.key) if _TEAM_RUNS else None
     except Exception:  # not bound to a runtime
         return None
+    return entry[1] if entry is not None and entry[0] is not current_run() else None
 
 
 async def _in_context(ctx: otel_context.Context, call: Callable[[], Any]) -> Any:
@@ -989,12 +989,13 @@ class ManagerWrapper(_Wrapper):
     message (inside its team's run, also on a runtime the app started itself)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self.adapter.own_runtimes:
+            ctx = _team_run_context(instance)
+            if ctx is not None:
+                return _in_context(ctx, lambda: self(wrapped, instance, args, kwargs))
         run = current_run()
         if run is None:
-            ctx = _team_run_context(instance)
-            if ctx is None:
-                return wrapped(*args, **kwargs)
-            return _in_context(ctx, lambda: self(wrapped, instance, args, kwargs))
+            return wrapped(*args, **kwargs)
         try:
             turn = _ManagerTurn(run, instance, args[0] if args else kwargs.get("message"))
         except Exception:
@@ -1035,7 +1036,7 @@ class AutogenAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self._patched: set[tuple[type, str]] = set()
-        self._own_runtimes = False  # a registered team runs on a runtime the app started itself
+        self.own_runtimes = False  # a registered team runs on a runtime the app started itself
         self._run_stream = RunStreamWrapper(self)
         self._run = RunWrapper(self)
         self._step = StepWrapper(self)
@@ -1065,7 +1066,7 @@ class AutogenAdapter(Adapter):
         if isinstance(obj, BaseChatAgent):
             return [obj]
         if getattr(obj, "_embedded_runtime", True) is False:
-            self._own_runtimes = True
+            self.own_runtimes = True
         return [agent for member in getattr(obj, "_participants", ()) for agent in self._register(member, probe)]
 
     def _instrument(self, patcher: Patcher) -> None:
@@ -1080,7 +1081,7 @@ class AutogenAdapter(Adapter):
     def uninstall(self) -> None:
         super().uninstall()
         self._patched.clear()
-        self._own_runtimes = False
+        self.own_runtimes = False
         _SHARED.clear()  # let go of the apps' messages
 
     def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
@@ -1105,7 +1106,7 @@ class AutogenAdapter(Adapter):
         for cls in _subclasses(Workbench):
             self._patch(cls, "call_tool", self._workbench)
             self._patch(cls, "call_tool_stream", self._workbench_stream)
-        if self._own_runtimes and (ChatAgentContainer, "on_message_impl") not in self._patched:
+        if self.own_runtimes and (ChatAgentContainer, "on_message_impl") not in self._patched:
             self._patcher.wrap(ChatAgentContainer, "on_message_impl", _in_team_run)  # inherited, as the manager's
             self._patched.add((ChatAgentContainer, "on_message_impl"))
 

@@ -249,3 +249,30 @@ def test_teams_on_a_runtime_the_app_started(model_server, tmp_path):
     assert {s.trace_id for s in TraceStore(tmp_path / "store").trace(solo.trace_id)} == {solo.trace_id}
     aegis_probe.uninstrument()
     assert "on_message_impl" not in vars(ChatAgentContainer)  # inherited again, as before
+
+
+def test_team_on_a_runtime_started_inside_an_earlier_run(model_server, tmp_path):
+    """The app starts its runtime inside one run (its own ``probe.run()`` block): the runtime's task
+    keeps that run's context, yet the team's later run holds its own steps."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core import SingleThreadedAgentRuntime
+
+    client = _client(model_server(_by_system_prompt))
+
+    async def go() -> list[Any]:
+        runtime = SingleThreadedAgentRuntime()
+        team = RoundRobinGroupChat([AssistantAgent(n, model_client=client, system_message=n) for n in ("planner", "doer")],
+                                   termination_condition=MaxMessageTermination(3), runtime=runtime)
+        probe = aegis_probe.instrument(team, store=tmp_path / "store")
+        with probe.run("Session."):
+            runtime.start()
+            await team.run(task="Plan.")
+        await team.run(task="Plan later.")
+        await runtime.stop_when_idle()
+        return aegis_probe.load_trajectories(tmp_path / "store")
+
+    trajs = sorted(asyncio.run(go()), key=lambda t: t.start_ns or 0)
+    assert [(t.task, [s.agent for s in t.steps]) for t in trajs] == [
+        ("Session.", ["planner", "doer"]), ("Plan later.", ["planner", "doer"])]
