@@ -214,6 +214,8 @@ CASES = [
          ("t.jsonl: no trajectory has an agent and step label for --target agent_step", "sft.jsonl not written")),
     Case("train-import-campaign-folder", lambda e: _campaign_folder(e), 2,
          ("cannot tell the format of", "give its folders holding data (S) as sources")),
+    Case("train-import-folder-of-subsets", lambda e: ["train", "import", str(Path(e.store_with()).parent), "-o", str(e.root / "o.jsonl")], 2,
+         ("no data files at", "give its folders holding data (S) as sources")),
     Case("train-build-missing-source", lambda e: ["train", "build", "sft", str(e.root / "none.jsonl"), "-o", str(e.root / "o.jsonl")], 2,
          ("none.jsonl",)),
     Case("train-eval-bad-predictions", lambda e: ["train", "eval", e.file("traj.jsonl", TRAJECTORY), "--predictions",

@@ -61,24 +61,25 @@ def detect(path: str | os.PathLike[str]) -> str:
         return "jaeger"
     files = data_files(path, (".json", ".jsonl", ".parquet"))
     if not files:
-        raise ValueError(f"no data files at {path}")
+        held = _data_folders(path)
+        raise ValueError(f"no data files at {path}" + (f": give its folders holding data ({held}) as sources" if held else ""))
     for file in files:  # the first file with a record of a known format (skipping stray or broken files)
         if file.suffix == ".parquet":
             return "tracertraj"
         fmt = next((f for _, record in iter_records(file) if (f := sniff_record(record))), None)
         if fmt:
             return fmt
+    held = _data_folders(path)
     raise ValueError(f"cannot tell the format of {path}: no record of a known format ({', '.join(FORMATS)}); "
-                     f"pass --format{_subfolders_hint(path)}")
+                     "pass --format" + (f", or give its folders holding data ({held}) as sources" if held else ""))
 
 
-def _subfolders_hint(path: str | os.PathLike[str]) -> str:
-    """Where the data may be when ``path`` is a folder of data folders (an injection campaign's
-    ``traces/`` and ``baselines/``): those are read one at a time, not from their parent."""
+def _data_folders(path: str | os.PathLike[str]) -> str:
+    """The subfolders of ``path`` holding data files, comma-separated (an injection campaign's
+    ``traces`` and ``baselines``, Who&When's subsets): sources are read one folder at a time."""
     folder = Path(path)
-    held = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")
-                  and data_files(d, (".json", ".jsonl", ".parquet"))) if folder.is_dir() else []
-    return f", or give its folders holding data ({', '.join(held)}) as sources" if held else ""
+    return ", ".join(sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")
+                            and data_files(d, (".json", ".jsonl", ".parquet")))) if folder.is_dir() else ""
 
 
 def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:
