@@ -255,6 +255,13 @@ def test_aegis_importer_groups_modes_and_errors(tmp_path):
     result = importers.load(f, "aegis")
     assert [[s.output for s in t.steps] for t in result.trajectories] == [["c2", "c9", "c10"]] * 2
     assert [e.message for e in result.errors] == ["conversation_history[1].step 'nine' is not an integer"]
+    # null names: a turn's agent is its role; a fault without an agent is a mode alone (both were "None")
+    nulls = aegis_record("nulls", [{"agent_name": None, "error_type": "FM-3.2"}])
+    nulls["input"]["conversation_history"][0] |= {"agent_name": None, "agent_role": "planner"}
+    f.write_text(json.dumps(nulls) + "\n")
+    (traj_nulls,) = importers.load(f, "aegis").trajectories
+    assert [s.agent for s in traj_nulls.steps] == ["Planner", "planner", "Tester"]
+    assert [(x.agent, x.mode) for x in traj_nulls.labels.faults] == [(None, "FM-3.2")] and traj_nulls.labels.flags == []
 
 
 def test_tracertraj_parquet_and_jsonl(tmp_path):

@@ -36,17 +36,18 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
         order.append((i if step is None else step, i))
     ordered = [history[i] for _, i in sorted(order)]
     steps = [
-        Step(index=i, agent=str(turn["agent_name"]), role=turn.get("agent_role"), output=str(turn["content"] or ""))
+        Step(index=i, agent=_name(turn["agent_name"]) or _name(turn.get("agent_role")) or "unknown",
+             role=turn.get("agent_role"), output=str(turn["content"] or ""))
         for i, turn in enumerate(ordered)
     ]
     faults = []
     for entry in (out or {}).get("faulty_agents") or []:
-        require(entry, "agent_name")
-        faults.append(Fault(agent=str(entry["agent_name"]), mode=normalize_mode(entry.get("error_type"), SOURCE),
+        require(entry, "agent_name")  # null: a mode without an agent (not an agent named "None")
+        faults.append(Fault(agent=_name(entry["agent_name"]), mode=normalize_mode(entry.get("error_type"), SOURCE),
                             strategy=entry.get("injection_strategy")))
     meta = dict(record.get("metadata") or {})
     acting = {s.agent for s in steps}
-    flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent not in acting for f in faults) else []
+    flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent and f.agent not in acting for f in faults) else []
     phases = [turn.get("phase") for turn in ordered]
     return Trajectory(
         run_id=record_id,
@@ -59,6 +60,11 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
         metadata={**meta, "group": [inp.get("query"), meta.get("framework"), meta.get("benchmark")],
                   **({"phases": phases} if any(phases) else {})},
     )
+
+
+def _name(value: Any) -> str | None:
+    """An agent name: the text, stripped; ``None`` for null or blank."""
+    return str(value).strip() or None if value is not None else None
 
 
 def load(path: str | os.PathLike[str]) -> ImportResult:
