@@ -220,7 +220,7 @@ class TraceStore:
     """A directory of OTLP/JSON-lines trace files."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(path).absolute()  # the directory meant now: the app may change directory before a write
         self._file = self.path / SPANS_FILE
         self._lock = threading.Lock()
         self._fd: int | None = None  # the file while a write holds it (its lock)

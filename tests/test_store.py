@@ -515,3 +515,21 @@ def test_a_run_left_unfinished_at_exit_has_no_app_taken_from_a_step(tmp_path):
     (traj,) = aegis_probe.load_trajectories(tmp_path / "s")
     assert [s.agent for s in traj.steps] == ["planner", "coder"] and traj.framework == "toy"
     assert traj.app is None and traj.error is None
+
+
+def test_a_relative_store_stays_where_it_was_named_when_the_app_changes_directory(tmp_path, monkeypatch):
+    """A relative store (the default ./aegis-traces) is the directory it named when it was made:
+    the writer thread wrote each run into whatever directory the app had changed to by then
+    (a scratch directory removed after: the run lost, 'no trace matching')."""
+    monkeypatch.chdir(tmp_path)
+    provider = TracerProvider()
+    probe = make_probe(provider, TraceStore("aegis-traces"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.chdir(scratch)  # e.g. a tool working in a scratch directory
+    trace_id = run_script(probe, "t", sample_steps("c")).trace_id
+    assert probe.store.flush()
+    monkeypatch.chdir(tmp_path)
+    provider.shutdown()
+    assert not (scratch / "aegis-traces").exists()
+    assert [t.trace_id for t in aegis_probe.load_trajectories(tmp_path / "aegis-traces")] == [trace_id]
