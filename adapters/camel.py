@@ -27,7 +27,9 @@ coroutine scheduled on the blocked outer loop; so that thread is not handled her
 ``ChatAgent._step_impl`` walks the whole stack with ``inspect.stack()`` on every step, which costs
 ~20 us per Python frame on it. So ``RolePlaying.step`` is not wrapped (the conversation's run is
 attached by the step wrapper itself), and the step wrappers (``_step``/``_astep``) and
-``_process_task`` keep their attach/call/finish inline instead of using ``spans.call_in_scope``:
+``_process_task`` keep their attach/call/finish inline instead of using ``spans.call_in_scope``
+(the step wrappers make their call first thing: inspect finds a frame's line by counting its
+instructions up to the current one):
 ``_step`` is aegis's only frame under camel's stack walk (a workforce's steps add ``_process_task``:
 ``process_task_async`` inside a run, as ``process_task`` runs it, is not entered). And it takes the
 place of ``ChatAgent.step``'s own frame: for a step that neither streams nor has a ``step_timeout``,
@@ -776,7 +778,7 @@ class CamelAdapter(Adapter):
             self._close_step(opened, None, exc)
             raise
 
-    def _handing_step_over(self, wrapped: Any, agent: Any, step: StepScope, *args: Any, **kwargs: Any) -> Any:
+    def _handing_step_over(self, wrapped: Any, agent: Any, step: StepScope, /, *args: Any, **kwargs: Any) -> Any:
         message = kwargs["input_message"] if "input_message" in kwargs else args[0]
         with self._handed_over(agent, (message,), step):
             return wrapped(*args, **kwargs)
