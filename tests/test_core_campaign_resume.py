@@ -4,6 +4,7 @@ old version of a task is redone, or refused when its trace is already stored."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -39,3 +40,26 @@ def test_a_corrected_task_is_run_again_and_a_stored_one_is_refused(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "task 'pens' changed since run pens/baseline was made and stored" in err, err
     assert (tmp_path / "out" / RUNS_FILE).read_bytes() == before
+
+
+def test_records_and_stores_stay_in_out_when_the_app_changes_directory(tmp_path, monkeypatch):
+    """A relative --out is the directory named at the start: an app that moves the process to a
+    scratch directory (and does not come back) had the campaign's records written there."""
+    from dataclasses import replace
+
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.injection.campaign import run_campaign
+
+    demo = AppSpec.load("aegis_probe.demos.autogen")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def run_in_scratch(app, task):
+        os.chdir(scratch)
+        return demo.run_app(app, task)
+
+    monkeypatch.chdir(tmp_path)
+    run_campaign(replace(demo, run_app=run_in_scratch), [dict(TASK, expected="126")], "out", plans_per_run=1, progress=False)
+    assert not (scratch / "out").exists()
+    keys = [json.loads(line)["key"] for line in (tmp_path / "out" / RUNS_FILE).read_text().splitlines()]
+    assert keys == ["pens/baseline", "pens/plan-0"]

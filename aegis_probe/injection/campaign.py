@@ -169,7 +169,7 @@ class Campaign:
     executor: Executor | None = None  # default: ``concurrency`` threads
 
     def __post_init__(self) -> None:
-        self.out = Path(self.out)
+        self.out = Path(self.out).absolute()  # runs may change the working directory (see TraceStore)
         self._provider = LeanTracerProvider(sampler=ALWAYS_ON)  # every run is judged and labelled: none is sampled out
         self._collector = _Collector()
         self._provider.add_span_processor(self._collector)
