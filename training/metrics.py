@@ -144,7 +144,8 @@ def accuracy_ci(metric: Metric, field: str, golds: Sequence[Attribution], preds:
     return bootstrap_ci(_mean, hits, hits, n_resamples=n_resamples, alpha=alpha, seed=seed)
 
 
-def _mean(values: Sequence[float], _: Sequence[float]) -> float:
+def _mean(values: Sequence[Any], _: Sequence[Any]) -> float:
+    """The mean of per-trace values (hits) as a metric :func:`bootstrap_ci` resamples."""
     return sum(values) / len(values) if values else 0.0
 
 
