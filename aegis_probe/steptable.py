@@ -7,23 +7,35 @@ import shutil
 from .trajectory import ATTRIBUTION_SOURCE, Trajectory
 
 
+#: Characters a terminal acts on (C0/C1 controls: escape sequences that recolour, retitle or
+#: rewrite the screen; bidirectional overrides that reorder text), shown escaped instead.
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
+    c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print to a terminal: trace content comes from models and other writers."""
+    return text.translate(_UNPRINTABLE)
+
+
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def step_table(traj: Trajectory, width: int | None = None) -> str:
     """A readable table of a trajectory's steps: index, agent, tools, tokens, output."""
     width = width or shutil.get_terminal_size((120, 20)).columns
-    agent_w = max([5] + [len(s.agent) for s in traj.steps])
+    agents = [printable(s.agent) for s in traj.steps]
+    agent_w = max([5] + [len(a) for a in agents])
     head = f"{'step':>4}  {'agent':<{agent_w}}  {'tools':<18}  {'tokens':>9}  output"
     lines = [head, "-" * min(width, len(head) + 40)]
     out_w = max(20, width - len(head) + len("output"))
-    for s in traj.steps:
+    for s, agent in zip(traj.steps, agents):
         tools = ",".join(t.name for t in s.tool_calls) or "-"
         tokens = "-" if s.usage.input_tokens is None else f"{s.usage.input_tokens}/{s.usage.output_tokens or 0}"
         status = " [error]" if s.error else ""
-        lines.append(f"{s.index:>4}  {s.agent:<{agent_w}}  {_clip(tools, 18):<18}  {tokens:>9}  {_clip(s.output, out_w)}{status}")
+        lines.append(f"{s.index:>4}  {agent:<{agent_w}}  {_clip(tools, 18):<18}  {tokens:>9}  {_clip(s.output, out_w)}{status}")
     return "\n".join(lines)
 
 
@@ -46,7 +58,7 @@ def summary(traj: Trajectory) -> str:
                 lines.append(f"verdict  agent={f.agent} step={f.step} mode={f.mode or '-'} by {by}" + (f" ({f.reason})" if f.reason else ""))
             else:
                 lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode or '-'} strategy={f.strategy or '-'} source={source}")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))
 
 
 def transcript(traj: Trajectory) -> str:

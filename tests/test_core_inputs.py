@@ -299,3 +299,25 @@ def test_traces_ls_refuses_a_negative_limit(tmp_path, capsys):
     assert cli.main(["traces", "ls", "--dir", str(tmp_path), "--limit", "-1"]) == 2
     err = capsys.readouterr().err
     assert err == "error: --limit must be >= 0 (0: all), not -1\n", err
+
+
+def test_traces_print_terminal_control_characters_escaped(tmp_path, capsys):
+    """A model's output (or another writer's trace) holding terminal escape sequences or bidi
+    overrides is printed escaped by traces ls/show: raw, they recoloured, retitled or rewrote
+    the user's terminal."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from aegis_probe.store import TraceStore
+    from toyrun import StepSpec, make_probe, run_script
+
+    store = TraceStore(tmp_path / "store")
+    provider = TracerProvider()
+    evil = "\x1b]0;pwned\x07\x1b[2J\u202eevil\x9b"
+    trace_id = run_script(make_probe(provider, store), "task " + evil,
+                          [StepSpec("agent" + evil, "in", "out " + evil)]).trace_id
+    provider.shutdown()
+    assert cli.main(["traces", "show", trace_id, "--dir", str(store.path)]) == 0
+    assert cli.main(["traces", "ls", "--dir", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", out), repr(out)
+    assert "out \\x1b]0;pwned" in out and "agent\\x1b]0;pwned" in out and "task \\x1b]0;pwned\\x07\\x1b[2J\\u202eevil\\x9b" in out

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timezone
 
 from ..config import ProbeConfig
-from ..steptable import step_table, summary
+from ..steptable import printable, step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
 
@@ -57,7 +57,7 @@ def _ls(args: argparse.Namespace) -> int:
     for t in trajs:
         started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
-        print(f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {t.app or '-'}")
+        print(f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {printable(t.app or '-')}")
     return 0
 
 
