@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -98,7 +99,19 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
                            type(exc).__name__, exc)
     if remote is not None:
         provider.add_span_processor(batch_processor(remote))
+        atexit.register(_end_export, provider, remote)  # after the provider's own exit hook: runs before it
     return provider
+
+
+def _end_export(provider: TracerProvider, exporter: SpanExporter) -> None:
+    """At exit, before the SDK's shutdown of ``provider``: one export timeout to send what is queued,
+    then ``exporter`` is shut down, so that the SDK's final drain fails what is left at once instead of
+    waiting one timeout per batch on a collector that does not answer."""
+    flush_exporters(provider, EXPORT_TIMEOUT_S)
+    try:
+        exporter.shutdown()
+    except Exception:
+        logger.debug("aegis-probe: exporter shutdown at exit failed", exc_info=True)
 
 
 #: Seconds ``Probe.flush`` (and leaving ``with instrument(app)``) waits for exporters by default.
