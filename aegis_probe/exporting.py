@@ -104,10 +104,11 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
 
 
 def _end_export(provider: TracerProvider, exporter: SpanExporter) -> None:
-    """At exit, before the SDK's shutdown of ``provider``: one export timeout to send what is queued,
-    then ``exporter`` is shut down, so that the SDK's final drain fails what is left at once instead of
-    waiting one timeout per batch on a collector that does not answer."""
-    flush_exporters(provider, EXPORT_TIMEOUT_S)
+    """At exit, before the SDK's shutdown of ``provider``: one export timeout to send what is queued;
+    if that was not enough, ``exporter`` is shut down, so that the SDK's final drain fails what is
+    left at once instead of waiting one timeout per batch on a collector that does not answer."""
+    if flush_exporters(provider, EXPORT_TIMEOUT_S):
+        return  # all sent: the SDK's shutdown has nothing left to wait for
     try:
         exporter.shutdown()
     except Exception:

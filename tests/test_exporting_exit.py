@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
@@ -21,6 +22,42 @@ _APP = textwrap.dedent("""
 """)
 
 
+def _run_app(endpoint: str, store: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+           "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",  # 19 batches queued at exit
+           "OTEL_BSP_SCHEDULE_DELAY": "600000"}
+    env.pop("OTEL_EXPORTER_OTLP_TIMEOUT", None)
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", None)
+    return subprocess.run([sys.executable, "-c", _APP, str(store)], env=env, capture_output=True, text=True, timeout=60)
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """Answers every export at once."""
+
+    posts: list[int] = []
+
+    def do_POST(self) -> None:
+        self.posts.append(len(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_exit_with_a_live_collector_sends_everything_quietly(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = _run_app(f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "store")
+    finally:
+        server.shutdown()
+    assert done.returncode == 0 and "spans made" in done.stdout, done.stderr[-2000:]
+    assert "shutdown" not in done.stderr and "Failed to export" not in done.stderr, done.stderr[-2000:]
+    assert len(_Collector.posts) >= 1200 // 64  # every batch went out
+
+
 def test_exit_waits_about_one_export_timeout_not_one_per_batch(tmp_path: Path) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -35,15 +72,9 @@ def test_exit_waits_about_one_export_timeout_not_one_per_batch(tmp_path: Path) -
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.getsockname()[1]}",
-           "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64",  # 19 batches queued at exit, 5 s each before
-           "OTEL_BSP_SCHEDULE_DELAY": "600000"}
-    env.pop("OTEL_EXPORTER_OTLP_TIMEOUT", None)
-    env.pop("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", None)
     begin = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-c", _APP, str(tmp_path / "store")], env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = _run_app(f"http://127.0.0.1:{server.getsockname()[1]}", tmp_path / "store")
     finally:
         server.close()
         for conn in held:
