@@ -75,6 +75,11 @@ def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, A
     return {k: r for k, r in found.items() if errors or "error" not in r}
 
 
+def _has_stored_trace(record: dict[str, Any]) -> bool:
+    """Whether the run of ``record`` has its trace in a store: a kept injected run, a successful baseline."""
+    return bool(record.get("kept") or (record.get("kind") == "baseline" and record.get("success")))
+
+
 def task_fingerprint(task: dict[str, Any]) -> str:
     """What a run record remembers of its task (all its fields), to tell a task changed since."""
     return hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:16]
@@ -90,7 +95,7 @@ def _drop_changed_tasks(out: Path, tasks: list[dict[str, Any]], done: dict[str, 
         made_for, now = rec.get("task_hash"), current.get(json.dumps(rec.get("task_id")))
         if made_for is None or now is None or made_for == now:
             continue
-        if rec.get("kept") or (rec.get("kind") == "baseline" and rec.get("success")):
+        if _has_stored_trace(rec):
             raise ValueError(f"{out / RUNS_FILE}: task {rec['task_id']!r} changed since run {key} was made and "
                              f"stored; give another --out, or the task as it was")
         logger.warning("run %s: its task changed since; the run will be redone", key)
@@ -189,7 +194,7 @@ class Campaign:
         trace, so a run whose trace is not in its store (the campaign stopped between the two) is
         not finished: it is redone, and no store ever holds a trace without a record."""
         found = read_records(self.out)
-        traced = {k: r["trace_id"] for k, r in found.items() if r.get("kept") or (r.get("kind") == "baseline" and r.get("success"))}
+        traced = {k: r["trace_id"] for k, r in found.items() if _has_stored_trace(r)}
         if not self._stored.issuperset(traced.values()):  # the stores are read only for a trace not seen yet
             self._stored |= set(self.kept_store.traces()) | set(self.baseline_store.traces())
             for key in [k for k, trace_id in traced.items() if trace_id not in self._stored]:
