@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
@@ -130,23 +131,20 @@ class MetaGPTCodec:
     def __init__(self, llm: BaseLLM) -> None:
         self.llm = llm
         self.usage: dict[str, Any] | None = None
-        self._info: tuple[str, dict[str, Any]] | None = None  # the call's (provider, request attributes)
 
-    def _request_info(self) -> tuple[str, dict[str, Any]]:
+    @cached_property
+    def _info(self) -> tuple[str, dict[str, Any]]:
         """:func:`_request_info` of the LLM's config, read once per call (both of the next two ask)."""
-        info = self._info
-        if info is None:
-            info = self._info = _request_info(self.llm.config)
-        return info
+        return _request_info(self.llm.config)
 
     @property
     def provider(self) -> str:
-        return self._request_info()[0]
+        return self._info[0]
 
     def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The sampling parameters metagpt's providers send (``temperature``, ``max_token``), the
         endpoint, and the provider serving it."""
-        return dict(self._request_info()[1])
+        return dict(self._info[1])
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return getattr(instance, "model", None) or getattr(instance.config, "model", None)
