@@ -40,14 +40,16 @@ def stored_trajectory(store: TraceStore, trace_id: str) -> tuple[list[Any], Traj
     return spans, traj
 
 
-def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, model_name: str) -> dict[str, Any]:
-    """Predict for one stored trace and add the verdict to it; returns the prediction.
+def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, model_name: str,
+                    loaded: tuple[list[Any], Trajectory] | None = None) -> dict[str, Any]:
+    """Predict for one stored trace and add the verdict to it; returns the prediction. ``loaded``:
+    its spans and trajectory when already read (:func:`stored_trajectory`).
 
     The verdict is the label set ``attribution:<model_name>`` (append-only: another model's, a
     blame finding or an injection label is never overwritten) plus an ``aegis.attribution`` event
     on the blamed step's span.
     """
-    spans, traj = stored_trajectory(store, trace_id)
+    spans, traj = loaded or stored_trajectory(store, trace_id)
     pred = model.predict(build_dcl([traj])[0])
     full_id = traj.trace_id or trace_id
     pred["id"], pred["trace_id"] = full_id, full_id
@@ -78,12 +80,12 @@ def run(args: argparse.Namespace) -> int:
     model = DCLAttributor.load(args.model)
     if args.trace:
         store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)
-        for trace_id in args.trace:  # every id checked before a verdict is written: a typo amends none of them
-            stored_trajectory(store, trace_id)
+        # every id read and checked before a verdict is written: a typo amends none of them
+        loaded = [(t, stored_trajectory(store, t)) for t in args.trace]
         from tqdm import tqdm
 
-        traces = tqdm(args.trace, desc="attributing", unit="trace", file=sys.stderr, disable=len(args.trace) < 2)
-        preds = [attribute_trace(model, store, t, Path(args.model).name) for t in traces]
+        traces = tqdm(loaded, desc="attributing", unit="trace", file=sys.stderr, disable=len(loaded) < 2)
+        preds = [attribute_trace(model, store, t, Path(args.model).name, found) for t, found in traces]
     else:
         try:
             preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
