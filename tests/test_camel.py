@@ -325,6 +325,7 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
     a workforce's run by ``process_task`` alone, ``process_task_async`` inside it passing straight through),
     and a sync step's wrapper calls ``_step_impl`` in place of ``ChatAgent.step``: the walk is as deep as
     without aegis."""
+    import inspect
     import sys
 
     from camel.agents import ChatAgent
@@ -345,8 +346,6 @@ def test_step_wrapper_is_the_only_frame_on_camels_stack_walk(app_kind, model_ser
         ours_on_stack.append(names)
         depths.append(len(inspect.stack(0)))
         return walk(self)
-
-    import inspect
 
     monkeypatch.setattr(ChatAgent, "_is_called_from_registered_toolkit", recording)
     if app_kind == "lone agent":
