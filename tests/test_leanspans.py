@@ -219,3 +219,43 @@ def test_otlp_protobuf_is_the_same() -> None:
 
     lean = encoded(LeanTracerProvider)
     assert lean == encoded(TracerProvider) and len(lean.resource_spans[0].scope_spans[0].spans) == 3
+
+
+def test_long_traces_from_threads_and_asyncio_store_the_same_bytes(tmp_path: Path) -> None:
+    """300-span traces made side by side by threads and asyncio tasks, odd bytes in every value."""
+    import asyncio
+
+    odd = "NUL \x00 U+2028 \u2028 surrogate \ud800 BOM \ufeff é 😀 " + "x" * 2000
+
+    def trace_of(tracer: trace.Tracer, n: int) -> None:
+        root = tracer.start_span(f"invoke_workflow t{n}", attributes={"n": n})
+        ctx = trace.set_span_in_context(root)
+        for i in range(300):
+            span = tracer.start_span("invoke_agent a", context=ctx, attributes={"i": i, "text": odd[i:]})
+            span.set_attribute("out", odd[: i + 1])
+            span.end()
+        root.end()
+
+    async def tasks(tracer: trace.Tracer) -> None:
+        await asyncio.gather(*(asyncio.to_thread(trace_of, tracer, n) for n in (10, 11)),
+                             *(asyncio.sleep(0, trace_of(tracer, n)) for n in (12, 13)))
+
+    lines = []
+    for i, make in enumerate((TracerProvider, LeanTracerProvider)):
+        store = TraceStore(tmp_path / str(i))
+        provider = make()
+        provider.add_span_processor(StoreSpanProcessor(store))
+        tracer = provider.get_tracer("aegis_probe", "1.0")
+        threads = [threading.Thread(target=trace_of, args=(tracer, n)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        asyncio.run(tasks(tracer))
+        for thread in threads:
+            thread.join()
+        store.flush()
+        text = next(store.path.glob("*.jsonl")).read_text(encoding="utf-8")
+        text = re.sub(r'"service.instance.id","value":\{"stringValue":"[^"]+"', "", text)  # random per provider
+        text = re.sub(r'\{"stringValue":"[0-9a-f]{16}"\}', "", text)  # a stored delta's base span id
+        lines.append(sorted(re.sub(r'"(traceId|spanId|parentSpanId|startTimeUnixNano|endTimeUnixNano)":"[0-9a-f]+"',
+                                   r'"\1":"_"', text).split("\n")[:-1]))
+    assert len(lines[1]) == 8 and lines[0] == lines[1] and "\\ud800" in lines[1][0]
