@@ -57,24 +57,26 @@ def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], pat
 
     from .builders import row_id
 
-    shared = next((i for i, n in Counter(map(row_id, trajs)).items() if n > 1 and i in rows), None)
+    ids = [row_id(t) for t in trajs]
+    counts = Counter(ids)
+    shared = next((i for i, n in counts.items() if n > 1 and i in rows), None)
     if shared is not None:
-        raise ValueError(f"{path}: prediction {shared!r} matches {sum(row_id(t) == shared for t in trajs)} "
+        raise ValueError(f"{path}: prediction {shared!r} matches {counts[shared]} "
                          "trajectories sharing that id; score the sources one at a time, or give their records "
                          "distinct ids")
     files = [t.metadata.get("file") for t in trajs]
     single = {f for f, n in Counter(files).items() if f and n == 1}
     found: list[dict[str, Any] | None] = []
     used: set[str] = set()
-    for traj, file in zip(trajs, files):
-        keys = [row_id(traj), *([traj.trace_id] if traj.trace_id else []), *((file, Path(file).stem) if file in single else ())]
+    for traj, rid, file in zip(trajs, ids, files):
+        keys = [rid, *([traj.trace_id] if traj.trace_id else []), *((file, Path(file).stem) if file in single else ())]
         key = next((k for k in keys if k in rows), None)
         found.append(rows[key] if key is not None else None)
         used.update([key] if key is not None else [])
     unmatched = [k for k in rows if k not in used]
     if unmatched:
         print(f"{path}: {len(unmatched)} of {len(rows)} predictions match no trajectory (e.g. {unmatched[0]!r}; "
-              f"trajectory ids look like {row_id(trajs[0])!r})", file=sys.stderr)
+              f"trajectory ids look like {ids[0]!r})", file=sys.stderr)
     return found
 
 
