@@ -15,6 +15,7 @@ import pytest
 
 from aegis_probe import semconv as sc
 from aegis_probe.cli import main
+from aegis_probe.demos import FRAMEWORKS, TEAMS
 
 TRACE = "0123456789abcdef0123456789abcdef"
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -308,3 +309,16 @@ def test_failed_baselines_are_explained_per_task(tmp_path, capsys, monkeypatch):
     for task_id in ("pens", "again"):
         assert any(line.split()[0] == task_id and "RuntimeError: run_app exploded" in line for line in out.splitlines()[1:3])
     assert out.index("baselines:") < out.index("mode ")
+
+
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "autogen"])
+@pytest.mark.parametrize("team", sorted(TEAMS))
+def test_demo_team_of_another_framework_is_a_usage_error(framework, team, tmp_path, capsys, monkeypatch):
+    """Every team type is AutoGen's: ``--framework camel --team selector`` is refused before anything
+    runs (it ran AutoGen's selector demo under the camel name)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--framework", framework, "--team", team, "--trace-dir", str(tmp_path / "t")]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"error: --team {team} is an AutoGen team type: the {framework} demo has no --team "
+                                f"(drop --framework {framework}, or --team)"]
+    assert out == "" and not (tmp_path / "t").exists()

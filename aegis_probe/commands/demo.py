@@ -32,10 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--framework", choices=FRAMEWORKS, default="autogen", help="which framework's demo team (default: autogen)")
+    p.add_argument("--framework", choices=FRAMEWORKS, help="which framework's demo team (default: autogen)")
     p.add_argument("--team", choices=sorted(TEAMS),
-                   help="a team type's own demo instead (AutoGen: magentic-one, a MagenticOneGroupChat; selector, "
-                        "a SelectorGroupChat; nested, a team and a SocietyOfMindAgent inside a team)")
+                   help="an AutoGen team type's own demo instead (magentic-one, a MagenticOneGroupChat; selector, "
+                        "a SelectorGroupChat; nested, a team and a SocietyOfMindAgent inside a team); "
+                        "with --framework, only autogen")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint to use instead of the embedded scripted server")
     p.add_argument("--model", default="aegis-scripted", help="model name sent to the endpoint (default: aegis-scripted)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
@@ -73,6 +74,19 @@ def _plan(spec: str, demo: ModuleType) -> Any:
     return InjectionPlan(targets=[Target(agent=agent, mode=mode, strategy="response_corruption")])
 
 
+def demo_name(framework: str | None, team: str | None) -> str:
+    """The demo ``--framework``/``--team`` name: the team's, else the framework's (default autogen).
+
+    ``ValueError`` for a team type with a framework that has no such team (every team is AutoGen's).
+    """
+    if team is None:
+        return framework or "autogen"
+    if framework not in (None, "autogen"):
+        raise ValueError(f"--team {team} is an AutoGen team type: the {framework} demo has no --team "
+                         f"(drop --framework {framework}, or --team)")
+    return TEAMS[team]
+
+
 def run(args: argparse.Namespace) -> int:
     import aegis_probe
 
@@ -81,11 +95,10 @@ def run(args: argparse.Namespace) -> int:
     from ..report import write_report
     from ..steptable import step_table, summary
 
+    args.framework = demo_name(args.framework, args.team)
     trace_dir = Path(args.trace_dir or ProbeConfig.resolve().trace_dir)
     with ExitStack() as stack:
         stack.enter_context(quiet_frameworks(not args.verbose))
-        if args.team:
-            args.framework = TEAMS[args.team]
         demo = load_demo(args.framework, quiet=not args.verbose)
         plan = _plan(args.inject, demo) if args.inject else None
         if args.base_url:
