@@ -4,7 +4,8 @@ Patch points, all class-level and installed once (classes defined later are patc
 is registered and when a run starts):
 
 - run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
-  ``BaseChatAgent.run``; a registered app opens the run, nested teams pass through.
+  ``BaseChatAgent.run``; a registered app opens the run when the stream is first iterated (the
+  coroutine first awaited), nested teams pass through.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
   ``MessageFilterAgent``) stays one step.
@@ -442,20 +443,43 @@ class _Wrapper:
 
 
 class RunStreamWrapper(_Wrapper):
-    """``run_stream`` of a registered team or lone agent: the run's root span."""
+    """``run_stream`` of a registered team or lone agent: the run's root span, opened when the stream
+    is first iterated, as autogen starts the team only then: a stream dropped or closed before that
+    runs nothing and opens no run (one opened at the call was never ended)."""
 
     def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
         if current_run() is not None:
             return _nested_team(wrapped, instance, args, kwargs)
+        stream = wrapped(*args, **kwargs)
+        try:
+            if self.adapter.run_probe(instance) is None:
+                return stream
+        except Exception:
+            log_hook_error("run start")
+            return stream
+        return self._traced(stream, instance, kwargs)
+
+    async def _traced(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
+        traced = self._in_run(stream, instance, kwargs)
+        try:
+            async for item in traced:
+                yield item
+        finally:
+            aclose = getattr(traced, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _in_run(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
+        """``stream`` iterated in a new run (itself when none opens)."""
         run = self._open_run(instance, kwargs)
         if run is None:
-            return wrapped(*args, **kwargs)
+            return stream
         team = None
         if isinstance(instance, BaseGroupChat):
             run.ctx = otel_context.set_value(_TEAM_PATH, (instance.name,), run.ctx)
             team = instance
         hooks = _RunHooks(run, team)
-        return iterate_in_scope(wrapped(*args, **kwargs), run, on_item=hooks.item, on_done=hooks.done)
+        return iterate_in_scope(stream, run, on_item=hooks.item, on_done=hooks.done)
 
 
 def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -477,13 +501,20 @@ class RunWrapper(_Wrapper):
     """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        coro = wrapped(*args, **kwargs)
+        try:
+            if current_run() is not None or self.adapter.run_probe(instance) is None:
+                return coro
+        except Exception:
+            log_hook_error("run start")
+            return coro
+        return self._traced(coro, instance, kwargs)
+
+    async def _traced(self, coro: Any, instance: Any, kwargs: dict) -> Any:
+        """``coro`` awaited in a new run, opened when it is awaited (a call never awaited opens none)."""
         run = self._open_run(instance, kwargs)
         if run is None:
-            return wrapped(*args, **kwargs)
-        return self._traced(run, wrapped(*args, **kwargs))
-
-    @staticmethod
-    async def _traced(run: "RunScope", coro: Any) -> Any:
+            return await coro
         hooks = _RunHooks(run)
         token = run.attach()
         try:

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 pytest.importorskip("autogen_agentchat")
 
@@ -276,3 +277,54 @@ def test_team_on_a_runtime_started_inside_an_earlier_run(model_server, tmp_path)
     trajs = sorted(asyncio.run(go()), key=lambda t: t.start_ns or 0)
     assert [(t.task, [s.agent for s in t.steps]) for t in trajs] == [
         ("Session.", ["planner", "doer"]), ("Plan later.", ["planner", "doer"])]
+
+
+class _OpenSpans(SpanProcessor):
+    """Names of the spans started and not ended yet."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, str] = {}
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.open[span.context.span_id] = span.name
+
+    def on_end(self, span: Any) -> None:
+        self.open.pop(span.context.span_id, None)
+
+
+@pytest.mark.filterwarnings("ignore:coroutine 'BaseChatAgent.run' was never awaited")  # the app's own call, closed unawaited
+def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_path):
+    """``run_stream`` streams an app makes and drops (never iterated, closed before the first item)
+    and a lone agent's ``run`` never awaited run nothing, so they open no run: none is left open
+    (the message caches are let go), the store holds the runs that ran, a stream closed after its
+    first item ends its run."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+
+    from aegis_probe.adapters import autogen as adapter
+
+    client = _client(model_server(_by_system_prompt))
+    team = RoundRobinGroupChat([AssistantAgent("a", model_client=client, system_message="a"),
+                                AssistantAgent("b", model_client=client, system_message="b")],
+                               termination_condition=MaxMessageTermination(3))
+    lone = AssistantAgent("lone", model_client=client, system_message="lone")
+    spans, provider = _OpenSpans(), TracerProvider()
+    provider.add_span_processor(spans)
+    probe = aegis_probe.instrument(team, store=tmp_path / "store", tracer_provider=provider)
+    aegis_probe.instrument(lone, store=tmp_path / "store", tracer_provider=provider)
+
+    async def go() -> None:
+        team.run_stream(task="dropped")
+        await team.run_stream(task="closed").aclose()
+        lone.run(task="never awaited").close()
+        stream = team.run_stream(task="closed after one")
+        assert (await stream.__anext__()).to_text() == "closed after one"
+        await stream.aclose()
+        await team.run(task="ran")
+
+    asyncio.run(go())
+    assert spans.open == {} and adapter._SHARED == {} and adapter._PROMPTS == {}
+    probe.flush()
+    runs = sorted((t.task, [s.agent for s in t.steps]) for t in map(probe.trajectory, TraceStore(tmp_path / "store").traces()))
+    assert runs == [("closed after one", ["a", "b"]), ("ran", ["a", "b"])]
