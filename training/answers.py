@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from aegis_probe.trajectory import Fault, Trajectory
 
@@ -35,8 +35,18 @@ class Attribution:
 
 
 def normalize_agent(name: str | None) -> str:
-    """Agent names compare lower-cased with whitespace removed."""
+    """An agent's identity: its name lower-cased with whitespace removed ("Data Analyst", "data_analyst"
+    stay two; "Coder" and "coder" are one)."""
     return re.sub(r"\s+", "", str(name or "")).lower()
+
+
+def distinct_agents(names: Iterable[str]) -> list[str]:
+    """One name per agent identity (:func:`normalize_agent`), in order of first appearance, spelt as
+    it first appears: what builders, baselines, metrics and DCL count as the agents of a run."""
+    first: dict[str, str] = {}
+    for name in names:
+        first.setdefault(normalize_agent(name), name)
+    return list(first.values())
 
 
 def decisive_fault(faults: list[Fault]) -> Fault | None:

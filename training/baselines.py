@@ -15,7 +15,7 @@ from typing import Any, Iterable, Protocol
 
 from aegis_probe.trajectory import Trajectory
 
-from .answers import Attribution, gold_attribution, normalize_agent, parse_agent_step
+from .answers import Attribution, distinct_agents, gold_attribution, normalize_agent, parse_agent_step
 from .modes import MODE_IDS
 from .render import render
 
@@ -30,8 +30,8 @@ NON_AGENTS = frozenset({"user", "human"})
 
 def acting_agents(traj: Trajectory) -> list[str]:
     """The agents that act in ``traj`` (order of first appearance), without the user/human speaker."""
-    agents = [a for a in traj.agents if normalize_agent(a) not in NON_AGENTS]
-    return agents or traj.agents
+    everyone = distinct_agents(traj.agents)  # "Coder" and "coder" are one agent
+    return [a for a in everyone if normalize_agent(a) not in NON_AGENTS] or everyone
 
 
 class RandomBaseline:
@@ -63,7 +63,10 @@ class MostFrequentAgent:
 
     def __init__(self, train: Iterable[Trajectory], present_only: bool = False) -> None:
         golds = [gold_attribution(t) for t in train]
-        self.ranking = [a for a, _ in Counter(g.agent for g in golds if g.agent).most_common()]
+        named = distinct_agents(g.agent for g in golds if g.agent)  # each agent as first spelt
+        spelling = {normalize_agent(a): a for a in named}
+        counts = Counter(normalize_agent(g.agent) for g in golds if g.agent)
+        self.ranking = [spelling[a] for a, _ in counts.most_common()]
         modes = Counter(m for g in golds for _, m in g.pairs if m).most_common(1)
         self.mode = modes[0][0] if modes else None
         self.present_only = present_only

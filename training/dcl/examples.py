@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..answers import normalize_agent
+from ..answers import distinct_agents, normalize_agent
 from .reading import name_pattern, step_features
 
 
@@ -25,7 +25,7 @@ class Example:
     group: str
     turn_texts: list[str]
     turn_agent: Tensor  # [T] index into agents
-    agents: list[str]  # in order of first appearance, as named in the row
+    agents: list[str]  # one per agent identity (normalize_agent), in order of first appearance, as first named
     agent_texts: list[str]  # what the encoder reads for each agent (its name, or "agent k" when anonymised)
     agent_target: Tensor | None  # [A]
     mode_target: Tensor | None  # [M]
@@ -46,13 +46,16 @@ def name_text(agent: str) -> str:
     return agent.replace("_", " ")
 
 
-def anonymise(agents: Sequence[str], text: str) -> str:
+def anonymise(agents: Sequence[str], text: str, spellings: Sequence[str] = ()) -> str:
     """``text`` with every mention of an agent's name (as written, or with ``_`` as spaces) replaced
-    by ``agent k`` (k: the agent's order of first appearance, from 1); names match case-sensitively."""
-    pattern = name_pattern(agents)
+    by ``agent k`` (k: the agent's order of first appearance, from 1); names match case-sensitively.
+    ``spellings``: other spellings of the agents' names (the row's "coder" of "Coder"), replaced alike."""
+    index = {normalize_agent(a): i for i, a in enumerate(agents)}
+    names = [*agents, *(n for n in spellings if normalize_agent(n) in index)]
+    pattern = name_pattern(names)
     if pattern is None:
         return text
-    label = {n: f"agent {i + 1}" for i, a in enumerate(agents) for n in (a, name_text(a))}
+    label = {v: f"agent {index[normalize_agent(n)] + 1}" for n in names for v in (n, name_text(n))}
     return pattern.sub(lambda m: label[m.group(0)], text)
 
 
@@ -78,14 +81,16 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     if not turns:
         raise RowError(f"DCL row {row.get('id')!r} has no turns")
     texts = [str(t.get("text") or "") for t in turns]
+    agents = distinct_agents(str(t["agent"]) for t in turns)  # "Coder" and "coder" are one agent
+    index = {normalize_agent(a): i for i, a in enumerate(agents)}
+    turn_agent = [index[normalize_agent(str(t["agent"]))] for t in turns]
+    spellings = list(dict.fromkeys(str(t["agent"]) for t in turns))
     features = None
     if reading_features:  # only for a model that reads them
         try:
-            features = torch.tensor(step_features(texts, [str(t["agent"]) for t in turns], str(row.get("task") or "")))
+            features = torch.tensor(step_features(texts, [agents[i] for i in turn_agent], str(row.get("task") or "")))
         except ValueError as exc:
             raise RowError(f"DCL row {row.get('id')!r}: {exc}") from None
-    agents = list(dict.fromkeys(str(t["agent"]) for t in turns))
-    index = {normalize_agent(a): i for i, a in enumerate(agents)}
     mode_index = {m: i for i, m in enumerate(modes)}
     positive = row.get("positive")
     gold_agents = [a for a in row.get("label_agents") or [] if a]
@@ -117,10 +122,9 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     return Example(
         id=str(row.get("id")),
         group=str(row.get("group") or row.get("id")),
-        turn_texts=[turn_text(agent_texts[index[normalize_agent(str(t["agent"]))]],
-                              anonymise(agents, text) if anonymise_agents else text)
-                    for t, text in zip(turns, texts)],
-        turn_agent=torch.tensor([index[normalize_agent(str(t["agent"]))] for t in turns]),
+        turn_texts=[turn_text(agent_texts[a], anonymise(agents, text, spellings) if anonymise_agents else text)
+                    for a, text in zip(turn_agent, texts)],
+        turn_agent=torch.tensor(turn_agent),
         agents=agents,
         agent_texts=agent_texts,
         agent_target=agent_target,

@@ -15,6 +15,7 @@ from typing import Any
 
 from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
 
+from ..answers import normalize_agent
 from ..modes import normalize_mode
 from .base import SUSPICIOUS, ImportResult, import_records, require, step_number
 
@@ -46,8 +47,8 @@ def trajectory_from_record(record: Any, record_id: str) -> Trajectory:
         faults.append(Fault(agent=_name(entry["agent_name"]), mode=normalize_mode(entry.get("error_type"), SOURCE),
                             strategy=entry.get("injection_strategy")))
     meta = dict(record.get("metadata") or {})
-    acting = {s.agent for s in steps}
-    flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent and f.agent not in acting for f in faults) else []
+    acting = {normalize_agent(s.agent) for s in steps}  # "coder" labels the acting "Coder"
+    flags = [f"{SUSPICIOUS}:agent-absent"] if any(f.agent and normalize_agent(f.agent) not in acting for f in faults) else []
     phases = [turn.get("phase") for turn in ordered]
     return Trajectory(
         run_id=record_id,

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 from aegis_probe.redact import encodable
 from aegis_probe.trajectory import Step, Trajectory
 
+from ..answers import normalize_agent
+
 SUSPICIOUS = "suspicious"
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as surrogateescape keeps them
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a surrogate (maybe a lone one)
@@ -169,12 +171,13 @@ def step_number(raw: Any, name: str = "step") -> int | None:
 
 
 def label_flags(steps: list[Step], agent: str | None, step: int | None) -> list[str]:
-    """Flags for a label whose named agent does not act at its named step (prefix match on roles)."""
+    """Flags for a label whose named agent does not act at its named step (names compared as agent
+    identities, :func:`normalize_agent`; prefix match on roles)."""
     if agent is None or step is None:
         return []
     if not 0 <= step < len(steps):
         return [f"{SUSPICIOUS}:step-out-of-range"]
-    actual = steps[step]
-    if actual.agent == agent or (actual.role or "").startswith(agent):
+    actual, named = steps[step], normalize_agent(agent)
+    if normalize_agent(actual.agent) == named or normalize_agent(actual.role).startswith(named):
         return []
     return [f"{SUSPICIOUS}:agent-not-at-step"]
