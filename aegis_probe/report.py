@@ -22,6 +22,7 @@ from urllib.parse import quote, urlsplit
 from . import semconv as sc
 from .redact import redact_secrets
 from .report_assets import CSS, JS
+from .steptable import UNPRINTABLE
 from .trajectory import Step, Trajectory
 
 ENV_JAEGER_URL = "AEGIS_JAEGER_URL"
@@ -122,9 +123,18 @@ def trace_links(trace_id: str | None, *, jaeger_url: str | None = None, phoenix_
 
 
 # -- rendering helpers ---------------------------------------------------------------------------
+#: Characters shown as escapes (``\\x00``, ``\\u202e``), as the terminal shows them: an HTML parser
+#: drops NUL from text, the other controls and noncharacters render as nothing (or a box), bidi
+#: overrides reorder what follows. Tab, newline and carriage return stay.
+_HIDDEN = {c: e for c, e in UNPRINTABLE.items() if chr(c) not in "\t\n\r"} | {
+    c: f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}"
+    for c in (*range(0xFDD0, 0xFDF0), *(plane | low for plane in range(0, 0x110000, 0x10000) for low in (0xFFFE, 0xFFFF)))}
+
+
 def _e(value: Any) -> str:
-    """Trace content as HTML text: secrets redacted (a trace may come from elsewhere), then escaped."""
-    return escape(redact_secrets("" if value is None else str(value)), quote=True)
+    """Trace content as HTML text: secrets redacted (a trace may come from elsewhere), invisible
+    characters shown as escapes, then escaped."""
+    return escape(redact_secrets("" if value is None else str(value)).translate(_HIDDEN), quote=True)
 
 
 def _block(text: str | None, cls: str = "") -> str:

@@ -9,13 +9,13 @@ from .trajectory import ATTRIBUTION_SOURCE, Trajectory
 
 #: Characters a terminal acts on (C0/C1 controls: escape sequences that recolour, retitle or
 #: rewrite the screen; bidirectional overrides that reorder text), shown escaped instead.
-_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
+UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
     c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 
 def printable(text: str) -> str:
     """``text`` safe to print to a terminal: trace content comes from models and other writers."""
-    return text.translate(_UNPRINTABLE)
+    return text.translate(UNPRINTABLE)
 
 
 def _clip(text: str, width: int) -> str:

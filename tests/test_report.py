@@ -296,6 +296,21 @@ def test_browser_escapes_hostile_names(tmp_path):
 
 
 @browser
+def test_browser_shows_invisible_characters_as_escapes(tmp_path):
+    """NUL (which an HTML parser drops), other C0/C1 controls, bidi overrides and noncharacters in
+    trace content show as the terminal shows them (``\\x00``), in text and in the agent filter."""
+    output = "total 1\x0026\x1b[2J \x85\u202eevil\ufdd0 tab\tend</script>"
+    traj = Trajectory(trace_id="fe" * 16, task="t\x00ask", steps=[Step(index=0, agent="Ev\x00e", output=output),
+                                                                     Step(index=1, agent="Bob", output="ok")])
+    dom, _ = chromium(write_report(traj, tmp_path / "controls.html"), tmp_path, query="?agent=" + quote("Ev\\x00e"))
+    shown = r"total 1\x0026\x1b[2J \x85\u202eevil\ufdd0 tab" + "\tend</script>"
+    assert dom.find("pre", "out")[0].text() == shown
+    assert dom.find("pre", "task")[0].text() == r"t\x00ask"
+    assert dom.by_id("step-0").attrs["data-agent"] == r"Ev\x00e" and dom.by_id("f-count").text() == "1 of 2 steps shown"
+    assert len(dom.find("script")) == 1
+
+
+@browser
 def test_browser_500_steps(tmp_path):
     page = write_report(big_trajectory(500), tmp_path / "big.html")
     dom, seconds = chromium(page, tmp_path)
