@@ -12,7 +12,9 @@ Class-level patches, installed once:
 - agent step: ``ConversableAgent.generate_reply/a_generate_reply``, one message of a group chat
   or a two-agent chat -> ``invoke_agent {agent.name}``; its input the messages received since
   the agent's last own message, its output the reply. A ``GroupChatManager``'s own reply (the
-  whole group chat) is not a step, and neither are the replies of the helper agents of automatic
+  whole group chat) is not a step, nor is the reply of an agent whose termination check ends the
+  chat sending nothing (``human_input_mode="NEVER"``: the termination message, the auto-reply
+  limit), and neither are the replies of the helper agents of automatic
   speaker selection (``GroupChat.select_speaker/a_select_speaker``): their model calls are
   ``chat`` spans named after the manager with ``aegis.llm.purpose = speaker_selection``.
   Messages of a nested chat are steps inside the step that started it;
@@ -30,6 +32,7 @@ Class-level patches, installed once:
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -104,6 +107,31 @@ def _unseen(messages: list[Any], name: str, two_party: bool) -> list[Any]:
     """The messages of agent ``name``'s history after its own last one."""
     last = next((i for i in range(len(messages) - 1, -1, -1) if _own(messages, i, name, two_party)), -1)
     return messages[last + 1:]
+
+
+def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, asynchronous: bool) -> bool:
+    """Whether ``agent``'s reply will be its termination check ending the chat without a message: the
+    first reply function ``generate_reply`` (``a_generate_reply``: ``asynchronous``) will call is
+    ag2's ``check_termination_and_human_reply``, which, asking no human (``human_input_mode="NEVER"``),
+    ends the chat on a termination message or once the agent's auto-reply limit is reached."""
+    from autogen import ConversableAgent
+
+    if agent.human_input_mode != "NEVER" or not messages:
+        return False
+    checks = (ConversableAgent.check_termination_and_human_reply, ConversableAgent.a_check_termination_and_human_reply)
+    skipped = agent._get_sync_funcs_to_skip_in_async_chat() if asynchronous else ()
+    for entry in agent._reply_func_list:
+        func = entry["reply_func"]
+        if func in (exclude or ()) or func in skipped or (not asynchronous and inspect.iscoroutinefunction(func)):
+            continue
+        if not agent._match_trigger(entry["trigger"], sender):
+            continue
+        if func not in checks:
+            return False
+        replies = agent._consecutive_auto_reply_counter.get(sender, 0)
+        limit = agent._max_consecutive_auto_reply_dict.get(sender, agent.max_consecutive_auto_reply())
+        return bool(replies >= limit or agent._is_termination_msg(messages[-1]))
+    return False
 
 
 class AG2Adapter(Adapter):
@@ -185,7 +213,7 @@ class AG2Adapter(Adapter):
         return finish
 
     # -- steps (messages) ------------------------------------------------------------------
-    def _open_step(self, agent: Any, args: tuple, kwargs: dict) -> StepScope | None:
+    def _open_step(self, agent: Any, args: tuple, kwargs: dict, asynchronous: bool = False) -> StepScope | None:
         from autogen import GroupChatManager
 
         run = current_run()
@@ -198,8 +226,11 @@ class AG2Adapter(Adapter):
             sender = kwargs["sender"] if "sender" in kwargs else args[1] if len(args) > 1 else None
             if messages is None and sender is not None:
                 messages = agent.chat_messages.get(sender, [])
+            messages = list(messages or ())
+            if _ends_silently(agent, messages, sender, call_arg(args, kwargs, "exclude", 2), asynchronous):
+                return None
             two_party = not isinstance(sender, GroupChatManager)
-            shown = [to_neutral(m) for m in _unseen(list(messages or ()), agent.name, two_party)]
+            shown = [to_neutral(m) for m in _unseen(messages, agent.name, two_party)]
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=getattr(agent, "description", None))
         except Exception:
@@ -221,7 +252,7 @@ class AG2Adapter(Adapter):
         return run is not None and run.framework == self.name
 
     async def _areply(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = self._open_step(instance, args, kwargs)
+        step = self._open_step(instance, args, kwargs, asynchronous=True)
         if step is None and not self._in_own_run():
             return await wrapped(*args, **kwargs)
         # Not a step but inside a run (automatic speaker selection's helper agents): hand over the

@@ -230,10 +230,9 @@ def test_step_input_of_a_tool_executor_is_the_call_it_runs(model_server, provide
     probe = aegis_probe.instrument(coder, tracer_provider=provider, store=tmp_path / "store")
     user.initiate_chat(coder, message="add 2 and 3", silent=True)
     steps = probe.trajectory().steps
-    assert [s.agent for s in steps] == ["coder", "user", "coder", "user"]
+    assert [s.agent for s in steps] == ["coder", "user", "coder"]
     assert [m.content for m in steps[1].input_messages] == ['[tool_call add("{\\"a\\": 2, \\"b\\": 3}")]']
     assert [m.content for m in steps[2].input_messages] == ["5"]
-    assert [m.content for m in steps[3].input_messages] == ["the sum is 5 DONE"]
 
 
 @needs_ag2
@@ -277,3 +276,39 @@ def test_blame_finds_planted_step(model_server, tmp_path):
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     campaign_keeps_labelled_failures("ag2_math.py", demo, tmp_path)
+
+
+@needs_ag2
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_receiving_the_termination_message_is_no_step(mode, model_server, provider, tmp_path):
+    """A two-agent chat ends when its receiver's termination check meets the termination message (or
+    its auto-reply limit): that agent sends nothing, so it takes no step (it was an empty last step)."""
+    import asyncio
+
+    user, coder, _ = _tool_team(model_server(_tool_policy))
+    probe = aegis_probe.instrument(coder, tracer_provider=provider, store=tmp_path / "store")
+    if mode == "sync":
+        user.initiate_chat(coder, message="add 2 and 3", silent=True)
+    else:
+        asyncio.run(user.a_initiate_chat(coder, message="add 2 and 3", silent=True))
+    traj = probe.trajectory()
+    assert [s.agent for s in traj.steps] == ["coder", "user", "coder"]
+    assert traj.steps[-1].output == "the sum is 5 DONE"
+
+
+@needs_ag2
+def test_auto_reply_limit_ends_the_chat_without_a_step(model_server, provider, tmp_path):
+    from autogen import AssistantAgent, UserProxyAgent
+
+    server = model_server(lambda body: Reply(content="more?"))
+    config = {"config_list": [{"model": "aegis-scripted", "base_url": server.base_url, "api_key": "sk-test",
+                               "price": [0, 0]}], "cache_seed": None}
+    user = UserProxyAgent("user", human_input_mode="NEVER", code_execution_config=False, default_auto_reply="go on",
+                          max_consecutive_auto_reply=1)
+    assistant = AssistantAgent("assistant", llm_config=config)
+    probe = aegis_probe.instrument(assistant, tracer_provider=provider, store=tmp_path / "store")
+    user.initiate_chat(assistant, message="hi", silent=True)
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["assistant", "user", "assistant"]
+    assert all(s.output for s in steps)
+
