@@ -8,7 +8,7 @@ is registered and when a run starts):
   coroutine first awaited), nested teams pass through.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
-  ``MessageFilterAgent``) stays one step.
+  ``MessageFilterAgent``) stays one step, whose input is the messages the inner agent got.
 - LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
   core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
   Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
@@ -566,8 +566,27 @@ def _in_steps_team(step: StepScope) -> bool:
     return current_context().get(_TEAM_PATH) is step.ctx.get(_TEAM_PATH)
 
 
+#: A step's input messages, in a one-item list in its context: a delegate called with others
+#: (``MessageFilterAgent``'s inner agent) replaces them (see ``_note_delegate_input``).
+_STEP_INPUT = otel_context.create_key("aegis.autogen.step_input")
+
+
+def _note_delegate_input(step: StepScope, messages: Sequence[BaseChatMessage]) -> None:
+    """``step``'s agent delegates to one (of its name) called with ``messages``: when they are not the
+    step's input (a wrapper filtered them), they are, as what the agent acting saw."""
+    held = step.ctx.get(_STEP_INPUT)
+    if not isinstance(held, list):
+        return
+    seen = held[0]
+    if seen is messages or (len(seen) == len(messages) and all(map(operator.is_, seen, messages))):
+        return
+    held[0] = messages
+    step.content(sc.INPUT_MESSAGES, lambda: chat_messages(messages))
+
+
 class StepWrapper(_Wrapper):
-    """``on_messages_stream``: one ``invoke_agent`` step span per call."""
+    """``on_messages_stream``: one ``invoke_agent`` step span per call; its input is what the agent
+    acting saw (a wrapper's inner agent: the messages the wrapper passed on)."""
 
     def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
@@ -583,15 +602,19 @@ class StepWrapper(_Wrapper):
     def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         name = instance.name
         step = current_step()
+        messages = args[0] if args else kwargs.get("messages", ())
         if step is not None and step.agent == name and _in_steps_team(step):
+            _note_delegate_input(step, messages)
             return None  # delegation within the same step (super(), on_messages, a wrapper's inner agent)
         run = current_run()
         probe = run.probe if run is not None else self.registry.get(instance)
         if probe is None:
             return None
-        messages = args[0] if args else kwargs.get("messages", ())
-        return start_step(probe, name, run=run, description=instance.description,
-                          input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
+        scope = start_step(probe, name, run=run, description=instance.description,
+                           input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
+        if scope.records_content:
+            scope.ctx = otel_context.set_value(_STEP_INPUT, [messages], scope.ctx)
+        return scope
 
 
 class _ClientWrapper(_Wrapper):

@@ -81,6 +81,29 @@ def test_wrapper_agent_of_the_same_name_is_one_step(model_server, tmp_path):
         (0, "drafter", "drafter spoke.", 1), (1, "checker", "checker spoke.", 1)]
 
 
+def test_filtered_agent_step_records_the_messages_its_agent_saw(model_server, tmp_path):
+    """A ``MessageFilterAgent`` step's input is what its inner agent got (the filtered messages), not
+    what the team sent the wrapper: the trajectory shows what the agent acted on."""
+    from autogen_agentchat.agents import AssistantAgent, MessageFilterAgent, MessageFilterConfig, PerSourceFilter
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+
+    server = model_server(_by_system_prompt)
+    client = _client(server)
+    drafter = AssistantAgent("drafter", model_client=client, system_message="drafter")
+    checker = MessageFilterAgent(name="checker", wrapped_agent=AssistantAgent("checker", model_client=client, system_message="checker"),
+                                 filter=MessageFilterConfig(per_source=[PerSourceFilter(source="drafter", position="last", count=1)]))
+    team = RoundRobinGroupChat([drafter, checker], termination_condition=MaxMessageTermination(4))
+    probe = aegis_probe.instrument(team, store=tmp_path / "store")
+    asyncio.run(team.run(task="Write one line."))
+    steps = probe.trajectory().steps
+    inputs = [[(m.name, m.content) for m in s.input_messages] for s in steps]
+    assert [s.agent for s in steps] == ["drafter", "checker", "drafter"]
+    assert inputs == [[("user", "Write one line.")], [("drafter", "drafter spoke.")], [("checker", "checker spoke.")]]
+    checker_prompt = server.requests[1]["messages"]
+    assert [m["content"] for m in checker_prompt[1:]] == ["drafter spoke."]  # what the model was asked, too
+
+
 def test_swarm_handoff_to_the_user_and_resume(model_server, tmp_path):
     """A ``Swarm`` stops at a handoff to the user (``HandoffTermination``) and resumes with the user's
     ``HandoffMessage``: two runs, each its agents' turns with the handoff tool calls in them."""
