@@ -76,6 +76,9 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     if calls:
         out["tool_calls"] = [{"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
                               "arguments": (c.get("function") or {}).get("arguments")} for c in calls]
+    elif isinstance(message.get("function_call"), dict):  # the legacy form of one tool call
+        call = message["function_call"]
+        out["tool_calls"] = [{"id": None, "name": call.get("name"), "arguments": call.get("arguments")}]
     if message.get("tool_call_id"):
         out["tool_call_id"] = message["tool_call_id"]
     responses = message.get("tool_responses")
@@ -84,28 +87,32 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     return out
 
 
-def _own(messages: list[Any], i: int, name: str, two_party: bool) -> bool:
-    """Whether ``messages[i]`` of agent ``name``'s history is one it sent. ag2 stores received
-    messages as ``user`` and names every message by its author, except the tool calls an agent
-    sends (``assistant`` either way). In a group chat the manager names those it passes on, so an
-    unnamed one is the agent's own; in a two-agent chat it is the partner's when the agent answered
-    it (the next message is the agent's) or is about to (it is the last)."""
+def _own(messages: list[Any], i: int, agent: Any, two_party: bool) -> bool:
+    """Whether ``messages[i]`` of ``agent``'s history is one it sent. ag2 stores received messages
+    as ``user`` and names every message by its author, except the tool calls an agent sends
+    (``assistant`` either way) and a legacy ``function_call``'s result (a ``function`` message named
+    after the function: the agent's when it executes that function). In a group chat the manager
+    names the tool calls it passes on, so an unnamed one is the agent's own; in a two-agent chat it
+    is the partner's when the agent answered it (the next message is the agent's) or is about to (it
+    is the last)."""
     m = messages[i]
     if not isinstance(m, dict) or m.get("role") == "user":
         return False
+    if m.get("role") == "function":
+        return m.get("name") in getattr(agent, "function_map", {})
     if m.get("name") is not None:
-        return bool(m["name"] == name)
+        return bool(m["name"] == agent.name)
     if not (m.get("tool_calls") or m.get("function_call")):
         return m.get("role") == "assistant"
     if not two_party:
         return True
     after = messages[i + 1] if i + 1 < len(messages) else None
-    return isinstance(after, dict) and after.get("name") != name
+    return isinstance(after, dict) and after.get("name") != agent.name
 
 
-def _unseen(messages: list[Any], name: str, two_party: bool) -> list[Any]:
-    """The messages of agent ``name``'s history after its own last one."""
-    last = next((i for i in range(len(messages) - 1, -1, -1) if _own(messages, i, name, two_party)), -1)
+def _unseen(messages: list[Any], agent: Any, two_party: bool) -> list[Any]:
+    """The messages of ``agent``'s history after its own last one."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if _own(messages, i, agent, two_party)), -1)
     return messages[last + 1:]
 
 
@@ -230,7 +237,7 @@ class AG2Adapter(Adapter):
             if _ends_silently(agent, messages, sender, call_arg(args, kwargs, "exclude", 2), asynchronous):
                 return None
             two_party = not isinstance(sender, GroupChatManager)
-            shown = [to_neutral(m) for m in _unseen(messages, agent.name, two_party)]
+            shown = [to_neutral(m) for m in _unseen(messages, agent, two_party)]
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=getattr(agent, "description", None))
         except Exception:

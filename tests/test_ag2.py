@@ -312,3 +312,29 @@ def test_auto_reply_limit_ends_the_chat_without_a_step(model_server, provider, t
     assert [s.agent for s in steps] == ["assistant", "user", "assistant"]
     assert all(s.output for s in steps)
 
+
+@needs_ag2
+def test_legacy_function_call_result_is_its_executors_own_message(provider, tmp_path):
+    """A legacy ``function_call``'s result is a ``function`` message named after the function: the
+    executor's own, so not its next step's input."""
+    from autogen import ConversableAgent
+
+    def answer(agent, messages, sender, config):
+        last = messages[-1]
+        if last.get("role") == "function":
+            return True, "the sum is " + str(last["content"])
+        return True, {"content": None, "function_call": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+
+    caller = ConversableAgent("caller", llm_config=False, human_input_mode="NEVER")
+    caller.register_reply([ConversableAgent, None], answer)
+    executor = ConversableAgent("executor", llm_config=False, human_input_mode="NEVER", default_auto_reply="thanks",
+                                function_map={"add": lambda a, b: a + b})
+    probe = aegis_probe.instrument(executor, tracer_provider=provider, store=tmp_path / "store")
+    executor.initiate_chat(caller, message="add 2 and 3", silent=True, max_turns=3)
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["caller", "executor", "caller", "executor", "caller"]
+    assert steps[0].output == steps[4].output == '[tool_call add("{\\"a\\": 2, \\"b\\": 3}")]'
+    assert [m.content for m in steps[1].input_messages] == [steps[0].output]
+    assert [t.result for t in steps[1].tool_calls] == ["5"]
+    assert [m.content for m in steps[2].input_messages] == ["5"]
+    assert [m.content for m in steps[3].input_messages] == ["the sum is 5"]
