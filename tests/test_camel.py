@@ -496,6 +496,46 @@ def test_workforce_failure_handling_turns_are_steps(strategy, model_server, prov
     assert len(op(ours(exporter), sc.OP_CHAT)) == len(server.requests)
 
 
+def test_exact_replay_of_a_workforce_run(model_server, tmp_path):
+    """camel names the workers by a fresh ``uuid4`` in every built workforce, in the planner's and
+    coordinator's prompts and in the coordinator's assignments (twice here: a failed attempt is
+    reassigned); exact replay matches them up and hands the new workforce its own workers' ids."""
+    from camel.tasks import Task
+
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.counterfactual import replay
+    from aegis_probe.store import TraceStore
+
+    class Endpoint:
+        def __init__(self, base_url: str) -> None:
+            self.base_url = base_url
+
+    built: list[Any] = []
+
+    def build(base_url: str, model: str, api_key: str) -> Any:
+        built.append(build_workforce(Endpoint(base_url)))
+        return built[-1]
+
+    def run(wf: Any, task: str) -> str:
+        return wf.process_task(Task(content=task, id="0")).result
+
+    store = TraceStore(tmp_path / "store")
+    server = model_server(failing_worker_policy("reassign"))
+    wf = build(server.base_url, MODEL, API_KEY)
+    probe = aegis_probe.instrument(wf, store=store)
+    answer = run(wf, demo.TASK)
+    probe.flush()
+    probe.uninstrument()
+    result = replay(probe.last_trace_id, AppSpec(build, run), store=store)
+    assert result.exact, result.divergence or result.error
+    assert result.live_calls == 0 and result.replayed_calls == len(server.requests)
+    assert EXPECTED in result.answer and result.answer == answer
+    (recorded_worker,), (replayed_worker,) = ([child.node_id for child in wf._children] for wf in built)
+    assert recorded_worker != replayed_worker
+    assignments = [s.output for s in result.trajectory.steps if s.agent == "Coordinator"]
+    assert len(assignments) == 2 and all(replayed_worker in a and recorded_worker not in a for a in assignments)
+
+
 # -- robustness ------------------------------------------------------------------------------
 def test_uninstrument_restores_every_patch(model_server, provider, exporter, tmp_path):
     adapter = get_adapter("camel")

@@ -74,6 +74,28 @@ def test_divergence_is_reported_with_first_step(model_server, tmp_path):
 
 
 
+def test_fresh_values_match_only_under_one_consistent_renaming():
+    """UUIDs and timestamps an app draws afresh match their recording one to one: a replay that
+    names two recorded workers by one id, or one by two, or changes other text, still diverges;
+    the recorded answer comes back with the replay's ids."""
+    import uuid
+
+    from aegis_probe.counterfactual.fresh_ids import FreshIds
+    from aegis_probe.interception import LLMResponse
+
+    a, b, c, x, y, z = (str(uuid.uuid4()) for _ in range(6))
+    ids = FreshIds()
+    assert ids.match(f"workers <{a}> <{b}> at 2026-01-02 10:00:00.5", f"workers <{x}> <{y}> at 2026-12-01 11:29:08.830956")
+    assert not ids.match(f"<{a}> then <{c}>", f"<{y}> then <{z}>")  # a is x in this replay
+    assert not ids.match(f"<{c}> and <{c}>", f"<{z}> and <{x}>")  # x is a's already
+    assert not ids.match(f"<{a}>: total 126", f"<{x}>: total 127")
+    assert ids.match("meeting on 2024-05-01", "meeting on 2024-05-01") and not ids.match("on 2024-05-01", "on 2024-05-02")
+    recorded = LLMResponse(content=f'{{"assignee_id": "{a}"}}', tool_calls=[{"id": "t1", "name": "assign", "arguments": {"to": [b, c]}}])
+    answer = ids.response(recorded)
+    assert answer.content == f'{{"assignee_id": "{x}"}}' and answer.tool_calls[0]["arguments"] == {"to": [y, c]}
+    assert ids.to_recorded(answer.content) == recorded.content
+
+
 def test_divergence_the_app_swallows_is_still_reported(model_server, tmp_path, monkeypatch):
     """MetaGPT's ``Team.run`` swallows a role's exception: the replayer's own record of its first
     divergence says where the replay left the recording, not the step comparison afterwards."""

@@ -3,7 +3,8 @@
 ``replay(trace, app)`` rebuilds the app, instruments it, and answers every model call from the
 recording. Without a substitution the replayed run must equal the original step for step; the
 first difference (a request that does not match the recording, a call the recording lacks, or a
-step whose agent/output differs afterwards) is reported, never silently continued: the replayer
+step whose agent/output differs afterwards) is reported, never silently continued (values the
+app draws afresh on each run, UUIDs and timestamps, match up to a consistent renaming: :mod:`.fresh_ids`): the replayer
 keeps the first :class:`ReplayDivergence` it raised, so the result reports it even when the app
 swallows the exception (CAMEL's streaming, MetaGPT's ``Team.run`` do). With
 ``until_step=t`` and a ``substitute``, calls before step t come from the recording, the action at
@@ -12,6 +13,7 @@ step t is replaced, and everything after it runs live against the app's endpoint
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -24,6 +26,7 @@ from ..probe import Judge, instrument
 from ..spans import encode_messages
 from ..store import TraceStore
 from ..trajectory import Step, Trajectory
+from .fresh_ids import FreshIds
 from .recording import Key, RecordedCall, load_recording
 
 #: Where a pure replay points the app: nothing listens on the discard port, so an unexpected
@@ -51,6 +54,7 @@ class Replayer:
         self.replayed = 0
         self.live_calls = 0
         self.divergence: ReplayDivergence | None = None
+        self.ids = FreshIds()
 
     def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
         exc = ReplayDivergence(call.step_index, agent, detail)
@@ -77,24 +81,28 @@ class Replayer:
         if recorded is None:
             raise self._diverged(call, key[0], f"call #{key[1]} of this agent is not in the recording")
         request = encode_messages(call.messages, self.redact)
-        if request != recorded.request:
+        if not self.ids.match(recorded.request, request):
             raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording")
         self.replayed += 1
-        return recorded.response
+        return self.ids.response(recorded.response)
 
     def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         return response
 
 
-def first_difference(original: Trajectory, replayed: Trajectory, upto: int | None = None) -> str | None:
-    """Describe the first step where two trajectories differ (agent, output, tools), or None."""
+def first_difference(original: Trajectory, replayed: Trajectory, upto: int | None = None,
+                     ids: FreshIds | None = None) -> str | None:
+    """Describe the first step where two trajectories differ (agent, output, tools), or None;
+    ``ids`` renames the replay's fresh ids back to the recorded ones first."""
     steps_a, steps_b = original.steps[:upto], replayed.steps[:upto]
+    renamed = ids.to_recorded if ids is not None else str
 
-    def view(s: Step) -> tuple[Any, ...]:
-        return (s.agent, s.output, [(t.name, t.arguments, t.result) for t in s.tool_calls])
+    def view(s: Step, rename: Callable[[str], str] = str) -> tuple[Any, ...]:
+        tools = json.dumps([(t.name, t.arguments, t.result) for t in s.tool_calls], sort_keys=True, default=str)
+        return (s.agent, rename(s.output), rename(tools))
 
     for a, b in zip(steps_a, steps_b):
-        if view(a) != view(b):
+        if view(a) != view(b, renamed):
             what = "agent" if a.agent != b.agent else "output" if a.output != b.output else "tool calls"
             return f"step {a.index}: {what} differs ({a.agent}: {a.output[:80]!r} vs {b.agent}: {b.output[:80]!r})"
     if upto is None and len(steps_a) != len(steps_b):
@@ -167,7 +175,7 @@ def replay(
         replayed = probe.trajectory()
     divergence = str(replayer.divergence) if replayer.divergence is not None else None
     if divergence is None and replayed is not None:
-        divergence = first_difference(original, replayed, upto=until_step)
+        divergence = first_difference(original, replayed, upto=until_step, ids=replayer.ids)
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
                  for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
     return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,
