@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -100,6 +101,10 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
     if remote is not None:
         provider.add_span_processor(batch_processor(remote))
         atexit.register(_end_export, provider, remote)  # after the provider's own exit hook: runs before it
+        _exports.append((provider, remote))
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.parent_process() is not None:  # made in a multiprocessing child
+            _export_at_child_end(None)
     return provider
 
 
@@ -114,6 +119,41 @@ def _end_export(provider: TracerProvider, exporter: SpanExporter) -> None:
     except Exception:
         logger.debug("aegis-probe: exporter shutdown at exit failed", exc_info=True)
 
+
+#: aegis-probe's own providers that export to OTLP, with their exporters (never an app's provider).
+_exports: list[tuple[TracerProvider, SpanExporter]] = []
+
+
+def _end_exports() -> None:
+    for provider, exporter in list(_exports):
+        _end_export(provider, exporter)
+
+
+def _after_fork() -> None:
+    """A multiprocessing child (fork, forkserver) ends with ``os._exit``: no atexit handler sends
+    what the inherited providers still queue. Have the child's start (which clears the finalizers
+    it inherited) register one."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None and _exports:
+        mp_util.register_after_fork(_end_exports, _export_at_child_end)
+
+
+_finalizer_pid: int | None = None
+
+
+def _export_at_child_end(_: object) -> None:
+    """In a multiprocessing child: its finalizer sends what aegis's own providers queue (those it
+    inherited and those made in it), as their atexit hooks do in a process that exits normally."""
+    global _finalizer_pid
+    if _finalizer_pid != os.getpid():  # once per process
+        _finalizer_pid = os.getpid()
+        from multiprocessing.util import Finalize
+
+        Finalize(None, _end_exports, exitpriority=10)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 #: Seconds ``Probe.flush`` (and leaving ``with instrument(app)``) waits for exporters by default.
 EXPORT_WAIT_S = 0.5
