@@ -12,7 +12,8 @@ Class- and module-level patches, installed once:
   inside a step (a ``create_react_agent`` subgraph's ``agent``/``tools`` nodes) belong to that
   step; ``__start__``-style internal nodes are not steps. The step's input is the state's
   ``messages`` the node has not seen (all on its first step, then those added since its last,
-  told by id once messages were removed;
+  told by id once messages were removed; on a checkpointer thread, since its last step in any of
+  the thread's runs in this process, an interrupted step not counting;
   a state without ``messages``: the state itself), its output the messages the node wrote
   (else its writes);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
@@ -28,6 +29,7 @@ when the stream does.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -294,11 +296,18 @@ class LangGraphAdapter(Adapter):
 
     name = "langgraph"
 
+    #: checkpointer threads whose nodes' memory is kept (the least recently run ones are forgotten)
+    THREADS_KEPT = 1024
+
     def __init__(self) -> None:
         super().__init__()
         self.codec = LangChainCodec()
         #: run id -> node -> how many of the state's messages the node has seen (its step input is the rest)
         self._seen: dict[str, dict[str, _Seen]] = {}
+        #: (checkpointer, thread id, namespace) -> that map, kept after the run: a thread's next run
+        #: continues its state, so each node's first step there has as input only what it has not seen
+        self._threads: dict[tuple[int, str, str], dict[str, _Seen]] = {}
+        self._threads_lock = threading.Lock()
         #: ``langgraph.errors.GraphBubbleUp`` (an interrupt, a command to the parent graph), set on install
         self._bubble_up: type[BaseException] = BaseException
 
@@ -337,12 +346,30 @@ class LangGraphAdapter(Adapter):
             return None
         try:
             graph_input, config = _stream_args(args, kwargs)
-            thread = (config.get("configurable") or {}).get("thread_id")
-            return start_run(probe, graph.name, framework=self.name, task=_task_text(graph_input),
-                             conversation_id=str(thread) if thread is not None else None)
+            configurable = config.get("configurable") or {}
+            thread = configurable.get("thread_id")
+            run = start_run(probe, graph.name, framework=self.name, task=_task_text(graph_input),
+                            conversation_id=str(thread) if thread is not None else None)
         except Exception:
             log_hook_error("langgraph run start")
             return None
+        try:
+            checkpointer = graph.checkpointer or configurable.get("__pregel_checkpointer")
+            if thread is not None and checkpointer not in (None, False, True):
+                self._seen[run.run_id] = self._thread_memory(
+                    (id(checkpointer), str(thread), str(configurable.get("checkpoint_ns") or "")))
+        except Exception:
+            log_hook_error("langgraph thread memory")
+        return run
+
+    def _thread_memory(self, key: tuple[int, str, str]) -> dict[str, _Seen]:
+        """What the nodes of checkpointer thread ``key`` have seen, kept across its runs."""
+        with self._threads_lock:
+            memory = self._threads.pop(key, None) or {}
+            self._threads[key] = memory  # now the most recently run
+            if len(self._threads) > self.THREADS_KEPT:
+                del self._threads[next(iter(self._threads))]
+            return memory
 
     def _ender(self, run: RunScope) -> Callable[[BaseException | None], None]:
         def done(exc: BaseException | None) -> None:
@@ -409,8 +436,9 @@ class LangGraphAdapter(Adapter):
             if step.run is not None:
                 if said:
                     step.run.answer = said[-1]
-                self._seen.setdefault(step.run.run_id, {})[opened.task.name] = _Seen(
-                    opened.count + len(output), opened.ids, written)
+                if exc is None:  # an interrupted node runs again on resume, on the same input
+                    self._seen.setdefault(step.run.run_id, {})[opened.task.name] = _Seen(
+                        opened.count + len(output), opened.ids, written)
             step.finish(output)
         except Exception:
             log_hook_error("langgraph step end")

@@ -226,3 +226,30 @@ def test_trace_every_app_mode_traces_a_graph_imported_after_it(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'reviewer']"
+
+
+def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(model_server, provider, tmp_path):
+    """A checkpointer thread's next run continues its state: a node's first step there has as input the
+    messages added since its last step on that thread (another thread's, or a node new to the thread: all)."""
+    from langchain_core.messages import AIMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    server = model_server(lambda body: Reply(content=f"answer to {body['messages'][-1]['content']}"))
+    llm = ChatOpenAI(model="aegis-scripted", base_url=server.base_url, api_key="sk-test", max_retries=0)
+    graph = StateGraph(MessagesState)
+    graph.add_node("speaker", lambda state: {"messages": [llm.invoke(state["messages"])]})
+    graph.add_node("critic", lambda state: {"messages": [AIMessage(f"critique {len(state['messages'])}", name="critic")]})
+    graph.add_edge(START, "speaker")
+    graph.add_edge("speaker", "critic")
+    graph.add_edge("critic", END)
+    app = graph.compile(name="chat", checkpointer=InMemorySaver())
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    inputs = []
+    for text, thread in (("first", "user-42"), ("second", "user-42"), ("other", "user-7")):
+        app.invoke({"messages": [("user", text)]}, {"configurable": {"thread_id": thread}})
+        inputs.append([[m.content for m in s.input_messages] for s in probe.trajectory().steps])
+    assert inputs[0] == [["first"], ["first", "answer to first"]]
+    assert inputs[1] == [["critique 2", "second"], ["second", "answer to second"]]
+    assert inputs[2] == [["other"], ["other", "answer to other"]]
