@@ -339,6 +339,52 @@ def test_campaign_logs_and_skips_failing_runs(tmp_path, caplog):
     assert [r["key"] for r in _records(out)[len(records):]] == ["train/baseline"]  # errors are retried on resume
 
 
+def test_a_hung_run_times_out_and_the_campaign_goes_on(tmp_path, caplog):
+    """The model endpoint never answers one task's calls (the client would wait its own 10 min):
+    with ``run_timeout`` the run is recorded as timed out, never kept nor labelled, the campaign
+    goes on with the other tasks on its one thread, and resuming retries the run."""
+    pytest.importorskip("autogen_agentchat")
+    import threading
+    import time
+
+    from aegis_probe.injection.campaign import Campaign, read_records
+
+    answers = tmp_path / "answer-now"
+    module = tmp_path / "hanging_app.py"
+    module.write_text(textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, {str(EXAMPLES)!r})
+        from autogen_math import AGENTS, build_app, run_app, policy as _policy
+
+        def policy(body):
+            if "train" in str(body["messages"]):
+                deadline = time.monotonic() + 60
+                while not Path({str(answers)!r}).exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            return _policy(body)
+    """))
+    app, out = f"{module}:build_app", tmp_path / "campaign"
+    started = time.monotonic()
+    rows = run_campaign(app, MATH, out, plans_per_run=1, progress=False, run_timeout=3)
+    assert time.monotonic() - started < 40
+    records = _records(out)
+    (hung,) = [r for r in records if "error" in r]
+    assert hung["key"] == "train/baseline" and hung["timed_out"] is True and "RunTimeout" in hung["error"]
+    assert sum(r["attempted"] for r in rows) == 3 and not any(r.get("timed_out") for r in records if r is not hung)
+    assert "run train/baseline failed: RunTimeout" in caplog.text
+    answers.touch()  # the abandoned run ends now; what it made is dropped
+    for thread in [t for t in threading.enumerate() if t.name == "aegis-timed-run"]:
+        thread.join(30)
+    assert _records(out) == records and "train/baseline" not in read_records(out)
+    assert {t.task for t in load_trajectories(out / "baselines")} == {
+        json.loads(line)["task"] for line in MATH.read_text().splitlines() if "train" not in line}
+    run_campaign(app, MATH, out, plans_per_run=1, progress=False, run_timeout=3)  # resume: retried, now answered
+    done = read_records(out)
+    assert done["train/baseline"]["success"] and "train/plan-0" in done and len(done) == 8
+    assert Campaign.__reduce__(Campaign(AppSpec.load(app), [], out, run_timeout=3))[0].keywords["run_timeout"] == 3
+
+
 def test_inject_command(tmp_path, capsys):
     pytest.importorskip("autogen_agentchat")
     from aegis_probe.cli import main

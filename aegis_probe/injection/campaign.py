@@ -4,7 +4,8 @@ For each task a deterministic baseline runs first (temperature 0, fixed seed); i
 ``plans_per_run`` plans are sampled over agents x modes x strategies and each runs with its plan.
 A run is kept only if the baseline succeeded, the plan was applied, and the injected run failed
 (an app exception after the fault was applied counts as a failure; other errors are logged,
-recorded and retried when the campaign resumes).
+recorded and retried when the campaign resumes; so is a run that takes longer than
+``run_timeout``, recorded as timed out).
 Everything is recorded in ``OUT/runs.jsonl``, so an interrupted campaign resumes where it stopped;
 kept runs go to the trace store ``OUT/traces`` (labels on their root spans), baselines to
 ``OUT/baselines``. Runs execute on an :class:`~aegis_probe.executors.Executor` (threads, or
@@ -26,6 +27,7 @@ import os
 import random
 import threading
 from collections import defaultdict
+from concurrent.futures import Future, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -123,6 +125,10 @@ def _only_campaign(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
+class RunTimeout(AegisProbeError, TimeoutError):
+    """A campaign's run took longer than its ``run_timeout``."""
+
+
 class _Collector(SpanProcessor):
     """Keeps finished spans by trace until the campaign takes them."""
 
@@ -172,6 +178,7 @@ class Campaign:
     strategies: tuple[str, ...] = STRATEGIES
     progress: bool = True
     executor: Executor | None = None  # default: ``concurrency`` threads
+    run_timeout: float | None = None  # seconds a run may take (build, run, judge); None: no limit
 
     def __post_init__(self) -> None:
         self.out = Path(self.out).absolute()  # runs may change the working directory (see TraceStore)
@@ -186,7 +193,7 @@ class Campaign:
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent to a worker process (a Ray task's :meth:`execute`) as what a run needs there."""
         return (partial(Campaign, seed=self.seed, manipulators=self.manipulators, operator=self.operator,
-                        progress=False), (self.app, [], Path(".")))
+                        progress=False, run_timeout=self.run_timeout), (self.app, [], Path(".")))
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> dict[str, dict[str, Any]]:
@@ -212,7 +219,25 @@ class Campaign:
 
     # -- one run -------------------------------------------------------------------------
     def execute(self, endpoint: Endpoint, task: dict[str, Any], plan: InjectionPlan | None) -> RunResult:
-        """Run the app once on ``task`` (with ``plan`` applied, if any) and judge it."""
+        """Run the app once on ``task`` (with ``plan`` applied, if any) and judge it. With a
+        ``run_timeout``, the run goes in a daemon thread of its own: past the timeout it is left
+        there (a thread cannot be stopped), its result dropped, and :class:`RunTimeout` raised."""
+        if self.run_timeout is None:
+            return self._execute(endpoint, task, plan)
+        result: Future[RunResult] = Future()
+
+        def run() -> None:
+            try:
+                result.set_result(self._execute(endpoint, task, plan))
+            except BaseException as exc:  # noqa: BLE001 - the run's outcome, taken below
+                result.set_exception(exc)
+
+        threading.Thread(target=run, name="aegis-timed-run", daemon=True).start()
+        if not wait([result], timeout=self.run_timeout).done:
+            raise RunTimeout(f"the run took longer than {self.run_timeout:g} s (run timeout); it was abandoned")
+        return result.result()
+
+    def _execute(self, endpoint: Endpoint, task: dict[str, Any], plan: InjectionPlan | None) -> RunResult:
         import aegis_probe
 
         app = self.app.build(endpoint, task=task["task"], temperature=0.0, seed=self.seed)
@@ -309,7 +334,8 @@ class Campaign:
             base.update(plan=json.loads(plan.to_json()), agent=target.agent, mode=target.mode, strategy=target.strategy)
         if isinstance(result, Failure):
             logger.warning("run %s failed: %s", key, one_line(result.error))
-            self._write({**base, "error": result.error, "traceback": result.traceback})
+            timed_out = result.error.startswith(f"{RunTimeout.__name__}:")  # the type's name crosses processes
+            self._write({**base, "error": result.error, "traceback": result.traceback, **({"timed_out": True} if timed_out else {})})
             return
         trace_id = result.records[0].trace_id if result.records else None
         if plan is None:
@@ -430,7 +456,7 @@ def run_campaign(app: AppSpec | str, tasks: list[dict[str, Any]] | str | Path, o
     """Run (or resume) a verified injection campaign; return the per-(mode, strategy) summary.
 
     ``options``: ``plans_per_run``, ``seed``, ``concurrency``, ``endpoint``, ``manipulators``,
-    ``operator``, ``modes``, ``strategies``, ``progress``, ``executor`` (see :class:`Campaign`).
+    ``operator``, ``modes``, ``strategies``, ``progress``, ``executor``, ``run_timeout`` (see :class:`Campaign`).
     """
     spec = AppSpec.load(app) if isinstance(app, str) else app
     records = load_tasks(tasks) if isinstance(tasks, (str, Path)) else tasks
