@@ -65,9 +65,17 @@ def fault_reason(fault: Fault) -> str:
     return f"{fault.mode} {MODES[fault.mode]}" if fault.mode in MODES else (fault.mode or "")
 
 
+def recovered(traj: Trajectory) -> bool:
+    """Whether ``traj`` is labelled with a fault yet succeeded (its team recovered from an injected
+    fault): no failure to attribute, and no clean run either. Builders skip it and ``eval`` and
+    ``benchmark`` leave it out, as the injection campaign drops such runs."""
+    return bool(traj.labels.faults) and traj.outcome.success is True
+
+
 def gold_attribution(traj: Trajectory) -> Attribution:
-    """The label of ``traj`` as an :class:`Attribution` (pairs deduplicated, order kept)."""
-    faults = traj.labels.faults
+    """The label of ``traj`` as an :class:`Attribution` (pairs deduplicated, order kept); none for a
+    :func:`recovered` run."""
+    faults = [] if recovered(traj) else traj.labels.faults
     decisive = decisive_fault(faults)
     pairs = list(dict.fromkeys((f.agent, f.mode) for f in faults if f.agent))
     return Attribution(decisive.agent if decisive else None, decisive.step if decisive else None, pairs)  # type: ignore[arg-type]

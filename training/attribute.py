@@ -16,7 +16,7 @@ from aegis_probe.config import ProbeConfig
 from aegis_probe.store import TraceStore
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory, label_attributes
 
-from .builders import build_dcl
+from .builders import dcl_row
 from .dcl.attributor import DCLAttributor
 from .dcl.examples import RowError
 from aegis_probe.jsonl import read_jsonl, write_jsonl
@@ -50,7 +50,7 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     on the blamed step's span.
     """
     spans, traj = loaded or stored_trajectory(store, trace_id)
-    pred = model.predict(build_dcl([traj])[0])
+    pred = model.predict(dcl_row(traj))
     full_id = traj.trace_id or trace_id
     pred["id"], pred["trace_id"] = full_id, full_id
     step = traj.steps[pred["step"]]

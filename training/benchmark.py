@@ -21,7 +21,7 @@ from aegis_probe.trajectory import Trajectory
 
 from .answers import Attribution, gold_attribution
 from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
-from .builders import build_dcl, row_id
+from .builders import build_dcl, dcl_row, row_id
 from .evaluate import unreachable_steps
 from .metrics import Metric, accuracy_ci, agent_accuracy, bootstrap_ci, step_accuracy
 
@@ -75,7 +75,7 @@ def labelled(trajs: Sequence[Trajectory]) -> list[Trajectory]:
 
 def dcl_predictions(model: Any, trajs: Sequence[Trajectory], progress: bool = True) -> tuple[list[Attribution], list[int]]:
     """The model's joint (agent, step) answer per trajectory, and how many turns it read of each."""
-    preds = model.predict_many(build_dcl(trajs), progress=progress)
+    preds = model.predict_many([dcl_row(t) for t in trajs], progress=progress)
     answers = [Attribution(p["agent"], p["step"], [(p["agent"], p["top_pair"]["mode"])]) for p in preds]
     return answers, [p["turns_read"] for p in preds]
 

@@ -5,6 +5,8 @@ Row ids are the trajectory's ``run_id`` (else ``trace_id``). Prompts are rendere
 are stripped. Targets: *pairs* is ``{"faulty_agents": [{"agent_name", "error_type"}]}`` (empty
 list for a clean run); *agent_step* is ``agent|step`` of the decisive (earliest) fault, and
 trajectories without an agent and step label (or whose step is outside the trace) are skipped for it.
+A :func:`~aegis_probe.train.answers.recovered` run (a labelled fault, yet the run succeeded) is no
+failure and no clean run: every builder skips it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Iterable, Literal
 
 from aegis_probe.trajectory import Trajectory
 
-from .answers import decisive_fault, fault_reason, format_agent_step, format_pairs, gold_attribution
+from .answers import decisive_fault, fault_reason, format_agent_step, format_pairs, gold_attribution, recovered
 from aegis_probe.jsonl import read_jsonl, write_jsonl  # noqa: F401 - re-exported: rows are read and written here
 from .modes import MODES
 from .render import render, step_text, strip_artefacts
@@ -84,7 +86,7 @@ def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_toke
     """
     rows = []
     for traj in trajs:
-        answer = target_text(traj, target, reasoning=reasoning)
+        answer = None if recovered(traj) else target_text(traj, target, reasoning=reasoning)
         if answer is None:
             continue
         messages = prompt_messages(traj, target, max_tokens=max_tokens, tokenizer=tokenizer)
@@ -101,7 +103,7 @@ def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tok
     prompt says the run failed, and no answer could earn a reward)."""
     rows = []
     for traj in trajs:
-        if target == "agent_step" and target_text(traj, target) is None:
+        if recovered(traj) or (target == "agent_step" and target_text(traj, target) is None):
             continue
         gold = gold_attribution(traj)
         rows.append({
@@ -112,26 +114,28 @@ def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tok
     return rows
 
 
+def dcl_row(traj: Trajectory) -> dict[str, Any]:
+    """One trajectory's DCL row (what an attributor predicts for: any run, a recovered one included)."""
+    faults = traj.labels.faults
+    decisive = decisive_fault(faults)
+    return {
+        "id": row_id(traj), "group": group_key(traj), "task": strip_artefacts(traj.task or ""),
+        "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s)).strip()} for s in traj.steps],
+        "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
+        "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),
+        "label_pairs": ([list(p) for p in dict.fromkeys((f.agent, f.mode) for f in faults if f.agent)]
+                        if all(f.mode for f in faults if f.agent) else None),
+        "label_step": decisive.step if decisive else None,
+        "positive": is_positive(traj),
+    }
+
+
 def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """Rows ``{"id", "group", "task", "turns": [{"agent", "text"}], "label_agents", "label_modes",
-    "label_pairs", "label_step", "positive"}``; ``label_pairs`` are the labelled ``[agent, mode]``
-    pairs (an agent may have several modes; null when a faulty agent has no mode); ``positive``
-    marks clean runs, the others of a group are negatives."""
-    rows = []
-    for traj in trajs:
-        faults = traj.labels.faults
-        decisive = decisive_fault(faults)
-        rows.append({
-            "id": row_id(traj), "group": group_key(traj), "task": strip_artefacts(traj.task or ""),
-            "turns": [{"agent": s.agent, "text": strip_artefacts(step_text(s)).strip()} for s in traj.steps],
-            "label_agents": list(dict.fromkeys(f.agent for f in faults if f.agent)),
-            "label_modes": list(dict.fromkeys(f.mode for f in faults if f.mode)),
-            "label_pairs": ([list(p) for p in dict.fromkeys((f.agent, f.mode) for f in faults if f.agent)]
-                            if all(f.mode for f in faults if f.agent) else None),
-            "label_step": decisive.step if decisive else None,
-            "positive": is_positive(traj),
-        })
-    return rows
+    """Training rows ``{"id", "group", "task", "turns": [{"agent", "text"}], "label_agents", "label_modes",
+    "label_pairs", "label_step", "positive"}`` (:func:`dcl_row`; recovered runs skipped); ``label_pairs``
+    are the labelled ``[agent, mode]`` pairs (an agent may have several modes; null when a faulty agent
+    has no mode); ``positive`` marks clean runs, the others of a group are negatives."""
+    return [dcl_row(traj) for traj in trajs if not recovered(traj)]
 
 
 def to_hf_dataset(rows: list[dict[str, Any]]) -> Any:

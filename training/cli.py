@@ -169,6 +169,7 @@ def _run_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from . import builders
+    from .answers import recovered
 
     result = load_source(args)
     trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr)
@@ -185,9 +186,13 @@ def _run_build(args: argparse.Namespace) -> int:
             options["reasoning"] = args.reasoning
         builder: Any = builders.BUILDERS[args.kind]  # sft or grpo (dcl takes no target)
         rows = builder(trajs, args.target, **options)
-    if not rows:  # --target agent_step on runs without agent and step labels (Aegis, clean runs)
-        raise ValueError(f"{args.source}: no trajectory has an agent and step label for --target {args.target}; "
-                         f"{args.out} not written")
+    skipped = sum(map(recovered, result.trajectories))
+    if skipped:
+        print(f"{args.source}: {skipped} recovered runs skipped (a labelled fault, yet the run succeeded)", file=sys.stderr)
+    if not rows:  # --target agent_step on runs without agent and step labels (Aegis, clean runs); recovered runs
+        what = "is a failure or a clean run" if args.kind == "dcl" else f"has an agent and step label for --target {args.target}"
+        raise ValueError(f"{args.source}: no trajectory {what}" + (f" ({skipped} recovered runs skipped)" if skipped else "")
+                         + f"; {args.out} not written")
     builders.write_jsonl(rows, args.out)
     if args.hf_dir:
         builders.to_hf_dataset(rows).save_to_disk(args.hf_dir)

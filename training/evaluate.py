@@ -179,13 +179,18 @@ def add_eval(subparsers: Any) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from . import baselines
-    from .answers import gold_attribution
+    from .answers import gold_attribution, recovered
     from .builders import row_id
     from .cli import load_source
     from .metrics import agent_confusion, evaluate, one_answer
 
     imported = load_source(args)
-    trajs = imported.trajectories
+    trajs = [t for t in imported.trajectories if not recovered(t)]
+    if len(trajs) < len(imported.trajectories):
+        print(f"{args.source}: {len(imported.trajectories) - len(trajs)} recovered runs left out (a labelled fault, "
+              "yet the run succeeded: no failure to attribute)", file=sys.stderr)
+    if not trajs:
+        raise ValueError(f"{args.source}: every trajectory is a recovered run; nothing to score")
     golds = [gold_attribution(t) for t in trajs]
     preds: Sequence[Attribution | None]
     turns_read: list[int | None] = [None] * len(trajs)

@@ -23,7 +23,7 @@ from aegis_probe.trajectory import Trajectory
 
 from ..answers import Attribution, gold_attribution
 from ..baselines import MostFrequentAgent, RandomBaseline
-from ..builders import build_dcl, is_positive
+from ..builders import build_dcl, dcl_row, is_positive
 from ..data import whowhen_dir
 from ..importers.whowhen import load
 from ..metrics import Metric, agent_accuracy, bootstrap_ci, set_f1, step_accuracy
@@ -62,7 +62,7 @@ def score(model: DCLAttributor, train: list[Trajectory], test: list[Trajectory],
     95% interval, plus DCL's throughput in trajectories/s (encoding included)."""
     from ..attribute import attribute_rows
 
-    preds, rate = attribute_rows(model, build_dcl(test))
+    preds, rate = attribute_rows(model, [dcl_row(t) for t in test])
     golds = [gold_attribution(t) for t in test]
     systems: dict[str, list[Attribution | None]] = {
         "DCL (this run)": [dcl_attribution(p) for p in preds],
