@@ -77,7 +77,9 @@ def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[Span
     a list of them); else it raises :class:`TraceFileError` naming its first bad line.
     """
     with open(path, "rb") as fh:
-        lines = fh.read().split(b"\n")
+        data = fh.read()
+        lines = data.split(b"\n")
+        writing = bool(lines[-1]) and _write_in_progress(fh.fileno(), len(data))
     bad: list[tuple[TraceFileError, bool]] = []  # (error, on the last line)
     n_good = 0
     prefix = trace_prefix.lower().encode() if trace_prefix is not None else None
@@ -94,6 +96,8 @@ def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[Span
             continue
         n_good += 1
         yield from records
+    if bad and bad[-1][1] and writing:  # another writer's line, not written whole yet: not an error
+        logger.debug("%s; line skipped (being written)", bad.pop()[0])
     if bad and not n_good:  # not JSON lines: perhaps one JSON document (a pretty-printed request)
         yield from _document_records(path, b"\n".join(lines), bad[0][0])
         return
@@ -101,6 +105,22 @@ def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[Span
         logger.warning("%s; line skipped%s", error, " (a truncated last line)" if last else "")
     if len(bad) > _MAX_WARNINGS:
         logger.warning("%s: %d more bad lines skipped", path, len(bad) - _MAX_WARNINGS)
+
+
+def _write_in_progress(fd: int, size: int) -> bool:
+    """Whether a last line without its newline is a write in progress (another thread's or
+    process's, which holds the file's lock until its line is whole), not one a crash cut short:
+    the lock is held, or the file grew past the ``size`` bytes read."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no locks here (some network filesystems): a crash's, as before
+        return False
+    try:
+        return os.fstat(fd).st_size > size
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _document_records(path: Path, data: bytes, first_bad: TraceFileError) -> list[SpanRecord]:

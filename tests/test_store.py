@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 import logging
 import threading
 from pathlib import Path
@@ -533,3 +535,40 @@ def test_a_relative_store_stays_where_it_was_named_when_the_app_changes_director
     provider.shutdown()
     assert not (scratch / "aegis-traces").exists()
     assert [t.trace_id for t in aegis_probe.load_trajectories(tmp_path / "aegis-traces")] == [trace_id]
+
+
+_HALF_WRITER = """
+import fcntl, os, sys
+path, line = sys.argv[1], open(sys.argv[2], "rb").read()
+fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as TraceStore writes: the file's lock until the line is whole
+os.write(fd, line[: len(line) // 2])
+print("half", flush=True)
+sys.stdin.readline()
+os.write(fd, line[len(line) // 2:] + b"\\n")
+"""
+
+
+@pytest.mark.parametrize("earlier", [2, 0])
+def test_a_line_another_process_is_writing_is_no_truncated_line(probe, store, tmp_path, caplog, earlier):
+    """Reading a store while another process writes a long line into it: the half-written last
+    line is passed over quietly (it was a warning about a line 'truncated' by a crash), and read
+    once it is whole."""
+    ids = _write_runs(probe, earlier + 1)
+    data = store.file.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    (tmp_path / "line").write_bytes(data[start:].rstrip(b"\n"))
+    store.file.write_bytes(data[:start])
+    writer = subprocess.Popen([sys.executable, "-c", _HALF_WRITER, str(store.file), str(tmp_path / "line")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "half\n"
+        with caplog.at_level(logging.DEBUG, logger="aegis_probe.store"):
+            assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == ids[:earlier]
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert "being written" in caplog.text
+        writer.communicate("go\n", timeout=30)
+    finally:
+        writer.kill()
+    assert writer.returncode == 0
+    assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == ids
