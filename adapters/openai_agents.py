@@ -9,7 +9,9 @@ Class- and module-level patches, installed once:
   (``RunConfig.tracing_disabled``), so each turn is one span here and nothing is sent to the
   SDK's trace backend. A ``Runner.run`` inside a run (an agent used as a tool) opens no run;
 - agent step: ``agents.run.run_single_turn``, one turn of the current agent (its model call,
-  then the tools it called and the handoff it chose) -> ``invoke_agent {agent.name}``. A handoff
+  then the tools it called and the handoff it chose) -> ``invoke_agent {agent.name}``, its input
+  what the agent has not seen: the run's items after its own model's last output (its tools'
+  results), all of the conversation on its first turn in the run. A handoff
   makes the next turn the new agent's; turns of a nested run belong to the step they run in. A run
   resumed from its ``RunState`` (after tool approvals, ``needs_approval``) is a run too: the
   interrupted turn it finishes (``resolve_interrupted_turn``: the approved tools) is its first step;
@@ -92,6 +94,23 @@ def _messages(items: Any) -> list[dict[str, Any]]:
         if message is not None:
             out.append(message)
     return out
+
+
+#: Run items an agent's own model produced (what it has seen); its tools' outputs are new to its next turn.
+_OWN_ITEMS = frozenset({"message_output_item", "tool_call_item", "handoff_call_item", "reasoning_item",
+                        "tool_search_call_item"})
+
+
+def _unseen(original_input: Any, generated_items: Any, agent: str) -> list[Any]:
+    """What a turn of ``agent`` gets that it has not seen: the run's items after the last one its model
+    produced, else (its first turn in the run) the run's input and every item so far."""
+    from agents.items import ItemHelpers
+
+    items = list(generated_items)
+    for i in range(len(items) - 1, -1, -1):
+        if getattr(items[i], "type", None) in _OWN_ITEMS and getattr(items[i].agent, "name", None) == agent:
+            return items[i + 1:]
+    return [*ItemHelpers.input_to_new_input_list(original_input), *items]
 
 
 def _task_text(task: Any) -> str | None:
@@ -289,11 +308,9 @@ class OpenAIAgentsAdapter(Adapter):
         if run is None or run.framework != self.name or current_step() is not None:
             return None
         try:
-            from agents.items import ItemHelpers
-
             agent = bindings.public_agent
-            seen = [*ItemHelpers.input_to_new_input_list(original_input), *generated_items]
-            return start_step(run.probe, agent.name, run=run, input_messages=_messages(seen),
+            shown = _messages(_unseen(original_input, generated_items, agent.name))
+            return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=agent.handoff_description)
         except Exception:
             log_hook_error("openai-agents step start")
@@ -317,9 +334,16 @@ class OpenAIAgentsAdapter(Adapter):
 
     def _open_resumed_turn(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         """``resolve_interrupted_turn``: a run resumed from its state (after tool approvals) finishes the
-        interrupted turn (the approved tools) without ``run_single_turn``: a step of its own."""
-        return self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"),
-                               kwargs.get("original_pre_step_items", ()))
+        interrupted turn (the approved tools) without ``run_single_turn``: a step of its own, whose
+        input is the interrupted turn's (the items before that turn's model output)."""
+        before = kwargs.get("original_pre_step_items", ())
+        try:
+            processed = kwargs.get("processed_response")
+            output = [i.to_input_item() for i in getattr(processed, "new_items", ()) if i.type in _OWN_ITEMS]
+            before = [i for i in before if getattr(i, "type", None) not in _OWN_ITEMS or i.to_input_item() not in output]
+        except Exception:
+            log_hook_error("openai-agents resumed turn")
+        return self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), before)
 
     def _open_streamed_turn(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         """``run_single_turn_streamed(streamed_result, bindings, ...)``: the turn's input is the run's so far."""

@@ -234,11 +234,11 @@ def test_streamed_run_past_max_turns_fails_like_a_run(model_server, provider, ex
 
 
 @needs_sdk
-@pytest.mark.parametrize("streamed", [False, True])
-def test_run_resumed_after_tool_approval(streamed, model_server, provider, exporter, tmp_path):
+@pytest.mark.parametrize("streamed, serialized", [(False, False), (True, False), (False, True)])
+def test_run_resumed_after_tool_approval(streamed, serialized, model_server, provider, exporter, tmp_path):
     """A tool that needs approval interrupts the run; the run resumed from its state (a ``RunState``
     input) is traced, the approved tool call inside its first step."""
-    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, RunState, function_tool
     from openai import AsyncOpenAI
 
     @function_tool(needs_approval=True)
@@ -259,7 +259,9 @@ def test_run_resumed_after_tool_approval(streamed, model_server, provider, expor
         probe = aegis_probe.instrument(agent, tracer_provider=provider, store=tmp_path / "store")
         first = await Runner.run(agent, "send 100")
         state = first.to_state()
-        state.approve(first.interruptions[0])
+        if serialized:  # as an app that stored the state while a human decided
+            state = await RunState.from_string(agent, state.to_string())
+        state.approve(state.get_interruptions()[0])
         if not streamed:
             return probe, await Runner.run(agent, state)
         result = Runner.run_streamed(agent, state)
@@ -274,6 +276,9 @@ def test_run_resumed_after_tool_approval(streamed, model_server, provider, expor
     assert traj.task == "send 100" and [s.agent for s in traj.steps] == ["banker", "banker"]
     assert [t.result for t in traj.steps[0].tool_calls] == ["transferred 100"]
     assert traj.steps[1].output == "done"
+    # The resumed turn's input is the interrupted turn's; the next turn's, the approved tool's result.
+    assert [[(m.role, m.content) for m in s.input_messages] for s in traj.steps] == [
+        [("user", "send 100")], [("tool", "[tool_result transferred 100]")]]
 
 
 @needs_sdk
@@ -334,3 +339,29 @@ def test_blame_finds_planted_step(model_server, tmp_path):
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     campaign_keeps_labelled_failures("openai_agents_math.py", demo, tmp_path)
+
+
+@needs_sdk
+@pytest.mark.parametrize("streamed", [False, True])
+def test_turn_input_is_what_the_agent_has_not_seen(streamed, model_server, provider, exporter, tmp_path):
+    """As in the other adapters, a turn's input is what its agent has not seen yet: the items after its
+    own model's last output in the run (its tools' results), all of the conversation on its first turn."""
+    from agents import Runner
+
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    if streamed:
+        async def stream():
+            result = Runner.run_streamed(app, demo.TASK)
+            async for _ in result.stream_events():
+                pass
+
+        asyncio.run(stream())
+    else:
+        Runner.run_sync(app, demo.TASK)
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["planner", "calculator", "calculator", "reviewer"]
+    inputs = [[(m.role, m.content) for m in s.input_messages] for s in steps]
+    assert inputs[0] == [("user", demo.TASK)]
+    assert inputs[1][0] == ("user", demo.TASK) and "transfer_to_calculator" in inputs[1][-2][1]
+    assert inputs[2] == [("tool", "[tool_result 126]")]
+    assert len(inputs[3]) == len(inputs[1]) + 5 and "transfer_to_reviewer" in inputs[3][-2][1]
