@@ -8,7 +8,8 @@ is registered and when a run starts):
   coroutine first awaited), nested teams pass through.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
-  ``MessageFilterAgent``) stays one step, whose input is the messages the inner agent got.
+  ``MessageFilterAgent``) stays one step, and so does a ``MessageFilterAgent``'s inner agent of
+  another name; the step's input is the messages the inner agent got.
 - LLM call: ``create``/``create_stream`` of every concrete ``ChatCompletionClient`` class, via the
   core interception seam; a client delegating to another (``ChatCompletionCache``) makes one span.
   Streams: interceptors see the final ``CreateResult`` only, string chunks pass through.
@@ -52,7 +53,7 @@ import weakref
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
-from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
+from autogen_agentchat.agents import AssistantAgent, BaseChatAgent, MessageFilterAgent
 from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_agentchat.teams import BaseGroupChat
@@ -569,6 +570,17 @@ def _in_steps_team(step: StepScope) -> bool:
 #: A step's input messages, in a one-item list in its context: a delegate called with others
 #: (``MessageFilterAgent``'s inner agent) replaces them (see ``_note_delegate_input``).
 _STEP_INPUT = otel_context.create_key("aegis.autogen.step_input")
+#: The agent a ``MessageFilterAgent`` step's wrapper passes its turn to, whatever its name.
+_STEP_WRAPPED = otel_context.create_key("aegis.autogen.step_wrapped")
+
+
+def _delegates(step: StepScope | None, instance: Any) -> bool:
+    """Whether ``instance`` called now acts within ``step``: an agent of the step's name in the step's
+    team (``super()``, ``on_messages``, a wrapper's inner agent of its name), or the step's wrapper's
+    inner agent."""
+    if step is None or not _in_steps_team(step):
+        return False
+    return step.agent == instance.name or step.ctx.get(_STEP_WRAPPED) is instance
 
 
 def _note_delegate_input(step: StepScope, messages: Sequence[BaseChatMessage]) -> None:
@@ -603,9 +615,9 @@ class StepWrapper(_Wrapper):
         name = instance.name
         step = current_step()
         messages = args[0] if args else kwargs.get("messages", ())
-        if step is not None and step.agent == name and _in_steps_team(step):
-            _note_delegate_input(step, messages)
-            return None  # delegation within the same step (super(), on_messages, a wrapper's inner agent)
+        if _delegates(step, instance):
+            _note_delegate_input(step, messages)  # type: ignore[arg-type]
+            return None
         run = current_run()
         probe = run.probe if run is not None else self.registry.get(instance)
         if probe is None:
@@ -614,6 +626,8 @@ class StepWrapper(_Wrapper):
                            input_messages=lambda: chat_messages(messages), attributes=_path_attributes())
         if scope.records_content:
             scope.ctx = otel_context.set_value(_STEP_INPUT, [messages], scope.ctx)
+        if isinstance(instance, MessageFilterAgent):
+            scope.ctx = otel_context.set_value(_STEP_WRAPPED, instance._wrapped_agent, scope.ctx)
         return scope
 
 

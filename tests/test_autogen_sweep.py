@@ -81,9 +81,11 @@ def test_wrapper_agent_of_the_same_name_is_one_step(model_server, tmp_path):
         (0, "drafter", "drafter spoke.", 1), (1, "checker", "checker spoke.", 1)]
 
 
-def test_filtered_agent_step_records_the_messages_its_agent_saw(model_server, tmp_path):
-    """A ``MessageFilterAgent`` step's input is what its inner agent got (the filtered messages), not
-    what the team sent the wrapper: the trajectory shows what the agent acted on."""
+@pytest.mark.parametrize("inner_name", ["checker", "checker_inner"])
+def test_filtered_agent_step_records_the_messages_its_agent_saw(model_server, tmp_path, inner_name):
+    """A ``MessageFilterAgent``'s turn is one step (its inner agent named like it or not, as autogen's
+    docs name it ``agent_a_inner``), whose input is what the inner agent got (the filtered messages),
+    not what the team sent the wrapper: the trajectory shows what the agent acted on."""
     from autogen_agentchat.agents import AssistantAgent, MessageFilterAgent, MessageFilterConfig, PerSourceFilter
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
@@ -91,15 +93,18 @@ def test_filtered_agent_step_records_the_messages_its_agent_saw(model_server, tm
     server = model_server(_by_system_prompt)
     client = _client(server)
     drafter = AssistantAgent("drafter", model_client=client, system_message="drafter")
-    checker = MessageFilterAgent(name="checker", wrapped_agent=AssistantAgent("checker", model_client=client, system_message="checker"),
+    checker = MessageFilterAgent(name="checker", wrapped_agent=AssistantAgent(inner_name, model_client=client, system_message="checker"),
                                  filter=MessageFilterConfig(per_source=[PerSourceFilter(source="drafter", position="last", count=1)]))
     team = RoundRobinGroupChat([drafter, checker], termination_condition=MaxMessageTermination(4))
     probe = aegis_probe.instrument(team, store=tmp_path / "store")
     asyncio.run(team.run(task="Write one line."))
-    steps = probe.trajectory().steps
+    traj = probe.trajectory()
+    steps = traj.steps
     inputs = [[(m.name, m.content) for m in s.input_messages] for s in steps]
-    assert [s.agent for s in steps] == ["drafter", "checker", "drafter"]
-    assert inputs == [[("user", "Write one line.")], [("drafter", "drafter spoke.")], [("checker", "checker spoke.")]]
+    assert [(s.agent, len(s.llm_calls)) for s in steps] == [("drafter", 1), ("checker", 1), ("drafter", 1)]
+    chats = [r for r in TraceStore(tmp_path / "store").trace(traj.trace_id) if r.attributes.get(sc.OPERATION) == "chat"]
+    assert [r.attributes[sc.AGENT_NAME] for r in sorted(chats, key=lambda r: r.start_ns)] == ["drafter", "checker", "drafter"]
+    assert inputs == [[("user", "Write one line.")], [("drafter", "drafter spoke.")], [(inner_name, "checker spoke.")]]
     checker_prompt = server.requests[1]["messages"]
     assert [m["content"] for m in checker_prompt[1:]] == ["drafter spoke."]  # what the model was asked, too
 
