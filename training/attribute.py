@@ -14,7 +14,8 @@ from typing import Any
 from aegis_probe import semconv as sc
 from aegis_probe.config import ProbeConfig
 from aegis_probe.store import TraceStore
-from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory, label_attributes
+from aegis_probe.redact import redact_secrets
+from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
 
 from .builders import dcl_row
 from .dcl.attributor import DCLAttributor
@@ -45,9 +46,11 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     """Predict for one stored trace and add the verdict to it; returns the prediction. ``loaded``:
     its spans and trajectory when already read (:func:`stored_trajectory`).
 
-    The verdict is the label set ``attribution:<model_name>`` (append-only: another model's, a
-    blame finding or an injection label is never overwritten) plus an ``aegis.attribution`` event
-    on the blamed step's span.
+    The verdict is the label set ``attribution:<model_name>`` plus an ``aegis.attribution`` event on
+    the blamed step's span. One verdict per trace per attributor: a rerun's verdict takes the place
+    of that set (the store keeps the earlier records, append-only), and an unchanged verdict writes
+    nothing. Only that set's attribute is written: an injection label, a blame finding or another
+    model's verdict is never touched.
     """
     spans, traj = loaded or stored_trajectory(store, trace_id)
     pred = model.predict(dcl_row(traj))
@@ -55,15 +58,34 @@ def attribute_trace(model: DCLAttributor, store: TraceStore, trace_id: str, mode
     pred["id"], pred["trace_id"] = full_id, full_id
     step = traj.steps[pred["step"]]
     pred["step_span_id"] = step.span_id
-    source = f"{ATTRIBUTION_SOURCE}:{model_name}"
-    store.amend(full_id, attributes=label_attributes(spans, source, [verdict(pred)]))
-    event = {"name": sc.EVENT_ATTRIBUTION, "time_ns": time.time_ns(), "attributes": {
-        "model": model_name, "agent": pred["agent"], "step": pred["step"],
-        "agent_score": round(pred["agent_score"], 4), "step_score": round(pred["step_score"], 4),
-        "modes": [m["mode"] for m in pred["modes"]],
-        "detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")})}}
+    key = sc.LABELS_PREFIX + f"{ATTRIBUTION_SOURCE}:{model_name}"
+    label = redact_secrets(json.dumps([verdict(pred).model_dump()], ensure_ascii=False))
+    attributes = {"model": model_name, "agent": pred["agent"], "step": pred["step"],
+                  "agent_score": round(pred["agent_score"], 4), "step_score": round(pred["step_score"], 4),
+                  "modes": [m["mode"] for m in pred["modes"]],
+                  "detail": json.dumps({k: pred[k] for k in ("modes", "pairs", "agents", "fault_score")})}
+    if _root(spans).attributes.get(key) == label and _latest_event(spans, model_name) == (step.span_id, attributes):
+        return pred  # the same verdict as last time: nothing new to say
+    store.amend(full_id, attributes={key: label})
+    event = {"name": sc.EVENT_ATTRIBUTION, "time_ns": time.time_ns(), "attributes": attributes}
     store.amend(full_id, step.span_id, events=[event])
     return pred
+
+
+def _root(spans: list[Any]) -> Any:
+    ids = {s.span_id for s in spans}
+    return next((s for s in spans if s.parent_span_id not in ids), spans[0])
+
+
+def _latest_event(spans: list[Any], model_name: str) -> tuple[str, dict[str, Any]] | None:
+    """The span and attributes of ``model_name``'s latest ``aegis.attribution`` event in a trace."""
+    found = [(e["time_ns"], s.span_id, {k: list(v) if isinstance(v, tuple) else v for k, v in e["attributes"].items()})
+             for s in spans for e in s.events
+             if e["name"] == sc.EVENT_ATTRIBUTION and e["attributes"].get("model") == model_name]
+    if not found:
+        return None
+    _, span_id, attributes = max(found, key=lambda f: f[0])
+    return span_id, attributes
 
 
 def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]], progress: bool = True) -> tuple[list[dict[str, Any]], float]:
