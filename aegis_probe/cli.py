@@ -45,6 +45,8 @@ BAD_INPUT: tuple[type[BaseException], ...] = (OSError, LookupError, ValueError, 
 INPUT_DESTS = ("source", "target", "tasks", "predictions", "data", "fit_on", "config", "labels_dir")
 OUTPUT_DESTS = ("out", "output", "errors", "hf_dir", "out_dir")
 STORE_DESTS = ("dir", "trace_dir", "store")
+#: Argument names of directories a command writes into (made when missing).
+DIR_DESTS = ("trace_dir", "report_dir", "hf_dir", "out_dir")
 
 
 # -- help text -------------------------------------------------------------------------------
@@ -136,13 +138,28 @@ def _paths(args: argparse.Namespace, dests: Sequence[str]) -> dict[str, Path]:
     return found
 
 
+def _check_writable_place(args: argparse.Namespace) -> None:
+    """Refuse a path to write under a file (``--out notes.txt/r.html``), or a directory to write
+    into that is a file: before the command runs (a demo or a campaign would fail only at its end,
+    with ``File exists``)."""
+    for dest, path in _paths(args, (*OUTPUT_DESTS, *STORE_DESTS, "report_dir")).items():
+        option = "--" + dest.replace("_", "-")
+        if dest in DIR_DESTS and path.exists() and not path.is_dir():
+            raise ValueError(f"{option} {path}: not a directory")
+        above = next((p for p in path.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise ValueError(f"{option} {path}: {above} is not a directory")
+
+
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse an output that is one of the command's inputs, a trace store, or a file of one.
+    """Refuse an output that is one of the command's inputs, a trace store, or a file of one, or
+    that cannot be written where it is (under a file).
 
     ``ValueError`` names the option and what it would overwrite; nothing has been written yet.
     """
     from .config import ProbeConfig
 
+    _check_writable_place(args)
     inputs = {p for p in _paths(args, INPUT_DESTS).values() if p.exists()}
     stores = set(_paths(args, STORE_DESTS).values()) | {Path(ProbeConfig.resolve().trace_dir).resolve()}
     for dest, out in _paths(args, OUTPUT_DESTS).items():
