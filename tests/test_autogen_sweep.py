@@ -356,3 +356,34 @@ def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_
     probe.flush()
     runs = sorted((t.task, [s.agent for s in t.steps]) for t in map(probe.trajectory, TraceStore(tmp_path / "store").traces()))
     assert runs == [("closed after one", ["a", "b"]), ("ran", ["a", "b"])]
+
+
+@pytest.mark.parametrize(("mode", "applied"), [("FM-3.1", True), ("FM-2.6", False)])
+def test_corrupting_a_handoff_is_labelled_only_when_it_changed_it(model_server, tmp_path, mode, applied):
+    """Response corruption of a ``Swarm`` agent whose answer is a handoff alone: a mode that rewrites it
+    (FM-3.1, premature termination) replaces the handoff, so no transfer happens, and is labelled; one
+    with nothing to change in an argument-less handoff (FM-2.6 edits a number) leaves the handoff as it
+    was and no label claims it."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
+    from autogen_agentchat.teams import Swarm
+
+    from aegis_probe.injection.plan import InjectionPlan
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == "travel":
+            return Reply(tool_calls=[("transfer_to_flights", {})])
+        return Reply(content="Booked. TERMINATE")
+
+    client = _client(model_server(policy))
+    team = Swarm([AssistantAgent("travel", model_client=client, system_message="travel", handoffs=["flights"]),
+                  AssistantAgent("flights", model_client=client, system_message="flights", handoffs=["travel"])],
+                 termination_condition=TextMentionTermination("TERMINATE") | MaxMessageTermination(6))
+    probe = aegis_probe.instrument(team, store=tmp_path / "store")
+    with probe.inject(InjectionPlan.single("travel", mode)) as injector:
+        result = asyncio.run(team.run(task="Book a seat."))
+    traj = probe.trajectory()
+    transferred = any(type(m).__name__ == "HandoffMessage" for m in result.messages)
+    assert ([f.mode for f in injector.applied], transferred) == (([mode], False) if applied else ([], True))
+    assert [(f.agent, f.step, f.mode) for f in traj.labels.faults] == ([("travel", 0, mode)] if applied else [])
+    assert [c.name for c in traj.steps[0].tool_calls] == ([] if applied else ["transfer_to_flights"])
