@@ -297,7 +297,7 @@ class LangGraphAdapter(Adapter):
     name = "langgraph"
 
     #: checkpointer threads whose nodes' memory is kept (the least recently run ones are forgotten)
-    THREADS_KEPT = 1024
+    THREADS_KEPT = 256
 
     def __init__(self) -> None:
         super().__init__()
@@ -367,7 +367,7 @@ class LangGraphAdapter(Adapter):
         with self._threads_lock:
             memory = self._threads.pop(key, None) or {}
             self._threads[key] = memory  # now the most recently run
-            if len(self._threads) > self.THREADS_KEPT:
+            while len(self._threads) > self.THREADS_KEPT:
                 del self._threads[next(iter(self._threads))]
             return memory
 

@@ -228,9 +228,8 @@ def test_trace_every_app_mode_traces_a_graph_imported_after_it(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'reviewer']"
 
 
-def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(model_server, provider, tmp_path):
-    """A checkpointer thread's next run continues its state: a node's first step there has as input the
-    messages added since its last step on that thread (another thread's, or a node new to the thread: all)."""
+def _chat_app(model_server):
+    """speaker (a model) then critic, on an in-memory checkpointer."""
     from langchain_core.messages import AIMessage
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
@@ -244,7 +243,13 @@ def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(mod
     graph.add_edge(START, "speaker")
     graph.add_edge("speaker", "critic")
     graph.add_edge("critic", END)
-    app = graph.compile(name="chat", checkpointer=InMemorySaver())
+    return graph.compile(name="chat", checkpointer=InMemorySaver())
+
+
+def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(model_server, provider, tmp_path):
+    """A checkpointer thread's next run continues its state: a node's first step there has as input the
+    messages added since its last step on that thread (another thread's, or a node new to the thread: all)."""
+    app = _chat_app(model_server)
     probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
     inputs = []
     for text, thread in (("first", "user-42"), ("second", "user-42"), ("other", "user-7")):
@@ -253,3 +258,19 @@ def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(mod
     assert inputs[0] == [["first"], ["first", "answer to first"]]
     assert inputs[1] == [["critique 2", "second"], ["second", "answer to second"]]
     assert inputs[2] == [["other"], ["other", "answer to other"]]
+
+
+def test_nodes_memory_of_the_least_recently_run_thread_is_forgotten(model_server, provider, tmp_path, monkeypatch):
+    """The nodes' memory is kept for the most recently run threads only (a server's many users): an
+    older thread's next run shows its nodes the whole thread again, as if they were new to it."""
+    from aegis_probe.adapter import get_adapter
+
+    monkeypatch.setattr(get_adapter("langgraph"), "THREADS_KEPT", 2)
+    app = _chat_app(model_server)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    firsts = []
+    for thread in ("a", "b", "a", "c", "b", "a"):
+        app.invoke({"messages": [("user", f"to {thread}")]}, {"configurable": {"thread_id": thread}})
+        firsts.append(len(probe.trajectory().steps[0].input_messages))
+    # a, b new; a remembered (b now the older); c new, b forgotten; b: whole thread, a forgotten: whole thread
+    assert firsts == [1, 1, 2, 1, 4, 7]
