@@ -22,7 +22,9 @@ Span shape and where each span comes from (class-level patches, installed once):
   :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. With interceptors
   (replay, injection) the call first yields to the event loop once, as a request to a model does,
   so an answer that needs no network still lets the round's other roles start first (the order
-  above, on which a role's observed history depends). Token usage is read from
+  above, on which a role's observed history depends); a replayed answer then reaches its role in
+  the order the recorded answers came back (:func:`~aegis_probe.counterfactual.order.in_recorded_order`),
+  the order in which the round's roles publish and a later role's history lists them. Token usage is read from
   the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
   with ``calc_usage: false``); providers that never report usage leave it unset.
 
@@ -54,6 +56,7 @@ from metagpt.team import Team
 
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.counterfactual.order import in_recorded_order
 from aegis_probe.interception import LLMResponse, acall_llm
 from aegis_probe.messages import content_text
 from aegis_probe.spans import (
@@ -390,7 +393,7 @@ class MetaGPTAdapter(Adapter):
         codec = MetaGPTCodec(instance)
         token = _ACTIVE_CALL.set(codec)
         try:
-            return await acall_llm(run.probe, codec, wrapped, instance, args, kwargs)
+            return await in_recorded_order(acall_llm(run.probe, codec, wrapped, instance, args, kwargs))
         finally:
             _ACTIVE_CALL.reset(token)
 

@@ -415,22 +415,25 @@ def test_request_attributes_follow_the_llm_config_of_each_call(server, provider,
     assert all(s.attributes[sc.PROVIDER] == "openai" and s.attributes[sc.SERVER_ADDRESS] == "127.0.0.1" for s in chats)
 
 
-def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(model_server, tmp_path):
+@pytest.mark.parametrize("last", ["Critic", "Planner"])
+def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(last, model_server, tmp_path):
     """Planner and Critic act in the same round (each runs until its model request, then the other
     starts): a replayed answer, with no network to wait on, still lets the Critic start before the
-    Planner publishes, so the Critic's prompt is the recorded one and the replay is exact."""
+    Planner publishes, so the Critic's prompt is the recorded one; and the answers reach the roles
+    in the recorded order (the Planner's last: not the order they were asked in), so they publish
+    in that order, the order the Calculator's history lists them in, and the replay is exact."""
     import time
 
     from aegis_probe.apps import AppSpec
-    from aegis_probe.counterfactual import replay
+    from aegis_probe.counterfactual import load_recording, replay
     from aegis_probe.store import TraceStore
 
-    def critic_answers_last(body: dict[str, Any]) -> Reply:
-        if "named Critic" in json.dumps(body):
-            time.sleep(0.3)  # the Planner's answer comes first, as the replay's answers do (in start order)
+    def answers_last(body: dict[str, Any]) -> Reply:
+        if f"named {last}" in json.dumps(body):
+            time.sleep(0.3)
         return demo.policy(body)
 
-    server = model_server(critic_answers_last)
+    server = model_server(answers_last)
     store = TraceStore(tmp_path / "store")
     app = _concurrent_team(server.base_url)
     probe = aegis_probe.instrument(app, store=store)
@@ -439,6 +442,10 @@ def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(model_server,
     probe.uninstrument()
     critic = next(s for s in probe.trajectory().steps if s.agent == "Critic")
     assert "Plan:" not in " ".join(m.content for m in critic.input_messages)  # it started before the plan was out
+    steps = {s.agent: s for s in probe.trajectory().steps}
+    prompt = load_recording(store.trace(probe.last_trace_id))[("Calculator", 0)].request
+    first, second = sorted(("Planner", "Critic"), key=lambda agent: prompt.index(steps[agent].output))
+    assert second == last  # published (and listed) in the order the answers came back
     result = replay(probe.last_trace_id, AppSpec(_concurrent_team, demo.run_app), store=store)
     assert result.exact, result.divergence or result.error
     assert result.live_calls == 0 and result.replayed_calls == len(server.requests)

@@ -96,6 +96,42 @@ def test_fresh_values_match_only_under_one_consistent_renaming():
     assert ids.to_recorded(answer.content) == recorded.content
 
 
+def test_replayed_answers_reach_threads_in_the_recorded_order(monkeypatch):
+    """Two calls in flight at once, the second one's answer recorded first: replayed in threads,
+    the first call's answer waits for it; a call waited for that never comes is given up on."""
+    import threading
+    import time
+
+    from aegis_probe.counterfactual import order as order_module
+    from aegis_probe.counterfactual.order import RecordedOrder
+    from aegis_probe.counterfactual.recording import RecordedCall
+    from aegis_probe.interception import LLMResponse
+
+    def call(agent: str, start: int, end: int) -> RecordedCall:
+        return RecordedCall(agent, 0, None, "[]", LLMResponse(content=agent), start, end)
+
+    recording = {("left", 0): call("left", 0, 300), ("right", 0): call("right", 10, 20), ("join", 0): call("join", 400, 500)}
+    order, handed = RecordedOrder(recording), []
+
+    def answer(agent: str, delay: float) -> None:
+        time.sleep(delay)
+        order.hand_over((agent, 0))
+        handed.append(agent)
+
+    threads = [threading.Thread(target=answer, args=args) for args in (("left", 0), ("right", 0.2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    order.hand_over(("join", 0))  # recorded after both: nothing to wait for
+    assert handed == ["right", "left"]
+
+    monkeypatch.setattr(order_module, "GIVE_UP_S", 0.2)
+    started = time.monotonic()
+    RecordedOrder(recording).hand_over(("left", 0))  # "right" is never made
+    assert 0.2 <= time.monotonic() - started < 2
+
+
 def test_divergence_the_app_swallows_is_still_reported(model_server, tmp_path, monkeypatch):
     """MetaGPT's ``Team.run`` swallows a role's exception: the replayer's own record of its first
     divergence says where the replay left the recording, not the step comparison afterwards."""

@@ -30,6 +30,8 @@ class RecordedCall:
     step_index: int | None
     request: str  # gen_ai.input.messages JSON, as captured
     response: LLMResponse
+    start_ns: int = 0  # when the call was made and answered, as recorded
+    end_ns: int = 0
 
 
 class RecordingError(AegisProbeError, ValueError):
@@ -88,7 +90,8 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
             raise RecordingError(f"trace {span.trace_id}: LLM call {span.span_id}: its recorded response is not "
                                  f"readable messages JSON ({exc}); was it cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT?") from exc
         key = (str(attrs.get(sc.AGENT_NAME, "")), int(attrs[sc.AGENT_CALL_INDEX]))
-        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response)
+        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response,
+                                  span.start_ns, span.end_ns)
     if not calls:
         raise RecordingError("the trace holds no recorded LLM calls")
     return calls

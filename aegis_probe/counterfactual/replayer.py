@@ -27,6 +27,7 @@ from ..spans import encode_messages
 from ..store import TraceStore
 from ..trajectory import Step, Trajectory
 from .fresh_ids import FreshIds
+from .order import RecordedOrder
 from .recording import Key, RecordedCall, load_recording
 
 #: Where a pure replay points the app: nothing listens on the discard port, so an unexpected
@@ -55,6 +56,8 @@ class Replayer:
         self.live_calls = 0
         self.divergence: ReplayDivergence | None = None
         self.ids = FreshIds()
+        self.order = RecordedOrder(recording)
+        self._answered: dict[int, Key] = {}  # id(call) -> its recorded call, until the app has the answer
 
     def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
         exc = ReplayDivergence(call.step_index, agent, detail)
@@ -67,6 +70,7 @@ class Replayer:
             return True
         if self.until_step is not None and call.step_index is not None and call.step_index >= self.until_step:
             self.live = True
+            self.order.stop()
         return self.live
 
     def before(self, call: ModelCall) -> LLMResponse | None:
@@ -77,6 +81,7 @@ class Replayer:
             self.live_calls += 1
             return None
         key = (call.agent or "", call.call_index or 0)
+        self.order.moved()
         recorded = self.recording.get(key)
         if recorded is None:
             raise self._diverged(call, key[0], f"call #{key[1]} of this agent is not in the recording")
@@ -84,9 +89,13 @@ class Replayer:
         if not self.ids.match(recorded.request, request):
             raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording")
         self.replayed += 1
+        self._answered[id(call)] = key
         return self.ids.response(recorded.response)
 
     def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
+        key = self._answered.pop(id(call), None)
+        if key is not None:
+            self.order.hand_over(key)
         return response
 
 
