@@ -126,6 +126,31 @@ def test_judges():
         judge_for({"expected": "x", "judge": "magic"})
 
 
+def test_task_records_judged_as_written_or_refused_before_any_run(tmp_path):
+    """An ``expected`` with its unit ("126 coins", which picks the numeric judge) is read as answers
+    are; a record whose judge cannot be built (a ``tolerance`` or ``timeout`` that is no number,
+    ``tests`` that are no code, an expected without a number for ``judge: numeric``) is refused when
+    the tasks file is read, naming file and record, instead of every one of its runs raising."""
+    from aegis_probe.injection.campaign import load_tasks
+
+    judge = judge_for({"expected": "126 coins"})
+    assert judge(None, "The total is 126.").success and not judge(None, "The total is 127 coins.").success
+    good = {"id": "pens", "task": TASK, "expected": "126 coins"}
+    bad = [({"tolerance": "tight"}, "`tolerance` must be a non-negative number, not 'tight'"),
+           ({"tolerance": -1}, "`tolerance` must be"),
+           ({"judge": "numeric", "expected": "one hundred"}, "holds no number"),
+           ({"tests": ["assert f()"], "expected": None}, "`tests` must be a string"),
+           ({"tests": "assert f()", "timeout": "10s", "expected": None}, "`timeout` must be"),
+           ({"judge": "fuzzy"}, "unknown judge 'fuzzy'")]
+    for change, message in bad:
+        path = tmp_path / "tasks.jsonl"
+        path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "bad", **change}) + "\n")
+        with pytest.raises(ValueError, match=re.escape(f"{path}: record 2 (id 'bad'): ") + ".*" + re.escape(message)):
+            load_tasks(path)
+    path.write_text(json.dumps(good) + "\n")
+    assert load_tasks(path) == [good]
+
+
 # -- LLM manipulator -------------------------------------------------------------------------
 def test_llm_manipulator_sends_our_instruction_and_uses_the_rewrite(model_server):
     server = model_server(lambda body: Reply(content="The total is 999."))

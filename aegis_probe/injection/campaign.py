@@ -424,7 +424,9 @@ def format_baselines(rows: list[dict[str, Any]]) -> str:
 
 
 def check_tasks(tasks: list[dict[str, Any]], where: str = "tasks") -> list[dict[str, Any]]:
-    """``tasks`` if every record can be run and judged; else ``ValueError`` naming ``where`` and the record."""
+    """``tasks`` if every record can be run and judged (its judge is built once here, so a bad
+    ``tolerance`` or ``judge`` stops the campaign before any run); else ``ValueError`` naming
+    ``where`` and the record."""
     if not tasks:
         raise ValueError(f"{where}: no tasks")
     seen: dict[str, int] = {}
@@ -434,6 +436,10 @@ def check_tasks(tasks: list[dict[str, Any]], where: str = "tasks") -> list[dict[
             raise ValueError(f"{name}: `task` must be a non-empty string")
         if task.get("expected") is None and not task.get("tests"):
             raise ValueError(f"{name}: no `expected` answer or `tests` to judge the run by")
+        try:
+            judge_for(task)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{name}: {exc}") from None
         key = str(task["id"])
         if key in seen:
             raise ValueError(f"{name}: duplicate id (also record {seen[key]})")

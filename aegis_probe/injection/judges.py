@@ -42,8 +42,15 @@ def last_number(text: str | None) -> float | None:
 
 
 def numeric(expected: float | str, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> Judge:
-    """Success when the answer's last number is within tolerance of ``expected``."""
-    target = float(expected)
+    """Success when the answer's last number is within tolerance of ``expected`` (a number, or a
+    text read as answers are: its last number, e.g. "126 coins")."""
+    try:
+        target = float(expected)
+    except ValueError:
+        found = last_number(str(expected))
+        if found is None:
+            raise ValueError(f"expected {expected!r} holds no number to compare answers with") from None
+        target = found
 
     def judge(task: str | None, answer: str | None) -> Outcome:
         value = last_number(answer)
@@ -78,9 +85,19 @@ def judge_for(record: dict[str, Any]) -> Judge:
     number), "exact" or "unit_tests" (with ``tests`` and optional ``timeout``); ``tolerance`` is relative."""
     kind = record.get("judge") or ("unit_tests" if "tests" in record else "numeric" if last_number(str(record.get("expected"))) is not None else "exact")
     if kind == "numeric":
-        return numeric(record["expected"], rel_tol=float(record.get("tolerance", 1e-6)))
+        return numeric(record["expected"], rel_tol=_number(record, "tolerance", 1e-6))
     if kind == "exact":
         return exact(str(record["expected"]))
     if kind == "unit_tests":
-        return unit_tests(record["tests"], timeout=float(record.get("timeout", 10)))
+        if not isinstance(record.get("tests"), str):
+            raise ValueError("`tests` must be a string of Python asserts")
+        return unit_tests(record["tests"], timeout=_number(record, "timeout", 10))
     raise ValueError(f"unknown judge {kind!r} (numeric, exact, unit_tests)")
+
+
+def _number(record: dict[str, Any], name: str, default: float) -> float:
+    """The record's non-negative number ``name`` (``default`` when absent), else ``ValueError``."""
+    value = record.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"`{name}` must be a non-negative number, not {value!r}")
+    return float(value)
