@@ -132,6 +132,85 @@ def test_replayed_answers_reach_threads_in_the_recorded_order(monkeypatch):
     assert 0.2 <= time.monotonic() - started < 2
 
 
+def _stamping_team(base_url: str, model: str, api_key: str, stamper_calls_model: bool = False):
+    """writer -> stamper -> finisher; the stamper answers without a model call unless told to."""
+    import autogen_agentchat.agents as agents
+    from autogen_agentchat.base import Response
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.messages import TextMessage
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core.models import ModelFamily, ModelInfo
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    class Stamper(agents.BaseChatAgent):
+        @property
+        def produced_message_types(self):
+            return (TextMessage,)
+
+        async def on_messages(self, messages, cancellation_token):
+            return Response(chat_message=TextMessage(content="stamped: unchecked", source=self.name))
+
+        async def on_reset(self, cancellation_token):
+            return None
+
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
+    client = OpenAIChatCompletionClient(model=model, base_url=base_url, api_key=api_key, model_info=info)
+    stamper = (agents.AssistantAgent("stamper", model_client=client, system_message="stamper") if stamper_calls_model
+               else Stamper("stamper", "stamps"))
+    return RoundRobinGroupChat([agents.AssistantAgent("writer", model_client=client, system_message="writer"), stamper,
+                                agents.AssistantAgent("finisher", model_client=client, system_message="finisher")],
+                               termination_condition=MaxMessageTermination(4))
+
+
+def _stamping_policy(body) -> Reply:
+    system, text = body["messages"][0]["content"], str(body["messages"])
+    if system == "writer":
+        return Reply(content="The total is 3 * 42.")
+    if system == "stamper":
+        return Reply(content="stamped: unchecked")
+    return Reply(content="FINAL: 126" if "stamped: 3 * 42 checked" in text else "FINAL: 125")
+
+
+def test_a_step_without_a_model_call_is_never_substituted(model_server, tmp_path):
+    """A step that made no model call (a custom agent answering by itself) has no answer to
+    substitute: replay refuses it, as a step the run does not have, instead of running the rest
+    live with the substitute unused; blame does not ask the fixer about it nor spend a replay on
+    it; and a replay whose app no longer calls the model at that step (its code changed since the
+    recording) reports that the substitute went unused."""
+    pytest.importorskip("autogen_agentchat")
+    import asyncio
+
+    from aegis_probe.apps import Endpoint
+    from aegis_probe.injection import numeric
+
+    def run(team, task: str) -> str:
+        return asyncio.run(team.run(task=task)).messages[-1].to_text()
+
+    server = model_server(_stamping_policy)
+    endpoint, judge, store = Endpoint(server.base_url, "m", "sk-test"), numeric(126), TraceStore(tmp_path / "store")
+    fix = "stamped: 3 * 42 checked"
+    traces = {}
+    for calls in (False, True):
+        team = _stamping_team(server.base_url, "m", "sk-test", stamper_calls_model=calls)
+        probe = aegis_probe.instrument(team, store=store, judge=judge)
+        assert run(team, "What is 3 * 42?") == "FINAL: 125"
+        probe.flush()
+        probe.uninstrument()
+        traces[calls] = probe.last_trace_id
+    spec = AppSpec(_stamping_team, run)
+    with pytest.raises(ValueError, match=r"step 1 \(stamper\) made no model call"):
+        replay(traces[False], spec, until_step=1, substitute=fix, endpoint=endpoint, store=store)
+    with pytest.raises(ValueError, match=r"until_step 3 is not a step of the run \(steps 0..2\)"):
+        replay(traces[False], spec, until_step=3, substitute=fix, endpoint=endpoint, store=store)
+    asked: list[int] = []
+    report = blame(traces[False], spec, fixer=lambda traj, t: asked.append(t) or (fix if t else None), judge=judge,
+                   endpoint=endpoint, store=store)
+    assert asked == [0, 2] and [a.step for a in report.attempts] == [2] and not report.found
+    changed = replay(traces[True], spec, until_step=1, substitute=fix, endpoint=endpoint, store=store)
+    assert changed.divergence == "step 1: the replay made no model call there, so the substitute was never used"
+    assert not changed.exact
+
+
 def test_divergence_the_app_swallows_is_still_reported(model_server, tmp_path, monkeypatch):
     """MetaGPT's ``Team.run`` swallows a role's exception: the replayer's own record of its first
     divergence says where the replay left the recording, not the step comparison afterwards."""

@@ -27,6 +27,7 @@ from ..probe import Judge
 from ..store import TraceStore
 from ..redact import redact_secrets
 from ..trajectory import Fault, Trajectory, label_attributes
+from .recording import load_recording
 from .replayer import ReplayResult, replay
 
 #: ``fixer(trajectory, step_index) -> corrected action text`` (None: no correction to try).
@@ -74,6 +75,7 @@ class _Search:
         self.max_replays, self.max_tokens, self.on_attempt = max_replays, max_tokens, on_attempt
         self.spans = store.trace(trace_id)  # read once: every replay starts from these spans
         self.original = Trajectory.from_spans(self.spans)
+        self.calling = {c.step_index for c in load_recording(self.spans).values()}  # steps that called the model
         if self.original.outcome.success is True:
             raise ValueError(f"trace {self.original.trace_id} succeeded: blame needs a failed run")
         self.report = BlameReport(trace_id=self.original.trace_id or trace_id, mode="")
@@ -88,7 +90,10 @@ class _Search:
         return self.report.exhausted is None
 
     def correction(self, t: int) -> str | None:
-        """The fixer's correction of step t; None when there is nothing to replay."""
+        """The fixer's correction of step t; None when there is nothing to replay (also for a step
+        that made no model call: its action cannot be substituted, so the fixer is not asked)."""
+        if t not in self.calling:
+            return None
         correction = self.fixer(self.original, t)
         if correction is not None and not isinstance(correction, str):
             raise ValueError(f"the fixer returned {type(correction).__name__} {correction!r:.40} for step {t}; "

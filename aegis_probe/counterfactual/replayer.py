@@ -119,6 +119,21 @@ def first_difference(original: Trajectory, replayed: Trajectory, upto: int | Non
     return None
 
 
+def _check_until_step(original: Trajectory, recording: dict[Key, RecordedCall], until_step: int | None,
+                      substitute: str | LLMResponse | None) -> None:
+    """``ValueError`` unless ``until_step`` is a step of the run and, with a ``substitute``, one
+    that called the model (else the substitute would go unused, the rest of the run live)."""
+    if until_step is None:
+        return
+    steps = {s.index: s for s in original.steps}
+    if until_step not in steps:
+        raise ValueError(f"trace {original.trace_id}: until_step {until_step} is not a step of the run "
+                         f"(steps 0..{len(steps) - 1})")
+    if substitute is not None and all(c.step_index != until_step for c in recording.values()):
+        raise ValueError(f"trace {original.trace_id}: step {until_step} ({steps[until_step].agent}) made no model "
+                         "call, so there is no model answer to substitute")
+
+
 @dataclass
 class ReplayResult:
     """What a replay produced."""
@@ -162,6 +177,7 @@ def replay(
     if original.task is None:
         raise ValueError(f"trace {original.trace_id} has no captured task; replay needs capture_content on")
     recording = load_recording(spans)
+    _check_until_step(original, recording, until_step, substitute)
     target = app.build(endpoint or Endpoint(DEAD_ENDPOINT, "replay", "replay"), task=original.task)
     probe = instrument(target, store=store, judge=judge)
     replayer = Replayer(recording, probe.redact, until_step=until_step, substitute=substitute)
@@ -183,6 +199,8 @@ def replay(
                                                    sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
         replayed = probe.trajectory()
     divergence = str(replayer.divergence) if replayer.divergence is not None else None
+    if divergence is None and replayer.substitute is not None and error is None:
+        divergence = f"step {until_step}: the replay made no model call there, so the substitute was never used"
     if divergence is None and replayed is not None:
         divergence = first_difference(original, replayed, upto=until_step, ids=replayer.ids)
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
