@@ -83,6 +83,7 @@ from opentelemetry import trace
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import env_flag
+from aegis_probe.counterfactual.order import in_recorded_order
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
 from aegis_probe.messages import SharedMessage, content_text
 from aegis_probe.spans import (
@@ -664,7 +665,13 @@ class CreateWrapper(_ClientWrapper):
         turn = _manager_turn()
         if turn is not None and turn.adds_turns and current_step() is None:
             return self._in_turn(turn, probe, wrapped, instance, args, kwargs)
-        return acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+        return self._call(probe, wrapped, instance, args, kwargs)
+
+    def _call(self, probe: "Probe", wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The traced call; with interceptors (a replay), its answer reaches the app in the order the
+        recorded answers came back (a GraphFlow's parallel branches publish in that order)."""
+        call = acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+        return in_recorded_order(call) if probe.interceptors else call
 
     async def _in_turn(self, turn: "_ManagerTurn", probe: "Probe", wrapped: Callable[..., Any], instance: Any,
                        args: tuple, kwargs: dict) -> Any:
@@ -673,9 +680,9 @@ class CreateWrapper(_ClientWrapper):
             step = turn.open_step()
         except Exception:
             log_hook_error("manager step start")
-            return await acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+            return await self._call(probe, wrapped, instance, args, kwargs)
         with attached(step):
-            result = await acall_llm(probe, self.codec(instance), wrapped, instance, args, kwargs)
+            result = await self._call(probe, wrapped, instance, args, kwargs)
         turn.saw(result)
         return result
 

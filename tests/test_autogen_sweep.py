@@ -387,3 +387,50 @@ def test_corrupting_a_handoff_is_labelled_only_when_it_changed_it(model_server, 
     assert ([f.mode for f in injector.applied], transferred) == (([mode], False) if applied else ([], True))
     assert [(f.agent, f.step, f.mode) for f in traj.labels.faults] == ([("travel", 0, mode)] if applied else [])
     assert [c.name for c in traj.steps[0].tool_calls] == ([] if applied else ["transfer_to_flights"])
+
+
+def test_exact_replay_of_a_graph_flow_whose_left_branch_answered_last(model_server, tmp_path):
+    """A ``GraphFlow`` fanning out to two agents at once whose left branch's model answered last when
+    recorded: an exact replay hands the replayed answers over in that order, so the join node's
+    input lists the branches as recorded (it diverged at the join: replayed answers come back at once)."""
+    import time
+
+    from aegis_probe.apps import AppSpec
+    from aegis_probe.counterfactual import replay
+
+    def policy(body: dict[str, Any]) -> Reply:
+        system = body["messages"][0]["content"]
+        if system == "left":
+            time.sleep(0.3)
+        return Reply(content=f"{system} done.")
+
+    def build(base_url: str, model: str, api_key: str, task: str | None = None) -> Any:
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_agentchat.teams import DiGraphBuilder, GraphFlow
+        from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+        client = OpenAIChatCompletionClient(model=model, base_url=base_url, api_key=api_key, model_info=_client_info())
+        writer, left, right, join = (AssistantAgent(name, model_client=client, system_message=name)
+                                     for name in ("writer", "left", "right", "join"))
+        graph = DiGraphBuilder()
+        for agent in (writer, left, right, join):
+            graph.add_node(agent)
+        graph.add_edge(writer, left).add_edge(writer, right).add_edge(left, join).add_edge(right, join)
+        return GraphFlow(graph.get_participants(), graph=graph.build())
+
+    def run(app: Any, task: str) -> str:
+        return asyncio.run(app.run(task=task)).messages[-1].to_text()
+
+    server = model_server(policy)
+    store = TraceStore(tmp_path / "store")
+    app = build(server.base_url, "m", "sk-test")
+    probe = aegis_probe.instrument(app, store=store)
+    run(app, "Write one line.")
+    probe.flush()
+    probe.uninstrument()
+    recorded = probe.trajectory()
+    join_input = [m.content for m in recorded.steps[-1].input_messages]
+    assert recorded.steps[-1].agent == "join" and join_input[-2:] == ["right done.", "left done."]
+    result = replay(recorded.trace_id or "", AppSpec(build, run), store=store)
+    assert (result.divergence, result.error, result.live_calls) == (None, None, 0)
+    assert [m.content for m in result.trajectory.steps[-1].input_messages] == join_input  # type: ignore[union-attr]
