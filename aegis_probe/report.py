@@ -335,8 +335,21 @@ def render_report(traj: Trajectory, *, jaeger_url: str | None = None, phoenix_ur
 def write_report(
     trajectory: Trajectory, path: str | os.PathLike[str], *, jaeger_url: str | None = None, phoenix_url: str | None = None
 ) -> Path:
-    """Write the HTML report of ``trajectory`` to ``path`` (parents created) and return the path."""
+    """Write the HTML report of ``trajectory`` to ``path`` (parents created) and return the path.
+
+    A write that fails (a full disk, a file size limit) names ``path`` and leaves no half-written
+    report where there was none.
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(trajectory, jaeger_url=jaeger_url, phoenix_url=phoenix_url), encoding="utf-8")
+    html = render_report(trajectory, jaeger_url=jaeger_url, phoenix_url=phoenix_url)
+    existed = out.exists()
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        if not existed and out.is_file():
+            out.unlink()
+        if exc.filename is None:  # a failed write() names no file
+            exc.filename = str(out)
+        raise
     return out

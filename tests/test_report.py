@@ -361,3 +361,24 @@ def test_browser_demo_team(framework, tmp_path, model_server, monkeypatch):
     assert dom.find("div", "verdict")[0].text() == {True: "success", False: "failure", None: "not judged"}[traj.outcome.success]
     assert any(c.attrs.get("class", "").count("tooled") for c in dom.find("a", "tl-cell")), "the demo calls its calculator tool"
     chromium(out, tmp_path, screenshot=artifact(f"demo-{framework}.png"), size="1400,1500")
+
+
+def test_cli_report_on_a_full_disk_names_the_file_and_leaves_no_half_report(tmp_path):
+    """A disk (here a file size limit) that fills up during the write: the error named no file
+    ('[Errno 27] File too large') and a half-written report was left at --out."""
+    import resource
+    import signal
+    import sys
+
+    store_dir, out = tmp_path / "store", tmp_path / "r.html"
+    first = handmade_run(store_dir)
+    size = len(render_report(first).encode())
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
+
+    done = subprocess.run([sys.executable, "-m", "aegis_probe", "report", first.trace_id, "--dir", str(store_dir), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    assert done.returncode == 2 and done.stderr.splitlines() == [f"error: [Errno 27] File too large: '{out}'"], done.stderr
+    assert not out.exists(), "no half-written report"
