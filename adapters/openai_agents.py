@@ -168,6 +168,14 @@ def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
     run.finish(exc)
 
 
+def _fail_run(run: RunScope, exc: BaseException) -> None:
+    """End ``run`` failed by the app's ``exc`` through ``RunScope.finish`` (the probe's last run, judged)."""
+    try:
+        run.finish(exc)
+    except Exception:
+        log_hook_error("openai-agents run end")
+
+
 @dataclasses.dataclass
 class _ToolCall:
     """The span of the tool call running in this context, and whether the tool raised."""
@@ -275,8 +283,14 @@ class OpenAIAgentsAdapter(Adapter):
         except Exception:
             log_hook_error("openai-agents run config")
 
-        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), lambda r: _finish_run(run, r),
-                                    "openai-agents run")
+        async def call() -> Any:
+            try:
+                return await wrapped(*args, **kwargs)
+            except BaseException as exc:  # a guardrail's tripwire, max_turns: still the probe's last run, judged
+                _fail_run(run, exc)
+                raise
+
+        return await await_in_scope(run, call, lambda r: _finish_run(run, r), "openai-agents run")
 
     def _run_streamed(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``run_streamed`` returns at once; its turns run in a task that inherits the run's context."""

@@ -365,3 +365,23 @@ def test_turn_input_is_what_the_agent_has_not_seen(streamed, model_server, provi
     assert inputs[1][0] == ("user", demo.TASK) and "transfer_to_calculator" in inputs[1][-2][1]
     assert inputs[2] == [("tool", "[tool_result 126]")]
     assert len(inputs[3]) == len(inputs[1]) + 5 and "transfer_to_reviewer" in inputs[3][-2][1]
+
+
+@needs_sdk
+def test_run_past_max_turns_is_the_probes_last_run(model_server, provider, exporter, tmp_path):
+    """A run the SDK ends by raising (``MaxTurnsExceeded``) is the probe's last run, with its error, and
+    judged: ``probe.trajectory()`` and ``set_outcome`` took the run before it (or found none)."""
+    from agents import MaxTurnsExceeded, Runner
+
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    judged = []
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store",
+                                   judge=lambda task, answer: judged.append(task) or False)
+    with pytest.raises(MaxTurnsExceeded) as raised:
+        Runner.run_sync(app, demo.TASK, max_turns=2)
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.trace_id == format(exporter.get_finished_spans()[-1].context.trace_id, "032x")
+    assert traj.error.startswith("MaxTurnsExceeded") and len(traj.steps) == 2 and judged == [demo.TASK]
+    assert str(raised.value) == "Max turns (2) exceeded"
