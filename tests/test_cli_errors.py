@@ -6,6 +6,7 @@ may change."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,3 +331,14 @@ def test_demo_team_of_another_framework_is_a_usage_error(framework, team, tmp_pa
     assert err.splitlines() == [f"error: --team {team} is an AutoGen team type: the {framework} demo has no --team "
                                 f"(drop --framework {framework}, or --team)"]
     assert out == "" and not (tmp_path / "t").exists()
+
+
+def test_traces_ls_help_names_its_columns_in_order(tmp_path, capsys):
+    """``traces --help`` lists the columns ``traces ls`` prints (it named 'id, start, app, steps,
+    outcome': no framework column, app last in fact)."""
+    with pytest.raises(SystemExit):
+        main(["traces", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert main(["traces", "--dir", Env(tmp_path).store_with(), "ls"]) == 0
+    columns = re.split(r"\s{2,}", capsys.readouterr().out.splitlines()[0].strip())
+    assert f"one line per trace: {', '.join(columns)}" in help_text

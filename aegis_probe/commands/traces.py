@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=argparse.SUPPRESS, help=_DIR_HELP)
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
-    ls = tsub.add_parser("ls", parents=[common], help="one line per trace: id, start, app, steps, outcome")
+    ls = tsub.add_parser("ls", parents=[common], help="one line per trace: trace id, started (UTC), framework, steps, outcome, app")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
     ls.set_defaults(func=_ls)
     show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)")
