@@ -48,6 +48,7 @@ from aegis_probe.spans import (
     StepScope,
     acting_context,
     await_in_scope,
+    call_in_scope,
     current_actor,
     current_run,
     log_hook_error,
@@ -141,6 +142,14 @@ def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, a
     return False
 
 
+def _fail_run(run: RunScope, exc: BaseException) -> None:
+    """End ``run`` failed by the app's ``exc`` through ``RunScope.finish`` (the probe's last run, judged)."""
+    try:
+        run.finish(exc)
+    except Exception:
+        log_hook_error("ag2 run end")
+
+
 class AG2Adapter(Adapter):
     """Traces AG2 (classic autogen) chats: one step per message an agent generates."""
 
@@ -153,7 +162,6 @@ class AG2Adapter(Adapter):
         #: ``a_generate_oai_reply`` runs ``generate_oai_reply`` in (``run_in_executor`` does not carry
         #: the caller's context); keyed by the sender too, as one agent may serve several chats at once
         self._handoff: dict[tuple[int, int], otel_context.Context] = {}
-        self._chat, self._achat = scoped_wrappers(self._start, self._chat_finisher, "ag2 run")
         self._reply = scoped_wrappers(self._open_step, self._reply_finisher, "ag2 step")[0]
         self._tool, self._atool = scoped_wrappers(self._open_tool, self._tool_finisher, "ag2 tool")
 
@@ -207,6 +215,34 @@ class AG2Adapter(Adapter):
         except Exception:
             log_hook_error("ag2 run start")
             return None
+
+    def _chat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return wrapped(*args, **kwargs)
+
+        def chat() -> Any:
+            try:
+                return wrapped(*args, **kwargs)
+            except BaseException as exc:
+                _fail_run(run, exc)
+                raise
+
+        return call_in_scope(run, chat, self._chat_finisher(run), "ag2 run")
+
+    async def _achat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = self._start(instance, args, kwargs)
+        if run is None:
+            return await wrapped(*args, **kwargs)
+
+        async def chat() -> Any:
+            try:
+                return await wrapped(*args, **kwargs)
+            except BaseException as exc:
+                _fail_run(run, exc)
+                raise
+
+        return await await_in_scope(run, chat, self._chat_finisher(run), "ag2 run")
 
     @staticmethod
     def _chat_finisher(run: RunScope) -> Callable[[Any], None]:

@@ -338,3 +338,37 @@ def test_legacy_function_call_result_is_its_executors_own_message(provider, tmp_
     assert [t.result for t in steps[1].tool_calls] == ["5"]
     assert [m.content for m in steps[2].input_messages] == ["5"]
     assert [m.content for m in steps[3].input_messages] == ["the sum is 5"]
+
+
+@needs_ag2
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_chat_that_raises_is_the_probes_last_run(mode, model_server, provider, tmp_path):
+    """The app's exception ends the chat: it passes unchanged, and the failed chat is the probe's last
+    run with its error, judged (``probe.trajectory()`` found no run, or the chat before)."""
+    import asyncio
+
+    from autogen import Agent
+
+    class Broken(Exception):
+        pass
+
+    error = Broken("the coder's own reply function failed")
+    user, coder, reviewer = _tool_team(model_server(_tool_policy))
+    judged = []
+    probe = aegis_probe.instrument(coder, tracer_provider=provider, store=tmp_path / "store",
+                                   judge=lambda task, answer: judged.append(task) or False)
+    user.initiate_chat(coder, message="add 2 and 3", silent=True)
+
+    def broken(agent, messages=None, sender=None, config=None):
+        raise error
+
+    coder.register_reply([Agent, None], broken)
+    with pytest.raises(Broken) as raised:
+        if mode == "sync":
+            user.initiate_chat(coder, message="add 4 and 5", silent=True)
+        else:
+            asyncio.run(user.a_initiate_chat(coder, message="add 4 and 5", silent=True))
+    assert raised.value is error
+    traj = probe.trajectory()
+    assert traj.task == "add 4 and 5" and traj.error.startswith("Broken")
+    assert judged == ["add 2 and 3", "add 4 and 5"]
