@@ -303,7 +303,10 @@ class TraceStore:
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The spans of one trace; ``trace_id`` may be a unique prefix. Only lines that may hold
-        it are decoded (a large store is not read whole for one trace)."""
+        it are decoded (a large store is not read whole for one trace). An empty id names none
+        (it is a prefix of every id: an unset variable would pick the store's only trace)."""
+        if not trace_id.strip():
+            raise KeyError(f"an empty trace id names no trace in {self.path}")
         traces = self._merged(trace_id)
         matches = [t for t in traces if t.startswith(trace_id.lower())]
         if len(matches) != 1:

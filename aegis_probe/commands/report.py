@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajectory:
+    if prefix is not None and not prefix.strip():
+        raise ValueError("--trace is empty: give a trace id (or a unique prefix of one)")
     matches = [t for t in trajs if prefix is None or (t.trace_id or "").startswith(prefix.lower())]
     if len(matches) == 1:
         return matches[0]
@@ -42,6 +44,8 @@ def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajecto
 
 def load(target: str, store_dir: str | None = None, trace: str | None = None) -> Trajectory:
     """The trajectory a ``report`` target names: a file or directory of traces, else a stored trace id."""
+    if not target.strip():  # not the current directory, which Path("") is
+        raise ValueError("TRACE_ID|FILE is empty: give a trace id (or a unique prefix of one) or a file")
     path = Path(target)
     if path.exists():
         return _select(load_trajectories(path), trace, str(path))
