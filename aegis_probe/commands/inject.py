@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, metavar="N",
                    help="runs at a time (default 1 thread; with --executor ray, the cluster's CPUs)")
     add_executor_arguments(p)
+    p.add_argument("--run-timeout", type=float, metavar="SECONDS",
+                   help="longest a run may take; a run still going is recorded as timed out (never kept) and "
+                        "retried on resume (default: no limit)")
     p.add_argument("--seed", type=int, default=0, help="seed for plan sampling and the app's model (default 0)")
     p.add_argument("--modes", help="comma-separated FM ids to sample from (default: all 14)")
     p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
@@ -70,13 +73,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
     if args.plans_per_run < 0 or (args.concurrency is not None and args.concurrency < 1):
         raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
+    if args.run_timeout is not None and not args.run_timeout > 0:
+        raise ValueError(f"--run-timeout must be > 0 seconds, not {args.run_timeout}")
     with quiet_imports(not getattr(args, "verbose", False)):
         app = AppSpec.load(args.app)
     tasks = load_tasks(args.tasks)
     with quiet_frameworks(not getattr(args, "verbose", False)):
         rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
                             executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
-                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress)
+                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress,
+                            run_timeout=args.run_timeout)
     base = baselines(args.out, tasks)
     print(format_baselines(base))
     print()
