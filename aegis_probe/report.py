@@ -68,17 +68,33 @@ def _label_source(source: str | None) -> str:
     return f"label {source}" if source else "label"
 
 
+def superseded_verdicts(traj: Trajectory) -> set[int]:
+    """The ``id()`` of each ``aegis.attribution`` event a later one of the same model replaced
+    (the store is append-only: a retrained model's new verdict does not remove its earlier one)."""
+    latest: dict[str, dict[str, Any]] = {}
+    verdicts = [e for s in traj.steps for e in s.events
+                if e.get("name") == sc.EVENT_ATTRIBUTION and (e.get("attributes") or {}).get("model") is not None]
+    for event in verdicts:
+        model = str(event["attributes"]["model"])
+        if model not in latest or int(event.get("time_ns") or 0) >= int(latest[model].get("time_ns") or 0):
+            latest[model] = event
+    kept = {id(e) for e in latest.values()}
+    return {id(e) for e in verdicts if id(e) not in kept}
+
+
 def step_marks(traj: Trajectory) -> dict[int, list[Mark]]:
     """The marks of each flagged step, keyed by step index.
 
     Each label source marks its steps (an injection's as injected, the others' as blamed); a
     label that restates an event already marking the step (same kind and mode; each event once,
-    in order) is added to that mark's source instead of marking the step twice.
+    in order) is added to that mark's source instead of marking the step twice. Of one model's
+    ``aegis.attribution`` events only the latest marks a step (:func:`superseded_verdicts`).
     """
     marks: dict[int, list[Mark]] = {}
+    superseded = superseded_verdicts(traj)
     for step in traj.steps:
         for event in step.events:
-            mark = _event_mark(event)
+            mark = None if id(event) in superseded else _event_mark(event)
             if mark is not None:
                 marks.setdefault(step.index, []).append(mark)
     from_events = {index: list(ms) for index, ms in marks.items()}
@@ -188,7 +204,7 @@ def _badges(marks: list[Mark], step: Step) -> str:
     return "".join(out)
 
 
-def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, open_: bool) -> str:
+def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, open_: bool, superseded: set[int]) -> str:
     kinds = _kinds(step, marks)
     tools = ", ".join(t.name for t in step.tool_calls)
     tokens = f"{step.usage.input_tokens or 0}→{step.usage.output_tokens or 0} tok" if step.usage.input_tokens is not None or step.usage.output_tokens is not None else ""
@@ -217,9 +233,10 @@ def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, op
             for c in step.llm_calls
         )
         body.append(f"<h4>LLM calls</h4><table><tr><th>model</th><th>provider</th><th>in</th><th>out</th></tr>{rows}</table>")
-    other = [e for e in step.events if e.get("name") not in (*BLAME_EVENTS, sc.EVENT_INJECTION)]
+    other = [e for e in step.events if e.get("name") not in (*BLAME_EVENTS, sc.EVENT_INJECTION) or id(e) in superseded]
     if other:
-        items = "".join(f"<li><code>{_e(e.get('name'))}</code>{_block(_value(e.get('attributes') or {}))}</li>" for e in other)
+        items = "".join(f"<li><code>{_e(e.get('name'))}</code>{' (an earlier verdict of its model)' if id(e) in superseded else ''}"
+                        f"{_block(_value(e.get('attributes') or {}))}</li>" for e in other)
         body.append(f"<h4>Other events</h4><ul>{items}</ul>")
     start = f" · t+{_secs(step.start_ns - t0)}" if step.start_ns and t0 else ""
     flag_attrs = (' data-flagged="1"' if marks else "") + (" open" if open_ else "")
@@ -310,7 +327,9 @@ def render_report(traj: Trajectory, *, jaeger_url: str | None = None, phoenix_ur
     links = trace_links(traj.trace_id, jaeger_url=jaeger_url, phoenix_url=phoenix_url)
     t0 = traj.start_ns
     open_flagged = len(marks) <= 10
-    steps = "".join(_step_html(s, marks.get(s.index, []), agent_cls[s.agent], t0, open_flagged and s.index in marks) for s in traj.steps)
+    superseded = superseded_verdicts(traj)
+    steps = "".join(_step_html(s, marks.get(s.index, []), agent_cls[s.agent], t0, open_flagged and s.index in marks, superseded)
+                    for s in traj.steps)
     options = "".join(f'<option value="{_e(a)}">{_e(a)}</option>' for a in traj.agents)
     title = f"{traj.app or 'run'} ({traj.framework or 'unknown framework'}) · {(traj.trace_id or '')[:12]}"
     return (

@@ -206,6 +206,25 @@ def test_report_shows_run_and_escapes_content(tmp_path):
     assert 'data-agent="x&quot; onmouseover=&quot;alert(1)"' in render_report(evil)
 
 
+def test_only_the_latest_verdict_of_each_model_marks_a_step():
+    """A retrained model's new ``aegis.attribution`` verdict is appended beside its earlier one
+    (the store is append-only): the earlier one is listed as such, not marked blamed (two steps
+    showed as blamed by one model)."""
+    def verdict(model: str, time_ns: int, mode: str) -> dict:
+        return {"name": sc.EVENT_ATTRIBUTION, "time_ns": time_ns, "attributes": {"model": model, "mode": mode}}
+
+    traj = Trajectory(trace_id="ab" * 16, task="t", steps=[
+        Step(index=0, agent="a", output="x", events=[verdict("dcl", 1, "FM-1.1")]),
+        Step(index=1, agent="b", output="y", events=[verdict("other", 1, "FM-2.2")]),
+        Step(index=2, agent="a", output="z", events=[verdict("dcl", 2, "FM-3.3")]),
+    ])
+    assert {i: [(m.kind, m.mode) for m in ms] for i, ms in step_marks(traj).items()} == {
+        1: [("blamed", "FM-2.2")], 2: [("blamed", "FM-3.3")]}
+    html = render_report(traj)
+    first = html[html.index('id="step-0"'):html.index('id="step-1"')]
+    assert "data-flagged" not in first and "an earlier verdict of its model" in first and "FM-1.1" in first
+
+
 def test_trace_links(monkeypatch):
     tid = "0123456789abcdef" * 2
     assert trace_links(tid) == {}
