@@ -313,8 +313,18 @@ class TraceStore:
             what = "no trace" if not matches else f"{len(matches)} traces"
             failed = _failed_writes.get(self._file) if not matches else None
             raise KeyError(f"{what} matching {trace_id!r} in {self.path}"
-                           + (f" (the last write to it failed: {failed})" if failed else ""))
+                           + (f" (the last write to it failed: {failed})" if failed else "")
+                           + ("" if matches else self.nested_hint()))
         return traces[matches[0]]
+
+    def nested_hint(self) -> str:
+        """``' (its folders a, b are trace stores: ...)'`` when the store's folders are stores (an
+        injection campaign's traces/ and baselines/), else ``''``."""
+        try:
+            nested = sorted(p.name for p in self.path.iterdir() if (p / SPANS_FILE).is_file())
+        except OSError:  # no directory (or not one)
+            return ""
+        return f" (its folders {', '.join(nested)} are trace stores: give one of them)" if nested else ""
 
     def amend(
         self,

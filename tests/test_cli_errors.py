@@ -111,6 +111,8 @@ CASES = [
     Case("report-store-with-bad-lines", lambda e: ["report", TRACE[:8], "--dir", e.store_with(DEEP), "--out", str(e.root / "r.html")],
          0, ("spans.jsonl:2",)),
     Case("traces-show-unknown-id", lambda e: ["traces", "show", "ffff", "--dir", e.store_with()], 2, ("no trace matching 'ffff'",)),
+    Case("traces-show-in-a-campaign-folder", lambda e: ["traces", "show", TRACE[:8], "--dir", str(Path(e.store_with()).parent)], 2,
+         ("no trace matching", "(its folders S are trace stores: give one of them)")),
     Case("traces-show-empty-id", lambda e: ["traces", "show", "", "--dir", e.store_with()], 2, ("an empty trace id names no trace",)),
     Case("report-empty-target", lambda e: ["report", "", "--dir", e.store_with(), "--out", str(e.root / "r.html")], 2,
          ("TRACE_ID|FILE is empty",)),
@@ -357,3 +359,11 @@ def test_traces_ls_help_names_its_columns_in_order(tmp_path, capsys):
     assert main(["traces", "--dir", Env(tmp_path).store_with(), "ls"]) == 0
     columns = re.split(r"\s{2,}", capsys.readouterr().out.splitlines()[0].strip())
     assert f"one line per trace: {', '.join(columns)}" in help_text
+
+
+def test_traces_ls_of_a_campaign_folder_names_its_stores(tmp_path, capsys):
+    """An injection campaign's folder holds its stores (traces/, baselines/): ls said only 'no traces'."""
+    env = Env(tmp_path)
+    env.store_with()
+    assert main(["traces", "--dir", str(tmp_path), "ls"]) == 0
+    assert capsys.readouterr().out == f"no traces in {tmp_path} (its folders S are trace stores: give one of them)\n"

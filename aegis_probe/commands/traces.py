@@ -51,7 +51,7 @@ def _ls(args: argparse.Namespace) -> int:
     if args.limit:
         trajs = trajs[: args.limit]
     if not trajs:
-        print(f"no traces in {store.path}")
+        print(f"no traces in {store.path}{store.nested_hint()}")
         return 0
     print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  app")
     for t in trajs:
