@@ -43,18 +43,24 @@ _LLM_KEY = otel_context.create_key("aegis.llm")
 _ACTOR_KEY = otel_context.create_key("aegis.actor")
 
 
-def _context_getter() -> Callable[[], otel_context.Context]:
-    """``otel_context.get_current``, or the same read without its two Python calls when the
-    runtime context is OpenTelemetry's default (a ``ContextVar``): patched calls read it often."""
+def _context_var() -> ContextVar[otel_context.Context] | None:
+    """The ``ContextVar`` holding the current context when the runtime context is OpenTelemetry's
+    default, else None (another runtime context is used through the API)."""
     runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
     var = getattr(runtime, "_current_context", None)
-    if type(runtime) is ContextVarsRuntimeContext and isinstance(var, ContextVar):
-        return var.get
-    return otel_context.get_current
+    return var if type(runtime) is ContextVarsRuntimeContext and isinstance(var, ContextVar) else None
 
 
-#: The current OpenTelemetry context (see :func:`_context_getter`).
-current_context = _context_getter()
+_VAR = _context_var()
+#: The current OpenTelemetry context: ``otel_context.get_current`` without its two Python calls
+#: when the runtime context is the default one (patched calls read it often).
+current_context: Callable[[], otel_context.Context] = otel_context.get_current if _VAR is None else _VAR.get
+#: ``otel_context.attach`` and the reset under ``otel_context.detach``, likewise direct (two
+#: Python calls each fewer; a failed direct reset goes to ``otel_context.detach``, which logs it).
+_attach: Callable[[otel_context.Context], object] = otel_context.attach if _VAR is None else _VAR.set
+_reset: Callable[[Any], None] = otel_context.detach if _VAR is None else _VAR.reset
+#: The key ``trace.set_span_in_context`` sets (read through the API, not imported).
+(_SPAN_KEY,) = trace.set_span_in_context(trace.INVALID_SPAN, otel_context.Context()).keys()
 
 
 def log_hook_error(where: str) -> None:
@@ -115,15 +121,27 @@ class _Scope:
 
     __slots__ = ("probe", "span", "ctx", "_ended")
 
-    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context) -> None:
-        self.probe, self.span, self.ctx, self._ended = probe, span, ctx, False
+    #: The context key under which a scope of this kind is current besides its span (None: none).
+    _KEY: str | None = None
+
+    def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context) -> None:
+        self.probe, self.span, self._ended = probe, span, False
+        # ``parent`` with the span and this scope set: one copy (set_span_in_context, then set_value, made two)
+        self.ctx = otel_context.Context({**parent, _SPAN_KEY: span} if self._KEY is None
+                                        else {**parent, _SPAN_KEY: span, self._KEY: self})
 
     def attach(self) -> object:
-        return otel_context.attach(self.ctx)
+        """Make this scope current (``otel_context.attach``); returns the token for :meth:`detach`."""
+        return _attach(self.ctx)
 
     @staticmethod
     def detach(token: object) -> None:
-        otel_context.detach(token)  # type: ignore[arg-type]
+        """``otel_context.detach(token)``: a token that cannot be reset here (attached in another
+        context, e.g. a generator finished elsewhere, or reset already) is logged, never raised."""
+        try:
+            _reset(token)
+        except Exception:
+            otel_context.detach(token)  # type: ignore[arg-type]  # fails the same way: logged and swallowed
 
     @property
     def records_content(self) -> bool:
@@ -187,9 +205,11 @@ class RunScope(_Scope):
 
     __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "_steps", "_calls", "_lock")
 
-    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, framework: str, task: str | None,
+    _KEY = _RUN_KEY
+
+    def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, framework: str, task: str | None,
                  conversation_id: str | None = None):
-        super().__init__(probe, span, ctx)
+        super().__init__(probe, span, parent)
         self.run_id = uuid.uuid4().hex
         #: ``gen_ai.conversation.id`` of the run's spans: the framework's own (e.g. a checkpointer
         #: thread id), else the run's id.
@@ -199,7 +219,6 @@ class RunScope(_Scope):
         self._steps = itertools.count()
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
-        self.ctx = otel_context.set_value(_RUN_KEY, self, ctx)
         span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id})
 
     @property
@@ -234,10 +253,11 @@ class StepScope(_Scope):
 
     __slots__ = ("run", "agent", "index")
 
-    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context, run: RunScope | None, agent: str, index: int | None):
-        super().__init__(probe, span, ctx)
+    _KEY = _STEP_KEY
+
+    def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, run: RunScope | None, agent: str, index: int | None):
+        super().__init__(probe, span, parent)
         self.run, self.agent, self.index = run, agent, index
-        self.ctx = otel_context.set_value(_STEP_KEY, self, self.ctx)
 
     def finish(self, output: Content = None) -> None:
         self.content(sc.OUTPUT_MESSAGES, output)
@@ -249,8 +269,7 @@ class LLMScope(_Scope):
 
     __slots__ = ()
 
-    def __init__(self, probe: "Probe", span: Span, ctx: otel_context.Context) -> None:
-        super().__init__(probe, span, otel_context.set_value(_LLM_KEY, True, ctx))
+    _KEY = _LLM_KEY
 
     def finish(
         self,
@@ -332,7 +351,7 @@ def start_run(
     if outer.is_valid and parent.get(_RUN_KEY) is None:
         parent, links = trace.set_span_in_context(trace.INVALID_SPAN, parent), [trace.Link(outer)]
     span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late, links)
-    return RunScope(probe, span, trace.set_span_in_context(span, parent), framework, task, conversation_id)
+    return RunScope(probe, span, parent, framework, task, conversation_id)
 
 
 def start_step(
@@ -366,7 +385,7 @@ def start_step(
         late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages)}  # noqa: E731
     parent = current_context()
     span = _open(probe, sc.span_name(sc.OP_AGENT, agent), SpanKind.INTERNAL, attrs, parent, late)
-    return StepScope(probe, span, trace.set_span_in_context(span, parent), run, agent, index)
+    return StepScope(probe, span, parent, run, agent, index)
 
 
 def start_llm(
@@ -399,7 +418,7 @@ def start_llm(
     else:
         _add_conversation(attrs, parent)
     span = _open(probe, sc.span_name(sc.OP_CHAT, model), SpanKind.CLIENT, attrs, parent, late)
-    return LLMScope(probe, span, trace.set_span_in_context(span, parent))
+    return LLMScope(probe, span, parent)
 
 
 def start_tool(
@@ -422,7 +441,7 @@ def start_tool(
     else:
         _add_conversation(attrs, parent)
     span = _open(probe, sc.span_name(sc.OP_TOOL, name), SpanKind.INTERNAL, attrs, parent, late)
-    return ToolScope(probe, span, trace.set_span_in_context(span, parent))
+    return ToolScope(probe, span, parent)
 
 
 @contextmanager
