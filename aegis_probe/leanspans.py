@@ -41,6 +41,8 @@ _SCALAR = (str, int, float, bytes)  # and their subclasses (enums, bool): the SD
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 _NOT_SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.DEFAULT)
+#: The key ``trace.set_span_in_context`` sets (read through the API, not imported).
+(_SPAN_KEY,) = trace_api.set_span_in_context(trace_api.INVALID_SPAN, context_api.Context()).keys()
 
 
 class LeanAttributes(BoundedAttributes):
@@ -96,7 +98,10 @@ class LeanTracer(sdk_trace.Tracer):
         set_status_on_exception: bool = True,
     ) -> trace_api.Span:
         links = links or ()
-        parent: trace_api.SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        # trace_api.get_current_span(context), without its two Python calls
+        current = (context_api.get_current() if context is None else context).get(_SPAN_KEY)
+        parent: trace_api.SpanContext | None = (
+            current if isinstance(current, trace_api.Span) else trace_api.INVALID_SPAN).get_span_context()
         if parent is not None and not isinstance(parent, trace_api.SpanContext):
             raise TypeError("parent_span_context must be a SpanContext or None.")
         if not self._is_enabled():

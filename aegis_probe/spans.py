@@ -63,6 +63,12 @@ _reset: Callable[[Any], None] = otel_context.detach if _VAR is None else _VAR.re
 (_SPAN_KEY,) = trace.set_span_in_context(trace.INVALID_SPAN, otel_context.Context()).keys()
 
 
+def _span_in(ctx: otel_context.Context) -> Span:
+    """``trace.get_current_span(ctx)`` in one Python call instead of three."""
+    span = ctx.get(_SPAN_KEY)
+    return span if isinstance(span, Span) else trace.INVALID_SPAN
+
+
 def log_hook_error(where: str) -> None:
     """Log (never raise) an exception caught inside instrumentation code."""
     logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
@@ -191,7 +197,7 @@ def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], pare
     redaction), which are only built for a span that records. Under a recording parent (children of
     a sampled span are sampled) they go in with the others; else the span is started without them
     and gets them afterwards only if it records (e.g. a root span, or a sampler of its own)."""
-    if late is not None and trace.get_current_span(parent).is_recording():
+    if late is not None and _span_in(parent).is_recording():
         attrs.update(late())
         late = None
     span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs, links=links)
@@ -347,7 +353,7 @@ def start_run(
     late = (lambda: {sc.TASK: probe.redact(task)}) if task is not None and probe.config.capture_content else None  # type: ignore[arg-type]
     parent = current_context()
     links = None
-    outer = trace.get_current_span(parent).get_span_context()
+    outer = _span_in(parent).get_span_context()
     if outer.is_valid and parent.get(_RUN_KEY) is None:
         parent, links = trace.set_span_in_context(trace.INVALID_SPAN, parent), [trace.Link(outer)]
     span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late, links)
