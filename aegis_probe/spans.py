@@ -242,16 +242,24 @@ class RunScope(_Scope):
 
     def finish(self, exc: BaseException | None = None) -> None:
         """End the run: judge it, write the outcome, end the root span (which writes the trace)."""
-        if self._ended:
-            return
+        if exc is not None:
+            self.fail(exc)
+        elif not self._ended:
+            self._ending()
+            self.end()
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run as failed by the app's exception, judged and remembered like any run
+        (``call_in_scope``/``await_in_scope`` fail a run that raises through here)."""
+        if not self._ended:
+            self._ending()
+            super().fail(exc)
+
+    def _ending(self) -> None:
         try:
             self.probe._run_ending(self)
         except Exception:
             log_hook_error("judge")
-        if exc is not None:
-            self.fail(exc)
-        else:
-            self.end()
 
 
 class StepScope(_Scope):

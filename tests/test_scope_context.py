@@ -12,7 +12,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from aegis_probe.spans import (  # pylint: disable=protected-access
-    _STEP_KEY, attached, current_run, current_step, in_llm_call, start_llm, start_run, start_step, start_tool,
+    _STEP_KEY, attached, await_in_scope, call_in_scope, current_run, current_step, in_llm_call, scoped_wrappers,
+    start_llm, start_run, start_step, start_tool,
 )
 from aegis_probe.store import TraceStore
 from toyrun import make_probe
@@ -96,3 +97,35 @@ def test_detaching_twice_is_logged_not_raised(probe, caplog):
         step.detach(token)  # a token already used
     assert "Failed to detach context" in caplog.text
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+@pytest.mark.parametrize("how", ["call_in_scope", "await_in_scope", "scoped_wrappers"])
+async def test_a_run_that_raises_through_the_scope_helpers_is_judged_and_last(tmp_path, how):
+    """A run wrapper built on the scope helpers (ag2's ``initiate_chat``, crewai's ``kickoff``)
+    whose app raises ends the run as ``finish(exc)`` does: judged, remembered as the last run."""
+    judged: list[object] = []
+    provider = TracerProvider()
+    probe = make_probe(provider, TraceStore(tmp_path / "s"), judge=lambda task, answer: judged.append(task) or False)
+    error = RuntimeError("max turns exceeded")
+
+    def app() -> None:
+        raise error
+
+    async def aapp() -> None:
+        raise error
+
+    run = start_run(probe, "app", framework="toy", task="go")
+    with pytest.raises(RuntimeError) as info:
+        if how == "call_in_scope":
+            call_in_scope(run, app, lambda _: run.finish(), "run")
+        elif how == "await_in_scope":
+            await await_in_scope(run, aapp, lambda _: run.finish(), "run")
+        else:
+            wrapper = scoped_wrappers(lambda instance, args, kwargs: run, lambda scope: lambda _: scope.finish(), "run")[0]
+            wrapper(app, None, (), {})
+    assert info.value is error, "the app's exception propagates unchanged"
+    assert probe.last_run is run and judged == ["go"]
+    assert probe.store.flush()
+    (root,) = [s for s in probe.store.trace(run.trace_id) if s.parent_span_id is None]
+    assert root.attributes["aegis.outcome.success"] is False and root.status == "ERROR"
+    provider.shutdown()
