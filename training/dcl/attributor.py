@@ -22,6 +22,11 @@ WEIGHTS_FILE = "model.safetensors"
 SPEC_FILE = "dcl_config.json"
 
 
+def unlabelled(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without its labels: what a prediction reads (a label, even a malformed one, is ignored)."""
+    return {**row, "label_agents": [], "label_modes": [], "label_pairs": [], "label_step": None, "positive": None}
+
+
 class DCLAttributor(nn.Module):
     """A DCL attributor. ``encoder=None`` means the packaged all-MiniLM-L6-v2.
 
@@ -151,7 +156,7 @@ class DCLAttributor(nn.Module):
         (mode ``None`` and no ``modes``/``pairs`` when the model never saw mode labels).
         """
         self.eval()
-        ex = self.example({**row, "label_agents": [], "label_modes": [], "label_step": None, "positive": None})
+        ex = self.example(unlabelled(row))
         out = self(ex)
         agent_p, mode_p, pair_p = out.agent_logits.sigmoid(), out.mode_logits.sigmoid(), out.pair_logits.sigmoid()
         joint = joint_logits(out, ex.turn_agent).softmax(0)
@@ -183,7 +188,7 @@ class DCLAttributor(nn.Module):
         """:meth:`predict` for many rows: their turns encoded in batches first (frozen encoder), then
         the head on one thread (its ops are tiny); progress bars on stderr when ``progress``."""
         if not self.train_encoder:
-            examples = [self.example(r) for r in rows]
+            examples = [self.example(unlabelled(r)) for r in rows]
             self.precompute([t for ex in examples for t in (*ex.turn_texts, *ex.agent_texts)], progress=progress)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)

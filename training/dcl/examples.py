@@ -3,6 +3,7 @@ turned into the tensors the head and the losses read."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -10,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..answers import distinct_agents, normalize_agent
+from ..importers.base import step_number
 from .reading import name_pattern, step_features
 
 
@@ -77,6 +79,7 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     bad = next((i for i, t in enumerate(all_turns) if not isinstance(t, dict) or "agent" not in t), None)
     if bad is not None:
         raise RowError(f"DCL row {row.get('id')!r} turn {bad}: not an object with an 'agent'")
+    _check_types(row, all_turns)
     turns = all_turns[:max_turns] if max_turns > 0 else all_turns
     if not turns:
         raise RowError(f"DCL row {row.get('id')!r} has no turns")
@@ -117,7 +120,7 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
             for a, m in pairs:
                 if normalize_agent(a) in index:
                     pair_target[index[normalize_agent(a)], mode_index[m]] = 1.0
-    step = row.get("label_step")
+    step = step_number(row.get("label_step"), "'label_step'")
     agent_texts = [f"agent {i + 1}" if anonymise_agents else name_text(a) for i, a in enumerate(agents)]
     return Example(
         id=str(row.get("id")),
@@ -130,11 +133,31 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
         agent_target=agent_target,
         mode_target=mode_target,
         pair_target=pair_target,
-        step=int(step) if step is not None and 0 <= int(step) < len(turns) else None,
+        step=step if step is not None and 0 <= step < len(turns) else None,
         positive=None if positive is None else bool(positive),
         n_turns=len(all_turns),
         features=features,
     )
+
+
+def _check_types(row: dict[str, Any], turns: list[dict[str, Any]]) -> None:
+    """A ``RowError`` naming the row and field whose value has the wrong type (a ``"false"`` for
+    ``positive`` would read as true, a name for ``label_agents`` as its letters)."""
+    where = f"DCL row {row.get('id')!r}"
+    bad_turn = next((i for i, t in enumerate(turns) if not isinstance(t.get("text"), (str, type(None)))
+                     or not isinstance(t["agent"], (str, int))), None)
+    if bad_turn is not None:
+        raise RowError(f"{where} turn {bad_turn}: 'agent' must be a name and 'text' a string")
+    for name in ("label_agents", "label_modes"):
+        value = row.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, (str, type(None))) for v in value)):
+            raise RowError(f"{where}: {name!r} must be a list of names, got {json.dumps(value)[:80]}")
+    if not isinstance(row.get("positive"), (bool, type(None))):
+        raise RowError(f"{where}: 'positive' must be true, false or null, got {json.dumps(row['positive'])[:80]}")
+    try:
+        step_number(row.get("label_step"), "'label_step'")
+    except ValueError as exc:
+        raise RowError(f"{where}: {exc}") from None
 
 
 def _label_pairs(row: dict[str, Any], agents: list[str], modes: list[str]) -> list[tuple[str, str]] | None:

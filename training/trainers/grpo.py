@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
+from ..importers.base import step_number
 from .common import device_defaults, run_trl
 from .config import add_trainer_parser, resolve_configs, training_rows
 
@@ -45,20 +47,28 @@ def reward_functions(names: list[str]) -> list[Callable[..., list[float]]]:
     return [getattr(module, REWARDS[n]) for n in names]
 
 
-def to_example(row: dict[str, Any]) -> dict[str, Any]:
-    """A GRPO row with the columns the trainer and rewards read."""
-    return {
-        "prompt": row["prompt"],
-        "gold_pairs": [list(p) for p in row.get("gold_pairs") or []],
-        "gold_agent": row.get("gold_agent"),
-        "gold_step": row.get("gold_step"),
-    }
+def to_example(row: dict[str, Any], path: str | Path = "data") -> dict[str, Any]:
+    """A GRPO row with the columns the trainer and rewards read; a ``ValueError`` naming ``path``
+    and the row when a column has the wrong type."""
+    where = f"{path}: GRPO row {row.get('id')!r}"
+    prompt, pairs = row["prompt"], row.get("gold_pairs") or []
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) and "role" in m for m in prompt):
+        raise ValueError(f"{where}: 'prompt' must be a list of {{role, content}}")
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise ValueError(f"{where}: 'gold_pairs' must be a list of [agent, mode]")
+    if not isinstance(row.get("gold_agent"), (str, type(None))):
+        raise ValueError(f"{where}: 'gold_agent' must be a name or null")
+    try:
+        step = step_number(row.get("gold_step"), "'gold_step'")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return {"prompt": prompt, "gold_pairs": pairs, "gold_agent": row.get("gold_agent"), "gold_step": step}
 
 
 def train(args: argparse.Namespace) -> int:
     """Run GRPO as configured by ``args`` (see :func:`add_parser`)."""
     grpo_args, model_args = resolve_configs(args, CONFIG_TYPES, device_defaults(), output_dir=args.out)
-    dataset = Dataset.from_list([to_example(r) for r in training_rows(args.data, ("prompt",))])
+    dataset = Dataset.from_list([to_example(r, args.data) for r in training_rows(args.data, ("prompt",))])
     run_trl(GRPOTrainer, args, grpo_args, model_args, dataset,
                    reward_funcs=reward_functions(grpo_args.rewards))
     return 0
