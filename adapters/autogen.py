@@ -299,6 +299,16 @@ def _endpoint_attributes(client: Any) -> dict[str, Any]:
     return cached
 
 
+#: autogen's finish reasons as the other adapters record them (the OpenAI values): its
+#: ``function_calls`` is ``tool_calls``; ``unknown`` (the provider gave none, or one autogen does
+#: not know) is none, as a provider's missing reason is elsewhere.
+FINISH_REASONS: dict[str, str] = {"stop": "stop", "length": "length", "content_filter": "content_filter",
+                                  "function_calls": "tool_calls"}
+#: The other way, for an answer an interceptor gives (tool calls make ``function_calls`` whatever it says).
+_AUTOGEN_FINISH: dict[str | None, str] = {"stop": "stop", "length": "length", "content_filter": "content_filter",
+                                          None: "unknown"}
+
+
 class AutogenCodec:
     """``ChatCompletionClient.create`` requests and ``CreateResult`` responses, in neutral form."""
 
@@ -339,17 +349,15 @@ class AutogenCodec:
             tool_calls=_calls(raw.content) if calls else [],  # type: ignore[arg-type]
             input_tokens=usage.prompt_tokens if usage else None,
             output_tokens=usage.completion_tokens if usage else None,
-            finish_reason=raw.finish_reason,
+            finish_reason=FINISH_REASONS.get(raw.finish_reason),
         )
 
     def with_response(self, raw: CreateResult | None, response: LLMResponse) -> CreateResult:
         content: Any = response.content or ""
-        finish = response.finish_reason or "stop"
+        finish = _AUTOGEN_FINISH.get(response.finish_reason, "stop")
         if response.tool_calls:
             content = [FunctionCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in response.tool_calls]
             finish = "function_calls"
-        elif finish not in ("stop", "length", "content_filter", "unknown"):
-            finish = "stop"
         return CreateResult(
             finish_reason=finish,  # type: ignore[arg-type]
             content=content,
