@@ -230,15 +230,22 @@ def test_one_trace_is_read_without_decoding_the_others_and_as_before(tmp_path, c
         root[key] = root[key].upper()
     body["resourceSpans"][0]["scopeSpans"][0]["spans"] = [root]
     (store.path / "collector.jsonl").write_text(json.dumps(body, indent=None) + "\n")
+    # A third trace sharing the first trace's first 8 hex digits (not only the letters the two
+    # random ids happen to share, which may be none: an empty prefix is an error of its own).
+    twin = dict(root, traceId=ids[0][:8] + ("0" if ids[0][8] != "0" else "1") * 24, attributes=[])
+    body["resourceSpans"][0]["scopeSpans"][0]["spans"] = [twin]
+    with (store.path / "collector.jsonl").open("a") as f:
+        f.write(json.dumps(body) + "\n")
     whole = store.traces()
     for trace_id in ids:
-        spans = store.trace(trace_id[:6])
+        spans = store.trace(trace_id[:12])  # past the twin's shared 8
         assert sorted((s.span_id, sorted(s.attributes.items())) for s in spans) == sorted(
             (s.span_id, sorted(s.attributes.items())) for s in whole[trace_id])
     assert any(s.attributes.get("collector.note") == "seen" for s in store.trace(ids[0]))
-    common = next(i for i in range(32) if ids[0][i] != ids[1][i])
     with pytest.raises(KeyError, match="2 traces matching"):
-        store.trace(ids[0][:common])
+        store.trace(ids[0][:8])
+    with pytest.raises(KeyError, match="empty trace id"):
+        store.trace("")
 
 
 @pytest.mark.parametrize("in_task", [False, True], ids=["baseline-succeeds", "baseline-raises"])

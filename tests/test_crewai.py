@@ -290,3 +290,29 @@ def test_blame_finds_planted_step(model_server, tmp_path):
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     campaign_keeps_labelled_failures("crewai_math.py", demo, tmp_path)
+
+
+@needs_crewai
+@pytest.mark.parametrize("kickoff", ["kickoff", "akickoff"])
+def test_kickoff_that_raises_is_the_probes_last_run(kickoff, model_server, provider, tmp_path):
+    """The app's exception (a task callback's) ends the kickoff: it passes unchanged, and the failed run
+    is the probe's last run with its error, judged (``probe.trajectory()`` found no run before)."""
+    class Broken(Exception):
+        pass
+
+    error = Broken("the report could not be filed")
+    judged = []
+    app, probe = _instrumented(model_server, provider, tmp_path, judge=lambda task, answer: judged.append(task) or False)
+
+    def file_report(output):
+        raise error
+
+    app.tasks[-1].callback = file_report
+    with pytest.raises(Broken) as raised:
+        if kickoff == "kickoff":
+            app.kickoff(inputs={"task": demo.TASK})
+        else:
+            asyncio.run(app.akickoff(inputs={"task": demo.TASK}))
+    assert raised.value is error
+    traj = probe.trajectory()
+    assert traj.task == demo.TASK and traj.error.startswith("Broken") and judged == [demo.TASK]
