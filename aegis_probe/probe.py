@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, TypeVar
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
@@ -18,6 +20,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from .config import ProbeConfig
+from .errors import AegisProbeError
 from .interception import Interceptor
 from .metrics import add_metrics
 from .exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
@@ -43,6 +46,39 @@ _probes: "weakref.WeakSet[Probe]" = weakref.WeakSet()
 _probes_lock = threading.Lock()
 
 
+class AmbiguousRun(AegisProbeError, RuntimeError):
+    """``set_outcome()`` / ``trajectory()`` without a trace id, called where no run of the probe ran
+    while runs of it ran concurrently elsewhere (or where the caller's own runs overlapped): which
+    run is meant cannot be told, so the trace id must be given."""
+
+
+class _Ended(NamedTuple):
+    """A finished run, when it started and ended (``time.time_ns``), and whether another run of the
+    probe was in flight during it (``overlapped``: any thread; ``overlapped_here``: its thread)."""
+
+    run: RunScope
+    start: int
+    end: int
+    overlapped: bool
+    overlapped_here: bool
+
+
+def _current_task() -> "asyncio.Task[Any] | None":
+    """The asyncio task running the calling code, None outside one (or outside a running loop)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        return None
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class Probe:
     """The handle ``instrument(app)`` returns: configuration, tracer, store and run results."""
 
@@ -63,7 +99,14 @@ class Probe:
         self.judge = judge
         self.redact = make_redactor(config.redact)
         self.apps: list[AppInfo] = []
+        #: The most recent run of this probe to finish, in any thread (see :meth:`set_outcome` for
+        #: which run the calls without a trace id refer to).
         self.last_run: RunScope | None = None
+        self._runs_lock = threading.Lock()
+        self._last: _Ended | None = None  # last_run, with its times
+        self._in_flight: dict[RunScope, int] = {}  # started (:meth:`_run_started`), not finished: start time
+        self._here = threading.local()  # .last: the _Ended of the latest run to finish in this thread
+        self._by_task: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Ended]" = weakref.WeakKeyDictionary()
         #: Model-call interceptors (recording, replay, injection), applied in order; an immutable
         #: tuple replaced as a whole by :meth:`intercept`, so a call in flight sees a stable chain.
         self.interceptors: tuple[Interceptor, ...] = ()
@@ -78,39 +121,72 @@ class Probe:
     # -- results -------------------------------------------------------------------------
     @property
     def last_trace_id(self) -> str | None:
-        """Trace id of the most recent finished run."""
+        """Trace id of the probe's most recent finished run, in any thread."""
         return self.last_run.trace_id if self.last_run else None
 
     def set_outcome(
         self, success: bool, *, answer: str | None = None, expected: str | None = None, trace_id: str | None = None
     ) -> None:
-        """Report a run's outcome (default: the current run, else the most recent one).
+        """Report a run's outcome: the run ``trace_id``, by default the caller's own run (see below).
 
         While the run is open the attributes go on its root span; afterwards they are appended
         to the trace store as an amendment of the root span (OTLP backends only see outcomes
         reported before the run ended, or given by a ``judge``). A run the sampler dropped is left alone.
+
+        Without ``trace_id`` the run is the caller's own: the run of this probe open in the
+        calling context, else the latest one that finished in the calling asyncio task (in a
+        running event loop) or thread (outside one: also runs of loops it ran, ``asyncio.run``).
+        Where the caller ran none, the probe's latest run is taken if no other run of the probe
+        was in flight during it; otherwise, and where the caller's own latest run overlapped
+        another of its runs (``asyncio.gather``), :class:`AmbiguousRun` asks for the trace id.
         """
         attrs = self._outcome_attributes(Outcome(success=success, answer=answer, expected=expected))
-        run = current_run()
-        if trace_id is None and run is not None and run.probe is self and run.span.is_recording():
-            run.span.set_attributes(attrs)
-            return
-        target = trace_id or self.last_trace_id
-        if target is None:
-            raise RuntimeError("set_outcome: no run has happened yet")
-        if self._dropped(target):  # a run the sampler dropped has no trace to amend
+        if trace_id is None:
+            run = self._callers_run("set_outcome")
+            if not run.span.get_span_context().trace_flags.sampled:  # a dropped run has no trace to amend
+                return
+            if run.span.is_recording():  # still open
+                run.span.set_attributes(attrs)
+                return
+            trace_id = run.trace_id
+        elif self._dropped(trace_id):
             return
         if self.store is None:
             raise RuntimeError("set_outcome after the run ended needs the trace store (store=False was given)")
-        self.store.amend(target, attributes=attrs)
+        self.store.amend(trace_id, attributes=attrs)
+
+    def _callers_run(self, what: str) -> RunScope:
+        """The run a call without a trace id refers to (see :meth:`set_outcome`)."""
+        run = current_run()
+        if run is not None and run.probe is self:
+            return run
+        if _loop_running():  # the caller's task: another task's runs are not its own
+            task = _current_task()
+            with self._runs_lock:
+                own = self._by_task.get(task) if task is not None else None
+        else:
+            own = getattr(self._here, "last", None)
+            if own is not None and own.overlapped_here:
+                raise AmbiguousRun(f"{what}: the latest run of the probe in this thread (trace {own.run.trace_id}) "
+                                   "ran concurrently with others of it here (asyncio.gather): pass trace_id=")
+        if own is not None:
+            return own.run
+        with self._runs_lock:
+            last, in_flight = self._last, len(self._in_flight)
+        if last is None and not in_flight:
+            raise RuntimeError(f"{what}: no run has happened yet")
+        if last is None or last.overlapped or in_flight:
+            raise AmbiguousRun(f"{what}: no run of the probe ran in this thread or task, and its runs elsewhere "
+                               f"{'are in flight' if in_flight else 'ran concurrently'}: pass trace_id= (the trace id "
+                               "of the run you mean, e.g. probe.trajectory().trace_id read where it ran)")
+        return last.run
 
     def _dropped(self, trace_id: str) -> bool:
         """Whether ``trace_id`` is the most recent run and the tracer provider's sampler dropped it."""
         run = self.last_run
         return run is not None and trace_id == run.trace_id and not run.span.get_span_context().trace_flags.sampled
 
-    def _why_dropped(self) -> str:
-        run = self.last_run
+    def _why_dropped(self, run: RunScope | None) -> str:
         if run is not None and run.span.get_span_context().is_valid:
             sampler = os.environ.get("OTEL_TRACES_SAMPLER")
             return (f"the tracer provider's sampler dropped it{f' (OTEL_TRACES_SAMPLER={sampler})' if sampler else ''}; "
@@ -132,18 +208,24 @@ class Probe:
         return attrs
 
     def trajectory(self, trace_id: str | None = None) -> Trajectory:
-        """The stored trajectory of a run (default: the most recent).
+        """The stored trajectory of run ``trace_id``, by default of the caller's own latest run (the
+        same run :meth:`set_outcome` would label; :class:`AmbiguousRun` where that is unclear).
 
         ``LookupError`` when the run was not sampled (never recorded), ``KeyError`` when it is not stored.
         """
         if self.store is None:
             raise RuntimeError("no trace store configured (store=False)")
-        target = trace_id or self.last_trace_id
-        if target is None:
-            raise RuntimeError("no run has happened yet")
-        if self._dropped(target):
-            raise LookupError(f"run {target} was not recorded: {self._why_dropped()}")
-        return Trajectory.from_spans(self.store.trace(target))
+        if trace_id is None:
+            run = self._callers_run("trajectory")
+            if run.span.is_recording():
+                raise RuntimeError(f"trajectory: run {run.trace_id} is still running; its trajectory is "
+                                   "stored when it ends")
+            if not run.span.get_span_context().trace_flags.sampled:
+                raise LookupError(f"run {run.trace_id} was not recorded: {self._why_dropped(run)}")
+            trace_id = run.trace_id
+        elif self._dropped(trace_id):
+            raise LookupError(f"run {trace_id} was not recorded: {self._why_dropped(self.last_run)}")
+        return Trajectory.from_spans(self.store.trace(trace_id))
 
     @contextmanager
     def inject(self, plan: "InjectionPlan", **options: Any) -> Iterator["Injector"]:
@@ -171,6 +253,7 @@ class Probe:
         """Make everything the app does inside the block one run (one trace), e.g. a loop of rounds."""
         app = self.apps[-1]
         run = start_run(self, app.name, framework=self.adapter.name, task=task, lone_agent=app.lone_agent)
+        self._run_started(run)
         error: BaseException | None = None
         token = run.attach()
         try:
@@ -183,9 +266,15 @@ class Probe:
             run.finish(error)
 
     # -- hooks the spans module calls ------------------------------------------------------
+    def _run_started(self, run: RunScope) -> None:
+        """Note ``run`` as in flight (for :meth:`set_outcome`'s choice of the caller's run)."""
+        with self._runs_lock:
+            self._in_flight[run] = time.time_ns()
+
     def _run_ending(self, run: RunScope) -> None:
-        """Remember ``run`` as the latest and let the judge score it before its root span ends."""
-        self.last_run = run
+        """Remember ``run`` as the latest (of the probe, and of the thread and task it ends in) and
+        let the judge score it before its root span ends."""
+        self._remember(run)
         if self.judge is None:
             return
         verdict = self.judge(run.task, run.answer)
@@ -195,6 +284,22 @@ class Probe:
         if outcome.answer is None:
             outcome.answer = run.answer
         run.span.set_attributes(self._outcome_attributes(outcome))
+
+    def _remember(self, run: RunScope) -> None:
+        end = time.time_ns()
+        here: _Ended | None = getattr(self._here, "last", None)
+        with self._runs_lock:
+            start = self._in_flight.pop(run, None)
+            if start is None:  # a run the probe was not told of at its start: its root span's start
+                start = getattr(run.span, "start_time", None) or end
+            last = self._last
+            ended = _Ended(run, start, end, overlapped=bool(self._in_flight) or (last is not None and last.end > start),
+                           overlapped_here=here is not None and here.end > start)
+            self._last, self.last_run = ended, run
+            task = _current_task()
+            if task is not None:
+                self._by_task[task] = ended
+        self._here.last = ended
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout_millis: int | None = None) -> bool:
