@@ -51,6 +51,7 @@ import sys
 import threading
 import weakref
 from contextlib import nullcontext
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent, MessageFilterAgent
@@ -507,6 +508,15 @@ def _nested_team(wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args
                             on_done=lambda exc: _team_run_ended(team_id, scope.ctx))
 
 
+def _stands_for(traced: Any, coro: Any) -> None:
+    """``traced`` (a coroutine awaiting ``coro``) named like ``coro``, and ``coro`` closed once ``traced``
+    is gone: one closed or dropped without being awaited warns as ``coro`` alone would (a dropped one
+    "coroutine 'BaseChatAgent.run' was never awaited", a closed one not at all)."""
+    if isinstance(coro, CoroutineType):  # (another awaitable a subclass's ``run`` returns warns of nothing)
+        traced.__name__, traced.__qualname__ = coro.__name__, coro.__qualname__
+        weakref.finalize(traced, coro.close).atexit = False
+
+
 class RunWrapper(_Wrapper):
     """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
 
@@ -515,10 +525,15 @@ class RunWrapper(_Wrapper):
         try:
             if current_run() is not None or self.adapter.run_probe(instance) is None:
                 return coro
+            traced = self._traced(coro, instance, kwargs)
         except Exception:
             log_hook_error("run start")
             return coro
-        return self._traced(coro, instance, kwargs)
+        try:  # what the app holds instead of ``coro``: a call never awaited behaves the same
+            _stands_for(traced, coro)
+        except Exception:
+            log_hook_error("run start")
+        return traced
 
     async def _traced(self, coro: Any, instance: Any, kwargs: dict) -> Any:
         """``coro`` awaited in a new run, opened when it is awaited (a call never awaited opens none)."""

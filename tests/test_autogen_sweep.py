@@ -320,7 +320,6 @@ class _OpenSpans(SpanProcessor):
         self.open.pop(span.context.span_id, None)
 
 
-@pytest.mark.filterwarnings("ignore:coroutine 'BaseChatAgent.run' was never awaited")  # the app's own call, closed unawaited
 def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_path):
     """``run_stream`` streams an app makes and drops (never iterated, closed before the first item)
     and a lone agent's ``run`` never awaited run nothing, so they open no run: none is left open

@@ -1,0 +1,72 @@
+"""AutoGen runs the app starts and abandons (real teams, the real openai client on the loopback model
+server): a ``run()`` never awaited behaves as without instrumentation."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+from typing import Any
+
+import pytest
+
+pytest.importorskip("autogen_agentchat")
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.models import ModelFamily, ModelInfo
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+import aegis_probe
+from aegis_probe.modelserver import Reply
+from aegis_probe.store import TraceStore
+
+
+def _client(server: Any) -> OpenAIChatCompletionClient:
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
+    return OpenAIChatCompletionClient(model="m", base_url=server.base_url, api_key="sk-test", model_info=info)
+
+
+def _by_system_prompt(body: dict[str, Any]) -> Reply:
+    return Reply(content=f"{body['messages'][0]['content']} spoke.")
+
+
+def _app(server: Any, kind: str) -> Any:
+    client = _client(server)
+    if kind == "lone agent":
+        return AssistantAgent("lone", model_client=client, system_message="lone")
+    return RoundRobinGroupChat([AssistantAgent("a", model_client=client, system_message="a"),
+                                AssistantAgent("b", model_client=client, system_message="b")],
+                               termination_condition=MaxMessageTermination(3))
+
+
+def _unawaited_run(app: Any, ending: str) -> tuple[str, list[tuple[type, str]]]:
+    """``app.run(...)`` made, then closed or dropped unawaited: the coroutine's name and the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        coro = app.run(task="never run")
+        name = coro.__qualname__
+        if ending == "closed":
+            coro.close()
+        del coro
+        gc.collect()
+    return name, [(w.category, str(w.message)) for w in caught if "never awaited" in str(w.message)]
+
+
+@pytest.mark.parametrize("kind", ["team", "lone agent"])
+@pytest.mark.parametrize("ending", ["closed", "dropped"])
+def test_a_run_never_awaited_warns_as_without_instrumentation(model_server, tmp_path, kind, ending):
+    """``run()`` closed without being awaited warns of nothing, dropped it warns "coroutine
+    'BaseChatAgent.run' was never awaited" once (not of aegis's wrapper, nor twice), instrumented or not;
+    it runs nothing and records no run."""
+    server = model_server(_by_system_prompt)
+    plain = _unawaited_run(_app(server, kind), ending)
+    app = _app(server, kind)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    traced = _unawaited_run(app, ending)
+    assert traced == plain
+    assert plain[1] == ([] if ending == "closed" else [(RuntimeWarning, f"coroutine '{plain[0]}' was never awaited")])
+    probe.flush()
+    assert server.requests == [] and probe.last_run is None and not TraceStore(tmp_path / "store").traces()
+    assert asyncio.run(app.run(task="Now run.")).messages[-1].to_text().endswith("spoke.")  # awaited, it runs
