@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
@@ -356,19 +358,34 @@ def write_report(
 ) -> Path:
     """Write the HTML report of ``trajectory`` to ``path`` (parents created) and return the path.
 
-    A write that fails (a full disk, a file size limit) names ``path`` and leaves no half-written
-    report where there was none.
+    The report is written to a temporary file beside ``path`` and moved over it once whole, so a
+    write that fails (a full disk, a file size limit) or a crash leaves the previous report (or
+    none) as it was; the error names ``path``.
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    html = render_report(trajectory, jaeger_url=jaeger_url, phoenix_url=phoenix_url)
-    existed = out.exists()
-    try:
-        out.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        if not existed and out.is_file():
-            out.unlink()
-        if exc.filename is None:  # a failed write() names no file
-            exc.filename = str(out)
-        raise
+    html = render_report(trajectory, jaeger_url=jaeger_url, phoenix_url=phoenix_url).encode("utf-8")
+    write_atomically(out, html)
     return out
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` (through a symlink: its target) with ``data`` at once: written and synced to
+    a temporary file in the same directory, then renamed over it; the file keeps its permissions
+    (a new one gets the umask's). An ``OSError`` names ``path`` and leaves no temporary file."""
+    target = path.resolve() if path.is_symlink() else path
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(fd, "wb") as fh:
+            if target.exists():
+                os.chmod(fd, stat.S_IMODE(target.stat().st_mode))
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename in (None, tmp, str(tmp)):  # a failed write() names no file, a failed rename the temporary one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None  # (OSError picks the errno's subclass)
+        raise

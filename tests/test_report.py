@@ -401,3 +401,33 @@ def test_cli_report_on_a_full_disk_names_the_file_and_leaves_no_half_report(tmp_
                           capture_output=True, text=True, timeout=60, preexec_fn=limit)
     assert done.returncode == 2 and done.stderr.splitlines() == [f"error: [Errno 27] File too large: '{out}'"], done.stderr
     assert not out.exists(), "no half-written report"
+
+
+def test_cli_report_that_fails_over_an_earlier_report_leaves_it_whole(tmp_path):
+    """A report written again over a good one, the disk (a file size limit) filling up midway:
+    the earlier report stays byte for byte (it was truncated and left half-written), no temporary
+    file is left beside it, and a later write that succeeds replaces it, keeping its permissions."""
+    import os
+    import resource
+    import signal
+    import sys
+
+    store_dir, out = tmp_path / "store", tmp_path / "reports" / "r.html"
+    first = handmade_run(store_dir)
+    command = [sys.executable, "-m", "aegis_probe", "report", first.trace_id, "--dir", str(store_dir), "--out", str(out)]
+    assert subprocess.run(command, capture_output=True, text=True, timeout=60).returncode == 0
+    os.chmod(out, 0o640)
+    good = out.read_bytes()
+    out.write_bytes(good.replace(b"</footer>", b"</footer><!-- the earlier report -->"))
+    earlier = out.read_bytes()
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(good) // 2, len(good) // 2))
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    assert done.returncode == 2 and done.stderr.splitlines() == [f"error: [Errno 27] File too large: '{out}'"], done.stderr
+    assert out.read_bytes() == earlier, "the earlier report is whole"
+    assert [p.name for p in out.parent.iterdir()] == ["r.html"], "no temporary file left"
+    assert subprocess.run(command, capture_output=True, text=True, timeout=60).returncode == 0
+    assert out.read_bytes() == good and oct(out.stat().st_mode & 0o777) == oct(0o640)
