@@ -5,7 +5,8 @@ is registered and when a run starts):
 
 - run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
   ``BaseChatAgent.run``; a registered app opens the run when the stream is first iterated (the
-  coroutine first awaited), nested teams pass through.
+  coroutine first awaited), nested teams pass through. A stream left before its ``TaskResult``
+  (closed, or dropped after its loop closed) ends its run cancelled.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
   ``MessageFilterAgent``) stays one step, and so does a ``MessageFilterAgent``'s inner agent of
@@ -50,6 +51,7 @@ import operator
 import sys
 import threading
 import weakref
+from asyncio import CancelledError
 from contextlib import nullcontext
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
@@ -412,24 +414,44 @@ def _team_run_ended(team_id: str | None, ctx: otel_context.Context) -> None:
 
 
 class _RunHooks:
-    """Item and end callbacks of one run's stream (``team_id``: the team's, for ``_TEAM_RUNS``)."""
+    """Item and end callbacks of one run's stream (``team_id``: the team's, for ``_TEAM_RUNS``).
 
-    __slots__ = ("run", "team_id")
+    A stream that stops before its ``TaskResult`` (the app closed it) ends its run cancelled. One
+    whose frames are torn down unfinished, its ``finally`` never run (dropped after its event loop
+    closed: the loop's finalizer no longer closes it), ends its run when these hooks go, as
+    abandoned; both ERROR, ``error.type`` ``CancelledError``."""
+
+    __slots__ = ("run", "team_id", "completed", "ended")
 
     def __init__(self, run: "RunScope", team: Any = None) -> None:
         self.run, self.team_id = run, _team_run_started(team, run, run.ctx) if team is not None else None
+        self.completed = self.ended = False
         _run_started()
 
     def item(self, item: Any) -> None:
-        if isinstance(item, TaskResult) and item.messages:
-            self.run.answer = item.messages[-1].to_text()
+        if isinstance(item, TaskResult):
+            self.completed = True
+            if item.messages:
+                self.run.answer = item.messages[-1].to_text()
 
     def done(self, exc: BaseException | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if exc is None and not self.completed:
+            exc = CancelledError("the app closed the run's stream before its result")
         try:
             _team_run_ended(self.team_id, self.run.ctx)
             self.run.finish(exc)
         finally:
             _run_ended()
+
+    def __del__(self) -> None:
+        if not self.ended:
+            try:
+                self.done(CancelledError("the run's stream was dropped unfinished, its end never run (its event loop had closed)"))
+            except Exception:
+                log_hook_error("run end")
 
 
 class _Wrapper:

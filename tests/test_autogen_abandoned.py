@@ -1,10 +1,12 @@
 """AutoGen runs the app starts and abandons (real teams, the real openai client on the loopback model
-server): a ``run()`` never awaited behaves as without instrumentation."""
+server): a ``run()`` never awaited behaves as without instrumentation; a stream left unfinished ends
+its run, cancelled."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import warnings
 from typing import Any
 
@@ -19,6 +21,7 @@ from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import aegis_probe
+from aegis_probe import semconv as sc
 from aegis_probe.modelserver import Reply
 from aegis_probe.store import TraceStore
 
@@ -70,3 +73,48 @@ def test_a_run_never_awaited_warns_as_without_instrumentation(model_server, tmp_
     probe.flush()
     assert server.requests == [] and probe.last_run is None and not TraceStore(tmp_path / "store").traces()
     assert asyncio.run(app.run(task="Now run.")).messages[-1].to_text().endswith("spoke.")  # awaited, it runs
+
+
+def _abandon_stream(team: Any, ending: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Read ``team.run_stream``'s first two items in an event loop of its own, then close the stream, or
+    close the loop and drop the stream; what was reported: unraisable exceptions and logged errors."""
+    gc.collect()  # earlier garbage (an earlier team's tasks) reports nothing in here
+    reported: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(f"{u.exc_type.__name__}: {u.exc_value}"))
+    loop = asyncio.new_event_loop()
+    stream = team.run_stream(task="Talk.")
+
+    async def first_two(items: Any) -> list[str]:
+        return [type(await items.__anext__()).__name__ for _ in range(2)]
+
+    with caplog.at_level("ERROR"):
+        assert loop.run_until_complete(first_two(stream)) == ["TextMessage", "TextMessage"]
+        if ending == "closed":
+            loop.run_until_complete(stream.aclose())
+        loop.close()
+        del stream
+        gc.collect()
+    return reported + [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize("ending", ["closed", "dropped after its loop closed"])
+def test_a_stream_abandoned_before_its_result_ends_its_run_cancelled(model_server, tmp_path, monkeypatch, caplog, ending):
+    """A ``run_stream`` the app stops reading before its ``TaskResult`` ends its run as cancelled (ERROR,
+    ``CancelledError``): closed, or dropped after its event loop closed, where the loop no longer closes
+    it (its end never runs; the run stayed open and was never stored). Nothing touches the closed loop:
+    nothing is reported that the uninstrumented app does not report."""
+    server = model_server(_by_system_prompt)
+    plain_team = _app(server, "team")
+    plain = _abandon_stream(plain_team, ending, monkeypatch, caplog)
+    caplog.clear()
+    team = _app(server, "team")
+    probe = aegis_probe.instrument(team, store=tmp_path / "store")
+    assert _abandon_stream(team, ending, monkeypatch, caplog) == plain
+    probe.flush()
+    (trace_id,) = TraceStore(tmp_path / "store").traces()
+    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    (root,) = [r for r in TraceStore(tmp_path / "store").trace(trace_id) if r.parent_span_id is None]
+    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    assert probe.trajectory(trace_id).steps[0].output == "a spoke."
+    del plain_team, team
+    gc.collect()  # the teams' tasks left on the closed loops: autogen's reports of them go to the hooks above
