@@ -125,7 +125,7 @@ def test_a_run_recorded_without_content_is_not_offered_to_blame_and_blame_says_w
 def test_campaign_records_with_bytes_that_are_not_utf8_skip_that_line_only(tmp_path, caplog):
     from aegis_probe.injection.campaign import RUNS_FILE, read_records
 
-    good = {"key": "pens/baseline", "kind": "baseline", "success": True}
+    good = {"key": "pens/baseline", "kind": "baseline", "success": True, "agent_steps": {"planner": 1}, "trace_id": "ab"}
     (tmp_path / RUNS_FILE).write_bytes(b'{"key": "x/plan-0", "answer": "\xff"}\n' + json.dumps(good).encode() + b"\n")
     assert read_records(tmp_path) == {"pens/baseline": good}  # was: UnicodeDecodeError for the whole file
     assert f"{RUNS_FILE}:1: unreadable run record skipped" in caplog.text

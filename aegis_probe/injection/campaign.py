@@ -62,19 +62,83 @@ LOCK_FILE = ".campaign.lock"
 def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, Any]]:
     """Finished runs of the campaign in ``out`` by key: the last record of each key wins, error
     records are not finished (``errors=True`` keeps them), and an unreadable line (a crash
-    mid-write) is skipped with a warning, so that run is redone."""
+    mid-write) is skipped with a warning, so that run is redone. A line that is JSON but no run
+    record (a field missing or of the wrong type: edited by hand, or from another tool) is a
+    ``ValueError`` naming ``file:line`` and the field; the file is left as it is."""
     path = Path(out) / RUNS_FILE
     if not path.exists():
         return {}
     found: dict[str, dict[str, Any]] = {}
     for no, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            if line.strip():
-                rec = json.loads(line.decode("utf-8"))  # bytes that are not UTF-8: a ValueError, that line only
-                found[rec["key"]] = rec
-        except (ValueError, KeyError, TypeError):
+            rec = json.loads(line.decode("utf-8"))  # bytes that are not UTF-8: a ValueError, that line only
+        except ValueError:
             logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
+            continue
+        problem = record_problem(rec)
+        if problem is not None:
+            raise ValueError(f"{path}:{no}: {problem} (correct or delete that line to resume)")
+        found[rec["key"]] = rec
     return {k: r for k, r in found.items() if errors or "error" not in r}
+
+
+def _str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _step_counts(value: Any) -> bool:
+    return isinstance(value, dict) and all(type(n) is int and n >= 0 for n in value.values())
+
+
+def _objects(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+_STRING, _FLAG = ("a string", _str), ("true or false", _bool)
+#: Per kind of record, the fields the campaign reads and what each must be.
+_REQUIRED: dict[str, dict[str, tuple[str, Any]]] = {
+    "error": {"error": _STRING},
+    "baseline": {"success": _FLAG, "agent_steps": ("an object of agent: step count", _step_counts)},
+    "injected": {"success": _FLAG, "applied": ("a list of objects", _objects), "flipped": _FLAG, "kept": _FLAG,
+                 "mode": _STRING, "strategy": _STRING},
+}
+#: Fields read when present.
+_OPTIONAL: dict[str, tuple[str, Any]] = {
+    "task_id": ("a string or number", lambda v: isinstance(v, (str, int)) and not isinstance(v, bool)),
+    "task_hash": _STRING, "answer": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "trace_id": ("a string or null", lambda v: v is None or isinstance(v, str)),
+}
+
+
+def record_problem(rec: Any) -> str | None:
+    """What makes ``rec`` (a decoded line of ``runs.jsonl``) no run record the campaign can
+    resume from, or None: a field it reads that is missing or of the wrong type."""
+    if not isinstance(rec, dict):
+        return f"expected a run record (a JSON object), got {type(rec).__name__}"
+    if not isinstance(rec.get("key"), str):
+        return "run record without its `key` (a string)" if "key" not in rec else \
+            f"run record's field `key` is {json.dumps(rec['key'])}, not a string"
+    kind = "error" if "error" in rec else rec.get("kind")
+    if kind not in _REQUIRED:
+        return (f"run record {rec['key']!r} lacks field `kind` (\"baseline\" or \"injected\")" if "kind" not in rec else
+                f"run record {rec['key']!r}: field `kind` is {json.dumps(kind)[:80]}, not \"baseline\" or \"injected\"")
+    fields = {**_REQUIRED[kind], **{k: v for k, v in _OPTIONAL.items() if k in rec}}
+    if "task_hash" in rec:
+        fields["task_id"] = _OPTIONAL["task_id"]  # the changed task is named by it
+    if _has_stored_trace(rec):
+        fields["trace_id"] = ("a string: its trace is stored", _str)
+    for name, (what, ok) in fields.items():
+        if name not in rec:
+            return f"run record {rec['key']!r} lacks field `{name}` ({what})"
+        if not ok(rec[name]):
+            return f"run record {rec['key']!r}: field `{name}` is {json.dumps(rec[name])[:80]}, not {what}"
+    return None
 
 
 def _has_stored_trace(record: dict[str, Any]) -> bool:
