@@ -357,12 +357,12 @@ def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_
     assert runs == [("closed after one", ["a", "b"]), ("ran", ["a", "b"])]
 
 
-@pytest.mark.parametrize(("mode", "applied"), [("FM-3.1", True), ("FM-2.6", False)])
+@pytest.mark.parametrize(("mode", "applied"), [("FM-3.1", True), ("FM-2.4", False)])
 def test_corrupting_a_handoff_is_labelled_only_when_it_changed_it(model_server, tmp_path, mode, applied):
     """Response corruption of a ``Swarm`` agent whose answer is a handoff alone: a mode that rewrites it
     (FM-3.1, premature termination) replaces the handoff, so no transfer happens, and is labelled; one
-    with nothing to change in an argument-less handoff (FM-2.6 edits a number) leaves the handoff as it
-    was and no label claims it."""
+    with nothing to change in an argument-less handoff without reasoning (FM-2.4 withholds the numbers
+    said) leaves the handoff as it was and no label claims it (tests/test_injection_operators.py: each mode)."""
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
     from autogen_agentchat.teams import Swarm

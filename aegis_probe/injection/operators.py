@@ -17,6 +17,8 @@ from ..interception import LLMResponse
 _NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w)")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _VERIFY = re.compile(r"\b(verif\w*|check\w*|confirm\w*|correct\w*|double-check\w*)\b", re.I)
+#: A handoff tool's name (AutoGen's and the OpenAI Agents SDK's default ``transfer_to_<agent>``).
+_HANDOFF = re.compile(r"transfer_to_(\w+)")
 
 #: Termination markers the supported frameworks' teams commonly use.
 TERMINATION_MARKERS = ("TERMINATE", "APPROVE", "CAMEL_TASK_DONE", "FINAL ANSWER:")
@@ -85,6 +87,19 @@ def _say(resp: LLMResponse, text: str) -> LLMResponse:
     return replace(resp, content=text, tool_calls=[], finish_reason="stop" if resp.finish_reason else None)
 
 
+def _handoff_targets(resp: LLMResponse) -> list[str]:
+    """The agents an action hands over to when handing over is all it does (every tool call a
+    ``transfer_to_<agent>`` handoff; any text is its reasoning); else empty."""
+    found = [_HANDOFF.fullmatch(str(c.get("name", ""))) for c in resp.tool_calls]
+    return [m.group(1) for m in found if m] if found and all(found) else []
+
+
+def _reasoning(resp: LLMResponse, fn: Callable[[str], str]) -> LLMResponse:
+    """A handoff's reasoning edited by ``fn``, the handoff kept: a mode about what the agent says leaves
+    where it hands over alone (nothing to edit: the action unchanged, so the mode is not applied)."""
+    return replace(resp, content=fn(resp.content) if resp.content else resp.content)
+
+
 def _edit(resp: LLMResponse, fn: Callable[[str], str]) -> LLMResponse:
     """``fn`` applied to the content and to each tool call's arguments."""
     calls = [{**c, "arguments": fn(str(c.get("arguments", "")))} for c in resp.tool_calls]
@@ -95,6 +110,13 @@ def _sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE.split(text) if s.strip()]
 
 
+def _without(text: str, pattern: re.Pattern[str], filler: str) -> str:
+    """``text`` without its sentences ``pattern`` finds (``filler`` when none is left); as it is when it has none."""
+    if not pattern.search(text):
+        return text
+    return " ".join(s for s in _sentences(text) if not pattern.search(s)) or filler
+
+
 # -- one operator per mode ------------------------------------------------------------------
 
 def disobey_task(resp: LLMResponse, ctx: Context) -> LLMResponse:
@@ -103,7 +125,12 @@ def disobey_task(resp: LLMResponse, ctx: Context) -> LLMResponse:
 
 
 def disobey_role(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-1.2: skips its own job (no tool use) and takes over another agent's role with a guess."""
+    """FM-1.2: skips its own job (no tool use) and takes over another agent's role with a guess; an
+    agent handing over takes over the role of the one it was handing over to."""
+    targets = _handoff_targets(resp)
+    if targets:
+        guess = _replace_last_number(resp.content or ctx.first_user, lambda x: x + 1)
+        return _say(resp, f"I will act as {targets[0]} myself instead of handing over to it: {guess}")
     guess = _replace_last_number(_action_text(resp), lambda x: x + 1)
     return _say(resp, f"I will act as {ctx.other_agent} instead of doing my part as {ctx.agent}: {guess}")
 
@@ -112,6 +139,8 @@ def repeat_step(resp: LLMResponse, ctx: Context) -> LLMResponse:
     """FM-1.3: repeats the content of an earlier step instead of acting."""
     own = _action_text(resp)
     earlier = [_text(m) for m in ctx.history if m.get("role") != "system" and _text(m) and _text(m) != own]
+    if not earlier and _handoff_targets(resp):  # nothing said before to repeat (a handoff is no text to say twice)
+        return resp
     return _say(resp, earlier[-1] if earlier else f"{own}\n{own}")
 
 
@@ -126,11 +155,16 @@ def lose_history(resp: LLMResponse, ctx: Context) -> LLMResponse:
 
 
 def ignore_termination(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-1.5: drops the termination marker and keeps the conversation going."""
-    text = _action_text(resp)
-    for marker in {ctx.termination, *TERMINATION_MARKERS}:
-        text = re.sub(re.escape(marker), "", text, flags=re.I)
-    return _say(resp, text.strip() + "\nWe are not done yet; let us keep refining this.")
+    """FM-1.5: drops the termination marker and keeps the conversation going (a handoff ends
+    nothing: only a marker in its reasoning is dropped)."""
+    def unmarked(text: str) -> str:
+        for marker in {ctx.termination, *TERMINATION_MARKERS}:
+            text = re.sub(re.escape(marker), "", text, flags=re.I)
+        return text
+
+    if _handoff_targets(resp):
+        return _reasoning(resp, lambda t: t if unmarked(t) == t else unmarked(t).strip() or "Not done yet.")
+    return _say(resp, unmarked(_action_text(resp)).strip() + "\nWe are not done yet; let us keep refining this.")
 
 
 def reset_conversation(resp: LLMResponse, ctx: Context) -> LLMResponse:
@@ -139,7 +173,10 @@ def reset_conversation(resp: LLMResponse, ctx: Context) -> LLMResponse:
 
 
 def skip_clarification(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-2.2: proceeds on an ambiguous basis: specific quantities become vague words."""
+    """FM-2.2: proceeds on an ambiguous basis: specific quantities become vague words (a handoff's
+    reasoning only)."""
+    if _handoff_targets(resp):
+        return _reasoning(resp, lambda t: _NUM.sub("some", t))
     text = _NUM.sub("some", _action_text(resp))
     return _say(resp, text if text != _action_text(resp) else f"{text} (assuming whatever seems reasonable)")
 
@@ -151,7 +188,10 @@ def derail(resp: LLMResponse, ctx: Context) -> LLMResponse:
 
 
 def withhold(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-2.4: leaves out the numbers and facts the next agent needs."""
+    """FM-2.4: leaves out the numbers and facts the next agent needs (from a handoff's reasoning,
+    still handing over)."""
+    if _handoff_targets(resp):
+        return _reasoning(resp, lambda t: _without(t, _NUM, "Over to you."))
     kept = [s for s in _sentences(_action_text(resp)) if not _NUM.search(s)]
     return _say(resp, " ".join(kept) or "I have worked it out.")
 
@@ -162,11 +202,22 @@ def ignore_input(resp: LLMResponse, ctx: Context) -> LLMResponse:
     return _say(resp, f"Regardless of the previous message, I stand by my earlier position: {own[-1] if own else ctx.first_user}")
 
 
+def _intent(call: dict[str, Any]) -> str:
+    """What a tool call does, said as the agent's reasoning."""
+    name = str(call.get("name", ""))
+    handoff = _HANDOFF.fullmatch(name)
+    return f"I will hand this over to {handoff.group(1)}." if handoff else f"I will call {name} now."
+
+
 def mismatch_action(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-2.6: the reasoning stays, the action does not follow it (last number of the action changed)."""
+    """FM-2.6: the reasoning stays, the action does not follow it: the last number of the action
+    changed; tool calls with no number to change (a handoff) are not made, their reasoning (else what
+    they would do) said instead."""
     if resp.tool_calls:
         calls = [{**c, "arguments": _replace_last_number(str(c.get("arguments", "")), lambda x: x + 1)} for c in resp.tool_calls]
-        return replace(resp, tool_calls=calls)
+        if calls != resp.tool_calls:
+            return replace(resp, tool_calls=calls)
+        return _say(resp, resp.content or " ".join(dict.fromkeys(map(_intent, resp.tool_calls))))
     return replace(resp, content=_replace_last_number(resp.content or "", lambda x: x + 1) if numbers(resp.content or "") else f"{resp.content or ''} Actually, I will do something else.")
 
 
@@ -176,7 +227,10 @@ def terminate_early(resp: LLMResponse, ctx: Context) -> LLMResponse:
 
 
 def skip_verification(resp: LLMResponse, ctx: Context) -> LLMResponse:
-    """FM-3.2: no verification: the check (tool use, checking sentences) is dropped for an unchecked estimate."""
+    """FM-3.2: no verification: the check (tool use, checking sentences) is dropped for an unchecked
+    estimate (from a handoff's reasoning, still handing over)."""
+    if _handoff_targets(resp):
+        return _reasoning(resp, lambda t: _without(t, _VERIFY, "Over to you."))
     kept = " ".join(s for s in _sentences(_action_text(resp)) if not _VERIFY.search(s))
     estimate = _replace_last_number(kept, lambda x: round(x, -1) if round(x, -1) not in (x, 0) else x + 10)
     return _say(resp, f"{estimate} No need to check this.".strip())
