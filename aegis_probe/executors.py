@@ -10,7 +10,8 @@ consume their results on the driver, which alone writes ``runs.jsonl`` and the t
   (the folder of a ``file.py`` app as ``working_dir``, a module that is not installed as
   ``py_modules``; Ray accepts local paths only when it is initialised, so ship before entering).
   A task whose worker dies or that raises is retried ``max_retries`` times, then reported as a
-  :class:`Failure`, like a call that raised in a thread.
+  :class:`Failure`, like a call that raised in a thread; a :class:`NotRetried` error (a run over
+  its time limit) is reported at once, never retried.
 
 ``aegis_probe`` itself and the app's framework must be installed on every node (see docs/scale.md).
 """
@@ -56,6 +57,12 @@ class Failure:
         remote = getattr(exc, "traceback_str", None)
         return cls(redact_secrets(f"{type(shown).__name__}: {shown}"),
                    redact_secrets(remote or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+
+
+class NotRetried(Exception):
+    """Base of the errors that running the call again would not mend (a run that outlasted its
+    time limit, left hanging where it ran): a Ray task reports them as its :class:`Failure` at
+    once instead of being retried."""
 
 
 class TaskError(Exception):
@@ -159,11 +166,14 @@ class ThreadExecutor(Executor):
         self._queue, self._threads = queue.SimpleQueue(), []  # threads still running end on their queue's None
 
 
-def _invoke(call: Callable[[], T]) -> T:
-    """The Ray task: run the call that was shipped; its exception leaves as a :class:`TaskError`."""
+def _invoke(call: Callable[[], T]) -> "T | Failure":
+    """The Ray task: run the call that was shipped; its exception leaves as a :class:`TaskError`
+    (which Ray retries), a :class:`NotRetried` one as the returned :class:`Failure` (which it does not)."""
     try:
         return call()
-    except Exception as exc:  # noqa: BLE001 - every exception is the run's failure (and is retried)
+    except NotRetried as exc:
+        return Failure.of(exc)
+    except Exception as exc:  # noqa: BLE001 - every other exception is the run's failure (and is retried)
         failure = Failure.of(exc)
         raise TaskError(failure.error, failure.traceback) from None
 

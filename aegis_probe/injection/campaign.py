@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from .. import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..errors import AegisProbeError, one_line
-from ..executors import Executor, Failure, ThreadExecutor
+from ..executors import Executor, Failure, NotRetried, ThreadExecutor
 from ..interception import UnansweredCalls
 from ..jsonl import read_jsonl
 from ..leanspans import LeanTracerProvider
@@ -189,8 +189,9 @@ def _only_campaign(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-class RunTimeout(AegisProbeError, TimeoutError):
-    """A campaign's run took longer than its ``run_timeout``."""
+class RunTimeout(AegisProbeError, NotRetried, TimeoutError):
+    """A campaign's run took longer than its ``run_timeout`` (recorded as timed out, never retried
+    by the executor: its run may still hang where it was left; a resumed campaign runs it again)."""
 
 
 class _Collector(SpanProcessor):
