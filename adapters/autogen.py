@@ -304,7 +304,9 @@ def _endpoint_attributes(client: Any) -> dict[str, Any]:
 
 #: autogen's finish reasons as the other adapters record them (the OpenAI values): its
 #: ``function_calls`` is ``tool_calls``; ``unknown`` (the provider gave none, or one autogen does
-#: not know) is none, as a provider's missing reason is elsewhere.
+#: not know) is none, as a provider's missing reason is elsewhere. An answer with tool calls is
+#: ``tool_calls`` whatever autogen says (its stream reader says ``unknown`` when the usage comes
+#: in the chunk that has the finish reason).
 FINISH_REASONS: dict[str, str] = {"stop": "stop", "length": "length", "content_filter": "content_filter",
                                   "function_calls": "tool_calls"}
 #: The other way, for an answer an interceptor gives (tool calls make ``function_calls`` whatever it says).
@@ -352,7 +354,7 @@ class AutogenCodec:
             tool_calls=_calls(raw.content) if calls else [],  # type: ignore[arg-type]
             input_tokens=usage.prompt_tokens if usage else None,
             output_tokens=usage.completion_tokens if usage else None,
-            finish_reason=FINISH_REASONS.get(raw.finish_reason),
+            finish_reason="tool_calls" if calls else FINISH_REASONS.get(raw.finish_reason),
         )
 
     def with_response(self, raw: CreateResult | None, response: LLMResponse) -> CreateResult:

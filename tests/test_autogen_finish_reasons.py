@@ -57,9 +57,11 @@ def _finish_reasons(store: TraceStore) -> list[tuple[list[str] | None, str | Non
     return out
 
 
-def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tmp_path):
-    """The same model answering a tool call, then text, to an autogen agent and a camel agent: both
-    traces say ``tool_calls`` then ``stop`` (autogen's ``CreateResult`` says ``function_calls``)."""
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tmp_path, streamed):
+    """The same model answering a tool call, then text, to an autogen agent (streamed or not) and a
+    camel agent: both traces say ``tool_calls`` then ``stop`` (autogen's ``CreateResult`` says
+    ``function_calls``)."""
     from camel.agents import ChatAgent
     from camel.messages import BaseMessage
     from camel.models import ModelFactory
@@ -70,7 +72,8 @@ def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tm
     server = model_server(_tool_policy)
     info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN, structured_output=False)
     client = OpenAIChatCompletionClient(model=MODEL, base_url=server.base_url, api_key="sk-test", model_info=info)
-    autogen_agent = AssistantAgent("calculator", model_client=client, tools=[calculate], reflect_on_tool_use=True)
+    autogen_agent = AssistantAgent("calculator", model_client=client, tools=[calculate], reflect_on_tool_use=True,
+                                   model_client_stream=streamed)
     probe = aegis_probe.instrument(autogen_agent, store=tmp_path / "autogen")
     assert asyncio.run(autogen_agent.run(task="What is (17 + 25) * 3?")).messages[-1].to_text() == "The total is 126."
     probe.flush()
@@ -86,7 +89,9 @@ def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tm
 
     expected = [(["tool_calls"], "tool_calls"), (["stop"], "stop")]
     assert _finish_reasons(TraceStore(tmp_path / "camel")) == expected
-    assert _finish_reasons(TraceStore(tmp_path / "autogen")) == expected
+    # (streamed, autogen's reader loses a reason sent in the chunk that has the usage, as this server
+    # sends it: "unknown", left out; the tool calls still say why their answer ended)
+    assert _finish_reasons(TraceStore(tmp_path / "autogen")) == (expected[:1] + [(None, None)] if streamed else expected)
 
 
 _USAGE = RequestUsage(prompt_tokens=3, completion_tokens=2)
