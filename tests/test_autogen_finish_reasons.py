@@ -10,7 +10,6 @@ from typing import Any, Sequence
 import pytest
 
 pytest.importorskip("autogen_agentchat")
-pytest.importorskip("camel.agents")
 
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
 from autogen_agentchat.base import Response
@@ -62,6 +61,7 @@ def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tm
     """The same model answering a tool call, then text, to an autogen agent (streamed or not) and a
     camel agent: both traces say ``tool_calls`` then ``stop`` (autogen's ``CreateResult`` says
     ``function_calls``)."""
+    pytest.importorskip("camel.agents")
     from camel.agents import ChatAgent
     from camel.messages import BaseMessage
     from camel.models import ModelFactory
