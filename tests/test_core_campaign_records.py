@@ -90,3 +90,31 @@ def test_a_line_cut_short_by_a_crash_is_still_skipped_and_redone(campaign, tmp_p
     (out / RUNS_FILE).write_bytes(data[:-40])  # the injected run's record cut short
     assert list(read_records(out)) == ["pens/baseline"]
     assert f"{RUNS_FILE}:2: unreadable run record skipped" in caplog.text
+
+
+def test_a_record_the_disk_has_no_room_for_is_taken_back_and_the_file_named(campaign, tmp_path):
+    """Resuming with a task added while the disk fills up (a file size limit just past runs.jsonl):
+    the new run's record, cut short midway, is taken back (runs.jsonl as it was) and the error
+    line names runs.jsonl (it named no file, and left half a record behind)."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    out = _edited(campaign, tmp_path, 1, lambda rec: rec)
+    before = (out / RUNS_FILE).read_bytes()
+    train = {"id": "train", "type": "math", "expected": "180", "task": "A train travels 84 km in the first hour "
+             "and 96 km in the second hour. How many km does it travel in total?"}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(TASK) + "\n" + json.dumps(train) + "\n")
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 40, len(before) + 40))
+
+    done = subprocess.run([sys.executable, "-m", "aegis_probe", "inject", "--app", "aegis_probe.demos.autogen", "--tasks",
+                           str(tasks), "--out", str(out), "--plans-per-run", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: [Errno 27] File too large: '{out / RUNS_FILE}'"], done.stderr
+    assert (out / RUNS_FILE).read_bytes() == before

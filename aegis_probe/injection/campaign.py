@@ -275,12 +275,26 @@ class Campaign:
         return found
 
     def _write(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to ``runs.jsonl``. A write that fails (a full disk) takes back what it
+        wrote, so the file is as it was, and names the file."""
+        path = self.out / RUNS_FILE
+        data = (json.dumps(record) + "\n").encode("utf-8")
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / RUNS_FILE, "ab+") as fh:
-                if fh.seek(0, 2) and (fh.seek(-1, 2), fh.read(1))[1] != b"\n":
-                    fh.write(b"\n")  # end a record cut short by a crash, so this one stays readable
-                fh.write((json.dumps(record) + "\n").encode("utf-8"))
+            with open(path, "ab+", buffering=0) as fh:
+                end = fh.seek(0, 2)
+                if end and (fh.seek(-1, 2), fh.read(1))[1] != b"\n":
+                    data = b"\n" + data  # end a record cut short by a crash, so this one stays readable
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[fh.write(view):]
+                except OSError as exc:
+                    try:
+                        fh.truncate(end)
+                    except OSError:
+                        logger.warning("%s: could not take back a record cut short (%s); it is skipped on resume", path, exc)
+                    raise OSError(exc.errno, exc.strerror, str(path)) from None
 
     # -- one run -------------------------------------------------------------------------
     def execute(self, endpoint: Endpoint, task: dict[str, Any], plan: InjectionPlan | None) -> RunResult:
