@@ -3,7 +3,9 @@
 The *model* behind it is a plain Python callable (a :data:`Policy`): it gets the request body and
 returns a :class:`Reply` (text, or tool calls). The demo and the tests use deterministic scripted
 policies, so runs need no API key and no network; every framework talks to it through its real
-OpenAI client. Supports ``stream=true`` (SSE, usage in the last chunk) and ``GET /v1/models``.
+OpenAI client. Supports ``stream=true`` (SSE, as OpenAI streams with ``stream_options.include_usage``:
+the finish reason in the last chunk with a choice, then the usage in a chunk of its own with no
+choices, sent also when not asked for, so every client counts tokens) and ``GET /v1/models``.
 """
 
 from __future__ import annotations
@@ -139,15 +141,19 @@ class ModelServer:
                     self._json(200, {**base, "object": "chat.completion", "usage": usage,
                                      "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
                     return
-                self._stream(base, message, usage, finish)
+                asked = bool((body.get("stream_options") or {}).get("include_usage"))
+                self._stream(base, message, usage, finish, asked)
 
-            def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, int], finish: str) -> None:
+            def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, int], finish: str,
+                        usage_asked: bool) -> None:
+                """SSE chunks: the deltas, the finish reason, then the usage alone (``choices`` empty; with
+                ``usage_asked`` every earlier chunk says ``"usage": null``, as OpenAI's do)."""
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                chunk = {**base, "object": "chat.completion.chunk"}
+                chunk: dict[str, Any] = {**base, "object": "chat.completion.chunk", **({"usage": None} if usage_asked else {})}
                 deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
                 if message.get("content"):
                     words = message["content"].split(" ")
@@ -155,7 +161,8 @@ class ModelServer:
                 for i, call in enumerate(message.get("tool_calls", [])):
                     deltas.append({"tool_calls": [{"index": i, **call}]})
                 events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-                events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
+                events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+                events.append({**chunk, "choices": [], "usage": usage})
                 for event in events:
                     self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")

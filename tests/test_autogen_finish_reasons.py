@@ -89,9 +89,7 @@ def test_a_tool_call_answer_has_the_finish_reason_camel_records(model_server, tm
 
     expected = [(["tool_calls"], "tool_calls"), (["stop"], "stop")]
     assert _finish_reasons(TraceStore(tmp_path / "camel")) == expected
-    # (streamed, autogen's reader loses a reason sent in the chunk that has the usage, as this server
-    # sends it: "unknown", left out; the tool calls still say why their answer ended)
-    assert _finish_reasons(TraceStore(tmp_path / "autogen")) == (expected[:1] + [(None, None)] if streamed else expected)
+    assert _finish_reasons(TraceStore(tmp_path / "autogen")) == expected
 
 
 _USAGE = RequestUsage(prompt_tokens=3, completion_tokens=2)
