@@ -1,4 +1,4 @@
-"""``traces ls`` and ``traces show ID``: browse the embedded trace store."""
+"""``traces ls``, ``traces show ID`` and ``traces export ID|--all``: browse and export the embedded trace store."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ..config import ProbeConfig
 from ..steptable import printable, step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
+from . import export
 
 logger = logging.getLogger("aegis_probe")
 
@@ -17,8 +18,8 @@ _DIR_HELP = "trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("traces", help="list and show traces in the embedded trace store",
-                       description="Browse the embedded trace store (AEGIS_TRACE_DIR or ./aegis-traces).")
+    p = sub.add_parser("traces", help="list, show and export traces of the embedded trace store",
+                       description="Browse and export the embedded trace store (AEGIS_TRACE_DIR or ./aegis-traces).")
     p.add_argument("--dir", default=None, help=_DIR_HELP)
     # also accepted after the action; SUPPRESS keeps the sub-parser from resetting a --dir given before it
     common = argparse.ArgumentParser(add_help=False)
@@ -31,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     show.add_argument("trace_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="print the Trajectory as JSON instead")
     show.set_defaults(func=_show)
+    export.add_parser(tsub, common).set_defaults(func=_export)
 
 
 def _store(args: argparse.Namespace) -> TraceStore:
@@ -70,3 +72,7 @@ def _show(args: argparse.Namespace) -> int:
         print()
         print(step_table(traj))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    return export.run(args, _store(args))
