@@ -23,13 +23,17 @@ Class- and module-level patches, installed once:
   a tool that interrupts (``interrupt()`` asking a human) ends its span without error.
 
 A node that interrupts (``interrupt()``, ``GraphBubbleUp``) ends its step normally; the run ends
-when the stream does.
+when the stream does. A stream the app leaves before its end (closed, dropped, or an ``astream``
+dropped after its event loop closed, whose end then never runs) ends its run cancelled: ERROR,
+``error.type`` ``CancelledError``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import weakref
+from asyncio import CancelledError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -291,6 +295,60 @@ class _NodeStep:
     count: int
 
 
+class _Stream:
+    """A graph's stream (an iterator or async iterator) that notes whether it was read to its end."""
+
+    __slots__ = ("items", "exhausted")
+
+    def __init__(self, items: Any) -> None:
+        self.items, self.exhausted = items, False
+
+    def __iter__(self) -> "_Stream":
+        return self
+
+    def __aiter__(self) -> "_Stream":
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self.items)
+        except StopIteration:
+            self.exhausted = True
+            raise
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.items.__anext__()
+        except StopAsyncIteration:
+            self.exhausted = True
+            raise
+
+    def close(self) -> None:
+        close = getattr(self.items, "close", None)
+        if close is not None:
+            close()
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.items, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _end_abandoned(done: Callable[[BaseException | None], None]) -> None:
+    """End a run whose stream went with its end never run: never iterated, or an ``astream`` dropped
+    unfinished after its event loop closed (the loop no longer closes it)."""
+    try:
+        done(CancelledError("the graph's stream was dropped before its end ran"))
+    except Exception:
+        log_hook_error("langgraph run end")
+
+
+def _ending(stream: Any, done: Callable[[BaseException | None], None]) -> Any:
+    """``stream``, its run ended by ``done`` (once) when it is garbage-collected with its end never run."""
+    weakref.finalize(stream, _end_abandoned, done).atexit = False
+    return stream
+
+
 class LangGraphAdapter(Adapter):
     """Traces compiled LangGraph graphs: one step per node execution."""
 
@@ -371,8 +429,17 @@ class LangGraphAdapter(Adapter):
                 del self._threads[next(iter(self._threads))]
             return memory
 
-    def _ender(self, run: RunScope) -> Callable[[BaseException | None], None]:
+    def _ender(self, run: RunScope, stream: "_Stream | None" = None) -> Callable[[BaseException | None], None]:
+        """End ``run`` once: with the app's exception, else cancelled where ``stream`` was left before its end."""
+        ended = False
+
         def done(exc: BaseException | None) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            if exc is None and stream is not None and not stream.exhausted:
+                exc = CancelledError("the app left the graph's stream before its end")
             self._seen.pop(run.run_id, None)
             run.finish(exc)
 
@@ -383,22 +450,24 @@ class LangGraphAdapter(Adapter):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            items = wrapped(*args, **kwargs)
+            items = _Stream(iter(wrapped(*args, **kwargs)))
         except BaseException as exc:
             self._ender(run)(exc)
             raise
-        return iterate_sync_in_scope(iter(items), run, on_done=self._ender(run))
+        done = self._ender(run, items)
+        return _ending(iterate_sync_in_scope(items, run, on_done=done), done)
 
     def _astream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._start(instance, args, kwargs)
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            agen = wrapped(*args, **kwargs)
+            items = _Stream(wrapped(*args, **kwargs).__aiter__())
         except BaseException as exc:
             self._ender(run)(exc)
             raise
-        return iterate_in_scope(agen.__aiter__(), run, on_done=self._ender(run))
+        done = self._ender(run, items)
+        return _ending(iterate_in_scope(items, run, on_done=done), done)
 
     # -- steps (node executions) -----------------------------------------------------------
     def _open_step(self, args: tuple, kwargs: dict) -> _NodeStep | None:

@@ -24,7 +24,10 @@ Class- and module-level patches, installed once:
 
 ``Runner.run_streamed`` (``AgentRunner.run_streamed`` and ``run_loop.run_single_turn_streamed``)
 is traced the same way: its turns run in a background task created while the run is current, and
-the run ends when that task does; streamed chat completions are ``chat`` spans too. Not covered:
+the run ends when that task does; streamed chat completions are ``chat`` spans too. A streamed run
+stopped before its final output (``result.cancel()``, either mode; its reader cancelled; its event
+loop ending, or closed and the result dropped, with the run unfinished) ends cancelled: ERROR,
+``error.type`` ``CancelledError``. Not covered:
 model calls through the Responses API (``OpenAIResponsesModel``, the SDK's default model: no
 ``chat`` span, replay or injection for them).
 """
@@ -34,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import weakref
+from asyncio import CancelledError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -142,10 +147,16 @@ def _jsonable(value: Any) -> Any:
 
 def _streamed_error(result: Any, task: Any) -> BaseException | None:
     """The error a streamed run ended with: its loop task's, else the one the SDK keeps for
-    ``stream_events`` to raise (``max_turns`` exceeded is only found there, the task ends normally)."""
+    ``stream_events`` to raise (``max_turns`` exceeded is only found there, the task ends normally);
+    a ``CancelledError`` where the run stopped before its final output: its task cancelled (by
+    ``result.cancel()``, a cancelled ``stream_events`` reader, or the event loop ending with the run
+    unfinished), or ``cancel(mode="after_turn")`` ending it after a turn without one."""
     if task.cancelled():
-        return None
+        return CancelledError("the streamed run was cancelled before its final output")
     exc = task.exception() or getattr(result, "_stored_exception", None)
+    if (exc is None and getattr(result, "_cancel_mode", None) == "after_turn" and result.final_output is None
+            and not getattr(result, "interruptions", None)):
+        return CancelledError("the streamed run was cancelled after a turn, before its final output")
     max_turns = getattr(result, "max_turns", None)
     if exc is None and max_turns is not None and result.current_turn > max_turns and not result._max_turns_handled:
         from agents import MaxTurnsExceeded
@@ -166,6 +177,27 @@ def _finish_run(run: RunScope, result: Any, task: Any = None) -> None:
         log_hook_error("openai-agents run end")
         exc = None
     run.finish(exc)
+
+
+def _end_abandoned(run: RunScope) -> None:
+    """End a streamed run whose result went with its loop task never done (the event loop closed first)."""
+    try:
+        run.finish(CancelledError("the streamed run was dropped unfinished, its event loop closed"))
+    except Exception:
+        log_hook_error("openai-agents run end")
+
+
+def _watch_streamed(run: RunScope, result: Any) -> None:
+    """End ``run`` when ``result``'s loop task is done, else, its loop closed first (the task's callbacks
+    never run), when ``result`` is garbage-collected: cancelled, touching no loop."""
+    abandoned = weakref.finalize(result, _end_abandoned, run)
+    abandoned.atexit = False
+
+    def done(task: Any) -> None:
+        if abandoned.detach() is not None:
+            _finish_run(run, result, task)
+
+    result.run_loop_task.add_done_callback(done)
 
 
 def _fail_run(run: RunScope, exc: BaseException) -> None:
@@ -310,7 +342,7 @@ class OpenAIAgentsAdapter(Adapter):
         finally:
             run.detach(token)
         try:
-            result.run_loop_task.add_done_callback(lambda task: _finish_run(run, result, task))
+            _watch_streamed(run, result)
         except Exception:
             log_hook_error("openai-agents streamed run")
             run.finish()

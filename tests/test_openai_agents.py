@@ -385,3 +385,75 @@ def test_run_past_max_turns_is_the_probes_last_run(model_server, provider, expor
     assert traj.trace_id == format(exporter.get_finished_spans()[-1].context.trace_id, "032x")
     assert traj.error.startswith("MaxTurnsExceeded") and len(traj.steps) == 2 and judged == [demo.TASK]
     assert str(raised.value) == "Max turns (2) exceeded"
+
+
+
+def _cancelled_streamed_run(app: object, how: str, monkeypatch: pytest.MonkeyPatch,
+                            caplog: pytest.LogCaptureFixture) -> tuple[object, list[str], list[str]]:
+    """``Runner.run_streamed`` of ``app`` stopped by the app before its final output (``how``), its
+    result then dropped: the final output, the types of the events the app read, and what was
+    reported (unraisable exceptions and logged errors, first lines)."""
+    import gc
+    import sys
+
+    from agents import Runner
+
+    async def go() -> tuple[object, list[str]]:
+        result = Runner.run_streamed(app, demo.TASK)
+        seen: list[str] = []
+        if how == "never read":  # asyncio.run cancels the run's task as it ends
+            return result, seen
+        async for event in result.stream_events():
+            seen.append(event.type)
+            if event.type == "run_item_stream_event" and "cancelled" not in seen:
+                result.cancel(mode="after_turn" if how == "cancel after turn" else "immediate")
+                seen.append("cancelled")
+        return result, seen
+
+    async def started() -> tuple[object, list[str]]:
+        return Runner.run_streamed(app, demo.TASK), []
+
+    gc.collect()
+    reported: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(
+        f"{u.exc_type.__name__} in {getattr(u.object, '__qualname__', type(u.object).__name__)}"))
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        if how == "loop closed":  # the run's task still pending when its loop closes
+            loop = asyncio.new_event_loop()
+            result, seen = loop.run_until_complete(started())
+            loop.close()
+        else:
+            result, seen = asyncio.run(go())
+        output = result.final_output
+        del result
+        gc.collect()
+    return output, seen, reported + [r.getMessage().splitlines()[0] for r in caplog.records if r.levelname == "ERROR"]
+
+
+@needs_sdk
+@pytest.mark.parametrize("how", ["cancel", "cancel after turn", "never read", "loop closed"])
+def test_streamed_run_stopped_before_its_output_ends_cancelled(how, model_server, provider, tmp_path, monkeypatch,
+                                                               caplog):
+    """A streamed run the app cancels (``result.cancel()``, either mode) or abandons (never reads it:
+    the loop's end cancels it; its loop closed with the run pending and the result dropped) before its
+    final output ends as cancelled (ERROR, ``error.type`` ``CancelledError``, stored, the probe's last
+    run), as autogen's runs do, not as a success; the app sees and reports what it does uninstrumented."""
+    from aegis_probe.store import TraceStore
+
+    server = model_server(demo.policy)
+    plain = _cancelled_streamed_run(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), how, monkeypatch, caplog)
+    assert plain[0] is None
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    traced = _cancelled_streamed_run(app, how, monkeypatch, caplog)
+    if how == "loop closed":  # the turn's await_in_scope closed by gc outside its task logs this (spans.py, requested)
+        traced = (*traced[:2], [r for r in traced[2] if r != "Failed to detach context"])
+    assert traced == plain
+    probe.flush()
+    store = TraceStore(tmp_path / "store")
+    (trace_id,) = store.traces()
+    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
+    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    if how == "cancel after turn":  # the turn it was cancelled in finished: planner's handoff
+        assert [s.agent for s in probe.trajectory(trace_id).steps] == ["planner"]
