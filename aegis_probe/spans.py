@@ -21,9 +21,11 @@ from opentelemetry import context as otel_context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+from opentelemetry.sdk.trace import _Span as _SdkSpan
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
+from .leanspans import LeanSpan
 from .messages import ChatMessage, encode_messages
 
 if TYPE_CHECKING:
@@ -61,6 +63,10 @@ _attach: Callable[[otel_context.Context], object] = otel_context.attach if _VAR 
 _reset: Callable[[Any], None] = otel_context.detach if _VAR is None else _VAR.reset
 #: The key ``trace.set_span_in_context`` sets (read through the API, not imported).
 (_SPAN_KEY,) = trace.set_span_in_context(trace.INVALID_SPAN, otel_context.Context()).keys()
+
+
+#: The SDK's span classes: ``is_recording()`` is ``_end_time is None`` (read without the call).
+_SDK_SPANS = frozenset((_SdkSpan, LeanSpan))
 
 
 def _span_in(ctx: otel_context.Context) -> Span:
@@ -114,7 +120,7 @@ def acting_context(actor: Actor, ctx: otel_context.Context | None = None) -> ote
     """``ctx`` (default: the current one) with no step current and ``actor`` making its model calls:
     their ``chat`` spans name ``actor.agent`` and ``actor.purpose``, and replay keys them by it."""
     ctx = current_context() if ctx is None else ctx
-    return otel_context.set_value(_ACTOR_KEY, actor, otel_context.set_value(_STEP_KEY, None, ctx))
+    return otel_context.Context({**ctx, _STEP_KEY: None, _ACTOR_KEY: actor})  # set_value twice, in one copy
 
 
 def in_llm_call() -> bool:
@@ -183,7 +189,7 @@ class _Scope:
 
     def content(self, key: str, messages: Content) -> None:
         """Set a message-content attribute when content capture is on and the span records."""
-        if messages is not None and self.records_content:
+        if messages is not None and self.probe.config.capture_content and self.span.is_recording():  # records_content
             self.span.set_attribute(key, _encoded(self.probe, messages))
 
 
@@ -197,9 +203,11 @@ def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], pare
     redaction), which are only built for a span that records. Under a recording parent (children of
     a sampled span are sampled) they go in with the others; else the span is started without them
     and gets them afterwards only if it records (e.g. a root span, or a sampler of its own)."""
-    if late is not None and _span_in(parent).is_recording():
-        attrs.update(late())
-        late = None
+    if late is not None:
+        current = parent.get(_SPAN_KEY)  # _span_in(parent).is_recording(), an SDK span's without calls
+        if current._end_time is None if type(current) in _SDK_SPANS else _span_in(parent).is_recording():  # type: ignore[attr-defined]
+            attrs.update(late())
+            late = None
     span = probe.tracer.start_span(name, context=parent, kind=kind, attributes=attrs, links=links)
     if late is not None and span.is_recording():
         span.set_attributes(late())
@@ -215,7 +223,8 @@ class RunScope(_Scope):
 
     def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, framework: str, task: str | None,
                  conversation_id: str | None = None):
-        super().__init__(probe, span, parent)
+        self.probe, self.span, self._ended = probe, span, False
+        self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _RUN_KEY: self})  # _Scope.__init__
         self.run_id = uuid.uuid4().hex
         #: ``gen_ai.conversation.id`` of the run's spans: the framework's own (e.g. a checkpointer
         #: thread id), else the run's id.
@@ -270,12 +279,17 @@ class StepScope(_Scope):
     _KEY = _STEP_KEY
 
     def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, run: RunScope | None, agent: str, index: int | None):
-        super().__init__(probe, span, parent)
+        self.probe, self.span, self._ended = probe, span, False
+        self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _STEP_KEY: self})  # _Scope.__init__
         self.run, self.agent, self.index = run, agent, index
 
     def finish(self, output: Content = None) -> None:
-        self.content(sc.OUTPUT_MESSAGES, output)
-        self.end()
+        span = self.span
+        if output is not None and self.probe.config.capture_content and span.is_recording():  # self.content(...)
+            span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output))
+        if not self._ended:  # self.end()
+            self._ended = True
+            span.end()
 
 
 class LLMScope(_Scope):
@@ -381,7 +395,7 @@ def start_step(
 ) -> StepScope:
     """Open an ``invoke_agent {agent}`` step span under the current context (``attributes``: extra ones;
     ``input_messages`` are encoded only if the span records content)."""
-    index = run.next_step_index() if run is not None else None
+    index = next(run._steps) if run is not None else None  # run.next_step_index()
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, **(attributes or {})}
     if run is not None:
         attrs[sc.CONVERSATION_ID] = run.conversation_id
@@ -476,43 +490,49 @@ def _fail(scope: _Scope, exc: BaseException) -> None:
         log_hook_error("span failure")
 
 
-def _finish(scope: _Scope, finish: Callable[[Any], None], result: Any, where: str) -> None:
-    try:
-        finish(result)
-    except Exception:
-        log_hook_error(f"{where} end")
-        scope.end()
-
-
 def call_in_scope(scope: _Scope, call: Callable[[], T], finish: Callable[[T], None], where: str) -> T:
     """Run ``call()`` with ``scope`` current, then ``finish(result)`` to end the scope.
 
     The app's exception fails the scope and propagates unchanged; an error inside ``finish`` is
     logged as the ``{where} end`` hook's and the scope ended anyway.
     """
-    token = scope.attach()
+    token = _attach(scope.ctx)  # scope.attach(), and below its detach and _finish, inline: fewer calls per scope
     try:
         result = call()
     except BaseException as exc:
         _fail(scope, exc)
         raise
     finally:
-        scope.detach(token)
-    _finish(scope, finish, result, where)
+        try:
+            _reset(token)
+        except Exception:
+            otel_context.detach(token)  # type: ignore[arg-type]  # logged and swallowed
+    try:
+        finish(result)
+    except Exception:
+        log_hook_error(f"{where} end")
+        scope.end()
     return result
 
 
 async def await_in_scope(scope: _Scope, call: Callable[[], Awaitable[T]], finish: Callable[[T], None], where: str) -> T:
     """The async twin of :func:`call_in_scope`: await ``call()`` with ``scope`` current."""
-    token = scope.attach()
+    token = _attach(scope.ctx)  # as call_in_scope: attach, detach and finish inline
     try:
         result = await call()
     except BaseException as exc:
         _fail(scope, exc)
         raise
     finally:
-        scope.detach(token)
-    _finish(scope, finish, result, where)
+        try:
+            _reset(token)
+        except Exception:
+            otel_context.detach(token)  # type: ignore[arg-type]  # logged and swallowed
+    try:
+        finish(result)
+    except Exception:
+        log_hook_error(f"{where} end")
+        scope.end()
     return result
 
 

@@ -18,7 +18,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from aegis_probe.leanspans import LeanSpan, LeanTracerProvider
+from aegis_probe.spans import await_in_scope, call_in_scope, start_run, start_step
 from aegis_probe.store import StoreSpanProcessor, TraceStore
+from toyrun import make_probe
 
 
 def _calls(work: Callable[[], Any]) -> Counter[str]:
@@ -82,4 +84,81 @@ def test_lean_spans_skip_empty_processor_hooks(tmp_path: Path) -> None:
     assert all(type(s) is LeanSpan for s in exporter.get_finished_spans())
     store.flush()
     assert [len(spans) for spans in store.traces().values()] == [4]
+    provider.shutdown()
+
+
+def test_a_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
+    """An agent step opened, run in its scope and finished with its output: the step span holds
+    its input and output as before, in 13 Python calls of the span path or fewer, 8 of them in
+    ``spans`` (the scope's attach, detach and finish inline, no base-class constructor, the
+    parent's recording state read directly; content encoding and redaction aside)."""
+    provider = LeanTracerProvider()
+    probe = make_probe(provider, TraceStore(tmp_path / "s"))
+    run = start_run(probe, "app", framework="toy", task="t")
+    token = run.attach()
+
+    def step(n: int) -> None:
+        scope = start_step(probe, "worker", run=run, input_messages=lambda: [{"role": "user", "content": f"hi {n}"}])
+        call_in_scope(scope, lambda: f"answer {n}", lambda out: scope.finish([{"role": "assistant", "content": out}]), "step")
+
+    step(0)
+    calls = _calls(lambda: step(1))
+    run.detach(token)
+    run.finish()
+    probe.store.flush()
+    (spans,) = probe.store.traces().values()
+    steps = [s for s in spans if s.name == "invoke_agent worker"]
+    assert [s.attributes["aegis.step.index"] for s in steps] == [0, 1]
+    assert '"content": "hi 1"' in steps[1].attributes["gen_ai.input.messages"].replace('":"', '": "')
+    assert "answer 1" in steps[1].attributes["gen_ai.output.messages"]
+    for hook in ("spans.py:attach", "spans.py:detach", "spans.py:_finish", "spans.py:records_content",
+                 "spans.py:content", "spans.py:next_step_index"):
+        assert hook not in calls, calls
+    assert calls["spans.py:__init__"] == 1, calls  # StepScope's; not _Scope's too
+    own = {name: n for name, n in calls.items() if name.split(":")[0] in ("spans.py", "leanspans.py", "store_writer.py")}
+    assert sum(n for name, n in own.items() if name.startswith("spans.py:")) <= 8, own
+    assert sum(own.values()) <= 13, own  # content encoding and redaction aside
+    provider.shutdown()
+
+
+def test_an_async_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
+    """The async twin: ``await_in_scope`` attaches, detaches and finishes inline."""
+    import asyncio
+
+    provider = LeanTracerProvider()
+    probe = make_probe(provider, TraceStore(tmp_path / "s"), capture_content=False)
+    run = start_run(probe, "app", framework="toy", task=None)
+
+    async def answer() -> str:
+        return "done"
+
+    async def step() -> str:
+        scope = start_step(probe, "worker", run=run)
+        return await await_in_scope(scope, answer, lambda out: scope.finish(), "step")
+
+    async def main() -> Counter[str]:
+        token = run.attach()
+        try:
+            await step()
+            entered: Counter[str] = Counter()
+
+            def profile(frame: Any, event: str, arg: Any) -> None:
+                if event == "call":
+                    entered[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
+
+            sys.setprofile(profile)
+            try:
+                assert await step() == "done"
+            finally:
+                sys.setprofile(None)
+            return entered
+        finally:
+            run.detach(token)
+
+    calls = asyncio.run(main())
+    run.finish()
+    assert not [hook for hook in ("spans.py:attach", "spans.py:detach", "spans.py:_finish") if hook in calls], calls
+    probe.store.flush()
+    (spans,) = probe.store.traces().values()
+    assert sorted(s.name for s in spans) == ["invoke_agent worker"] * 2 + ["invoke_workflow app"]
     provider.shutdown()
