@@ -17,10 +17,12 @@ from aegis_probe.store import TraceStore
 from aegis_probe.redact import redact_secrets
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
 
+from aegis_probe.jsonl import write_jsonl
+
 from .builders import dcl_row
 from .dcl.attributor import DCLAttributor
 from .dcl.examples import RowError
-from aegis_probe.jsonl import read_jsonl, write_jsonl
+from .files import read_rows
 
 
 def verdict(pred: dict[str, Any]) -> Fault:
@@ -106,11 +108,14 @@ def run(args: argparse.Namespace) -> int:
         loaded = [(t, stored_trajectory(store, t)) for t in args.trace]
         from tqdm import tqdm
 
-        traces = tqdm(loaded, desc="attributing", unit="trace", file=sys.stderr, disable=len(loaded) < 2)
+        traces = tqdm(loaded, desc="attributing", unit="trace", file=sys.stderr, disable=len(loaded) < 2 or args.no_progress)
         preds = [attribute_trace(model, store, t, Path(args.model).name, found) for t, found in traces]
     else:
+        rows = read_rows(args.data, required=("turns",))
+        if not rows:  # an empty file: an error, not an emptied --output
+            raise ValueError(f"{args.data}: no rows to attribute" + (f"; {args.output} not written" if args.output else ""))
         try:
-            preds, rate = attribute_rows(model, read_jsonl(args.data, required=("turns",)))
+            preds, rate = attribute_rows(model, rows, progress=not args.no_progress)
         except RowError as exc:
             raise ValueError(f"{args.data}: {exc}") from None
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
@@ -131,5 +136,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source.add_argument("--data", help="DCL rows (JSON lines) to predict for")
     parser.add_argument("--store", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
     parser.add_argument("--output", help="write predictions here instead of stdout")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
     return parser

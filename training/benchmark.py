@@ -131,15 +131,26 @@ def table(part: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_fresh_out(out: Path, model: str | None) -> None:
+    """Refuse an ``--out`` that holds an earlier run's results (or, when training, its model); a
+    model whose run failed after training is reused with ``--model OUT/model``, not retrained over."""
+    trained = out / "model"
+    if (out / "benchmark.json").exists():
+        held = ", ".join(p.name for p in (out / "benchmark.json", trained) if p.exists())
+        raise ValueError(f"{out} holds an earlier benchmark run ({held}): choose another --out, or remove it")
+    if model is None and trained.exists():
+        raise ValueError(f"{out} holds the trained model of an earlier benchmark run that did not finish ({trained}): "
+                         f"score it without training again with --model {trained}, or choose another --out, "
+                         "or remove it")
+
+
 def run(args: argparse.Namespace) -> int:
     from .dcl.attributor import DCLAttributor
     from .dcl.train import DCLConfig, fit
+    from .files import replacing_dir, write_text
 
     out = Path(args.out)
-    earlier = [p for p in (out / "benchmark.json", None if args.model else out / "model") if p and p.exists()]
-    if earlier:
-        raise ValueError(f"{out} holds an earlier benchmark run ({', '.join(p.name for p in earlier)}): "
-                         "choose another --out, or remove it")
+    check_fresh_out(out, args.model)
     train_sets = load_sets(args.train, args.format, args.labels_dir)
     test_sets = load_sets(args.test, args.format, args.labels_dir)
     tests = {path: labelled(trajs) for path, trajs in test_sets.items()}  # what is scored
@@ -161,13 +172,14 @@ def run(args: argparse.Namespace) -> int:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
                         reading_features=args.inputs != "text", text_embeddings=args.inputs != "features",
                         train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
-        model = fit(build_dcl(train), out / "model", cfg)
+        with replacing_dir(out / "model") as partial:  # out/model appears only once complete
+            model = fit(build_dcl(train), partial, cfg, progress=not args.no_progress)
     report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
                               "model": str(args.model or out / "model"), "seed": args.seed,
                               "inputs": {k: model.spec.get(k) for k in ("reading_features", "text_embeddings",
                                                                          "anonymise_agents")}, "tests": {}}
     for path, test in tests.items():
-        preds, turns_read = dcl_predictions(model, test)
+        preds, turns_read = dcl_predictions(model, test, progress=not args.no_progress)
         if args.embedding_cache:
             model.save_cache(args.embedding_cache)
         part = score_set(train, test, preds, turns_read, n_resamples=args.bootstrap, seed=args.seed)
@@ -180,15 +192,14 @@ def run(args: argparse.Namespace) -> int:
         print(table(part))
         verdict = ", ".join(f"{m}: {'yes' if ok else 'no'}" for m, ok in part["above_every_floor"].items())
         print(f"above every floor (intervals do not overlap): {verdict}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write_text(out / "benchmark.json", json.dumps(report, indent=2))
     print(f"\nwrote {out / 'benchmark.json'}")
     return 0
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The ``benchmark`` subcommand."""
-    from .cli import positive_int
+    from .cli import add_progress_arg, positive_int, seed_int
     from .importers import FORMATS
 
     p = subparsers.add_parser("benchmark", help="train (or load) a DCL attributor and score it on unseen test sets "
@@ -201,8 +212,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", help="a trained DCL directory to score instead of training one (floors still fit on --train)")
     p.add_argument("--out", default="runs/benchmark", help="output directory (model/, benchmark.json; default: "
                                                        "%(default)s); one holding an earlier run is refused")
-    p.add_argument("--epochs", type=int, default=30, help="DCL training epochs (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of training, the random draw and the bootstrap (default: %(default)s)")
+    p.add_argument("--epochs", type=positive_int, default=30, help="DCL training epochs (default: %(default)s)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of training, the random draw and the bootstrap (default: %(default)s)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--inputs", default="features", choices=list(INPUTS),
                    help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
@@ -210,5 +221,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--train-encoder", action="store_true", help="fine-tune the encoder too (slow on CPU)")
     p.add_argument("--embedding-cache", metavar="FILE", help="safetensors file of turn embeddings shared between "
                                                             "runs (same encoder; created if missing)")
+    add_progress_arg(p)
     p.set_defaults(func=run)
     return p

@@ -15,7 +15,7 @@ import argparse
 import importlib
 import json
 import sys
-from pathlib import Path
+from contextlib import ExitStack
 from typing import Any, Sequence
 
 from aegis_probe.cli import configure_logging, plain_help, run_command
@@ -84,68 +84,117 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     return run_command(args.func, args, verbose=verbose)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value
 
 
-def add_source_args(p: argparse.ArgumentParser) -> None:
-    """The input options shared by commands that read trajectories."""
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (epochs, bootstrap resamples, a tolerance)."""
+    return _int_at_least(text, 1)
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer of at least 0."""
+    return _int_at_least(text, 0)
+
+
+def add_progress_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``: the convention of the commands with a progress bar on stderr."""
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_source_args(p: argparse.ArgumentParser, many: bool = False) -> None:
+    """The input options shared by commands that read trajectories (``many``: one source or more)."""
     from .importers import FORMATS
 
-    p.add_argument("source", help="file, directory, or Jaeger /api/traces URL")
+    p.add_argument("source", nargs="+" if many else None,
+                   help="file(s), directory(ies), or Jaeger /api/traces URL(s)" if many else
+                        "file, directory, or Jaeger /api/traces URL")
     p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="input format (default: sniffed)")
     p.add_argument("--labels-dir", help="TRAIL only: directory of label files")
 
 
-def load_source(args: argparse.Namespace, errors_to: str | None = None) -> Any:
-    """Import ``args.source``; print the summary and the first errors to stderr (and all of them,
-    as JSON, to ``errors_to``). Raises ``ValueError`` (one line: the first error, naming file and
-    record, or that there were no records) when nothing imported.
-    """
-    from .importers import load
+def import_source(source: str, fmt: str = "auto", labels_dir: str | None = None, progress: bool = False) -> Any:
+    """Import one source, with a progress bar of the records read on stderr when ``progress``."""
+    from tqdm import tqdm
 
-    options = {"labels_dir": args.labels_dir} if getattr(args, "labels_dir", None) else {}
-    result = load(args.source, args.format, **options)
-    if errors_to:  # its folder is made like -o's, not an error after a long import
-        Path(errors_to).parent.mkdir(parents=True, exist_ok=True)
-        Path(errors_to).write_text(json.dumps([vars(e) for e in result.errors], indent=2))
+    from .importers import load
+    from .importers.base import counting
+
+    options = {"labels_dir": labels_dir} if labels_dir else {}
+    with tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=not progress) as bar, counting(bar.update):
+        return load(source, fmt, **options)
+
+
+def report_import(result: Any, source: str, fmt: str = "auto") -> None:
+    """Print the summary and the first errors of an import to stderr. Raises ``ValueError`` (one
+    line: the first error, naming file and record, or that there were no records) when nothing
+    imported."""
     if result.errors and not result.trajectories:
         more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
         raise ValueError(f"{result.errors[0]}{more}; nothing imported")
     if not result.trajectories:  # e.g. --format whowhen on a folder of parquet files, an empty file
-        kind = f"{args.format} " if args.format != "auto" else ""
-        raise ValueError(f"{args.source}: no {kind}records found; nothing imported")
-    print(f"{args.source}: {result.summary()}", file=sys.stderr)
+        kind = f"{fmt} " if fmt != "auto" else ""
+        raise ValueError(f"{source}: no {kind}records found; nothing imported")
+    print(f"{source}: {result.summary()}", file=sys.stderr)
     for issue in result.errors[:10]:
         print(f"  error: {issue}", file=sys.stderr)
     if len(result.errors) > 10:
         print(f"  ... {len(result.errors) - 10} more errors", file=sys.stderr)
+
+
+def load_source(args: argparse.Namespace) -> Any:
+    """Import ``args.source`` (:func:`import_source`, with a progress bar when ``args.no_progress``
+    is false) and :func:`report_import` it."""
+    result = import_source(args.source, args.format, getattr(args, "labels_dir", None),
+                           progress=not getattr(args, "no_progress", True))
+    report_import(result, args.source, args.format)
     return result
+
+
+def write_errors(result: Any, path: str) -> None:
+    """The import errors (file, record, message) as JSON at ``path``, whole or not at all."""
+    from .files import write_text
+
+    write_text(path, json.dumps([vars(e) for e in result.errors], indent=2))
 
 
 def add_import(subparsers: Any) -> None:
     p = subparsers.add_parser("import", help="import a dataset or traces as trajectory JSON lines",
                               description="Import a public attribution dataset (Who&When, Aegis, TracerTraj, TRAIL) "
-                                          "or traces (OTLP/JSON, Jaeger API) into trajectory JSON lines.")
-    add_source_args(p)
+                                          "or traces (OTLP/JSON, Jaeger API) into trajectory JSON lines. A record "
+                                          "read twice (twice in one input, or one input given twice) is written once.")
+    add_source_args(p, many=True)
     p.add_argument("-o", "--out", required=True, help="output .jsonl of trajectories")
     p.add_argument("--errors", help="also write the import errors (file, record, message) as JSON here")
+    add_progress_arg(p)
     p.set_defaults(func=_run_import)
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    from .importers import ImportResult
+    from .importers.base import drop_duplicates
     from .importers.native import write
 
-    result = load_source(args, errors_to=args.errors)
-    write(result.trajectories, args.out)
-    print(f"wrote {len(result.trajectories)} trajectories to {args.out}")
+    result = ImportResult()
+    try:
+        for source in args.source:
+            found = import_source(source, args.format, args.labels_dir, progress=not args.no_progress)
+            result.extend(found)
+            report_import(found, source, args.format)
+    finally:  # also when nothing imported: the errors say why
+        if args.errors:
+            write_errors(result, args.errors)
+    trajectories, skipped = drop_duplicates(result.trajectories)
+    write(trajectories, args.out)
+    duplicates = f" ({skipped} duplicate records skipped)" if skipped else ""
+    print(f"wrote {len(trajectories)} trajectories to {args.out}{duplicates}")
     return 0
 
 
@@ -157,11 +206,12 @@ def add_build(subparsers: Any) -> None:
     add_source_args(p)
     p.add_argument("-o", "--out", required=True, help="output .jsonl")
     p.add_argument("--target", choices=["pairs", "agent_step"], default="pairs", help="answer format (sft, grpo; default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="prompt token budget (sft, grpo; default: %(default)s)")
+    p.add_argument("--max-tokens", type=positive_int, default=4096, help="prompt token budget (sft, grpo; default: %(default)s)")
     p.add_argument("--tokenizer", help="local path of a Hugging Face tokenizer for the budget (default: "
                                                  "words, a long run without spaces one per 20 characters)")
     p.add_argument("--reasoning", action="store_true", help="sft agent_step: <think>reason</think> before the answer")
     p.add_argument("--hf-dir", help="also save a datasets.Dataset here")
+    add_progress_arg(p)
     p.set_defaults(func=_run_build)
 
 
@@ -170,9 +220,10 @@ def _run_build(args: argparse.Namespace) -> int:
 
     from . import builders
     from .answers import recovered
+    from .files import replacing_dir
 
     result = load_source(args)
-    trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr)
+    trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr, disable=args.no_progress)
     if args.kind == "dcl":
         rows = builders.build_dcl(trajs)
     else:
@@ -193,8 +244,9 @@ def _run_build(args: argparse.Namespace) -> int:
         what = "is a failure or a clean run" if args.kind == "dcl" else f"has an agent and step label for --target {args.target}"
         raise ValueError(f"{args.source}: no trajectory {what}" + (f" ({skipped} recovered runs skipped)" if skipped else "")
                          + f"; {args.out} not written")
-    builders.write_jsonl(rows, args.out)
-    if args.hf_dir:
-        builders.to_hf_dataset(rows).save_to_disk(args.hf_dir)
+    with ExitStack() as done:  # the dataset takes its place once the rows are written too
+        if args.hf_dir:
+            builders.to_hf_dataset(rows).save_to_disk(str(done.enter_context(replacing_dir(args.hf_dir))))
+        builders.write_jsonl(rows, args.out)
     print(f"wrote {len(rows)} {args.kind} rows to {args.out}")
     return 0

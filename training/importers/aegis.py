@@ -17,6 +17,7 @@ from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
 
 from ..answers import normalize_agent
 from ..modes import normalize_mode
+from ..files import plain_stem
 from .base import SUSPICIOUS, ImportResult, import_records, require, step_number
 
 SOURCE = "aegis"
@@ -73,6 +74,6 @@ def load(path: str | os.PathLike[str]) -> ImportResult:
 
     def convert(record: Any, file: Path, name: str) -> Trajectory:
         rid = record.get("id") if isinstance(record, dict) else None
-        return trajectory_from_record(record, str(rid) if rid else f"{SOURCE}:{file.stem}:{name.replace(' ', '')}")
+        return trajectory_from_record(record, str(rid) if rid else f"{SOURCE}:{plain_stem(file)}:{name.replace(' ', '')}")
 
     return import_records(path, convert)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -15,10 +18,13 @@ from aegis_probe.redact import encodable
 from aegis_probe.trajectory import Step, Trajectory
 
 from ..answers import normalize_agent
+from ..files import GZIP_SUFFIX, plain_name, plain_stem, read_input
 
 SUSPICIOUS = "suspicious"
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as surrogateescape keeps them
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a surrogate (maybe a lone one)
+_POSITION = re.compile(r":(line|item|row)\d+$")  # a record id's position in its file (see :func:`identity`)
+_TICK: ContextVar[Callable[[], Any] | None] = ContextVar("aegis_import_tick", default=None)
 
 
 @dataclass
@@ -55,29 +61,81 @@ class ImportResult:
         return f"{len(self.trajectories)} imported, {len(self.errors)} errors, {self.flagged} flagged"
 
 
+@contextmanager
+def counting(tick: Callable[[], Any]) -> Iterator[None]:
+    """Call ``tick()`` for every record read (a progress bar's ``update``) until the block ends."""
+    token = _TICK.set(tick)
+    try:
+        yield
+    finally:
+        _TICK.reset(token)
+
+
+def tick() -> None:
+    """One more record read (see :func:`counting`)."""
+    callback = _TICK.get()
+    if callback is not None:
+        callback()
+
+
+def identity(traj: Trajectory) -> tuple[str, str]:
+    """What makes two imported records one: the record's id (its trace id, else its record id
+    without the position in its file that importers add to the ids of records sharing a file,
+    ``whowhen:f:line3`` -> ``whowhen:f``) and a hash of everything else it holds but the name of
+    the file it was read from. So one record read twice (twice in one input, one input given twice,
+    a file and its ``.gz`` copy) is one record; two files or traces of the same content are two."""
+    record = traj.trace_id or _POSITION.sub("", traj.run_id or "")
+    content = traj.model_dump(mode="json", exclude={"run_id"})
+    content["metadata"].pop("file", None)
+    return record, hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def drop_duplicates(trajs: Iterable[Trajectory]) -> tuple[list[Trajectory], int]:
+    """The trajectories with each :func:`identity` kept once (the first), and how many were dropped."""
+    seen: set[tuple[str, str]] = set()
+    kept, dropped = [], 0
+    for traj in trajs:
+        key = identity(traj)
+        if key in seen:
+            dropped += 1
+        else:
+            seen.add(key)
+            kept.append(traj)
+    return kept, dropped
+
+
 def data_files(path: str | os.PathLike[str], suffixes: tuple[str, ...] = (".json", ".jsonl")) -> list[Path]:
     """``path`` itself, or the matching files of a directory in natural order (2.json < 10.json);
-    hidden files (``.name``: macOS ``._`` copies, editor locks) are no data."""
+    JSON and JSON-lines files may be gzipped (``.json.gz``, ``.jsonl.gz``); hidden files
+    (``.name``: macOS ``._`` copies, editor locks) are no data."""
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"no file or directory at {p}")
+    names = suffixes + tuple(s + GZIP_SUFFIX for s in suffixes if s in (".json", ".jsonl"))
 
     def key(f: Path) -> tuple[int, int, str]:
-        return (0, int(f.stem), f.name) if f.stem.isdigit() else (1, 0, f.name)
+        stem = plain_stem(f)
+        return (0, int(stem), f.name) if stem.isdigit() else (1, 0, f.name)
 
-    return sorted((f for f in p.iterdir() if f.is_file() and f.name.endswith(suffixes) and not f.name.startswith(".")),
+    return sorted((f for f in p.iterdir() if f.is_file() and f.name.endswith(names) and not f.name.startswith(".")),
                   key=key)
 
 
 def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
     """``(record name, parsed JSON)`` of a file: each line of JSON lines, each item of a JSON list,
-    or the one JSON object. An undecodable record (bad JSON, bytes that are not UTF-8) yields
-    ``(name, ValueError)``; the rest still reads."""
-    text = file.read_bytes().decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
+    or the one JSON object (a ``.gz`` file read through gzip). An undecodable record (bad JSON,
+    bytes that are not UTF-8) yields ``(name, ValueError)``; the rest still reads; a corrupt gzip
+    file yields ``("file", ValueError)``."""
+    try:
+        raw = read_input(file)
+    except ValueError as exc:
+        yield "file", exc
+        return
+    text = raw.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors, Excel exports)
-    if file.suffix != ".jsonl":
+    if not plain_name(file).endswith(".jsonl"):
         try:
             data = _json(text)
         except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
@@ -86,12 +144,16 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
                 return
         else:
             if isinstance(data, list):
-                yield from ((f"item {i}", item) for i, item in enumerate(data))
+                for i, item in enumerate(data):
+                    tick()
+                    yield f"item {i}", item
             else:
+                tick()
                 yield "file", data
             return
     for no, line in enumerate(text.splitlines(), 1):
         if line.strip():
+            tick()
             try:
                 record = _json(line)
             except (ValueError, RecursionError) as exc:

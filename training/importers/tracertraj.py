@@ -8,7 +8,8 @@ from typing import Any
 
 from aegis_probe.trajectory import Trajectory
 
-from .base import ImportIssue, ImportResult, data_files, import_records, step_number
+from ..files import plain_stem
+from .base import ImportIssue, ImportResult, data_files, import_records, step_number, tick
 from .whowhen import trajectory_from_record
 
 SOURCE = "tracertraj"
@@ -16,7 +17,7 @@ SOURCE = "tracertraj"
 
 def _convert(record: Any, file: Path, name: str) -> Trajectory:
     key = record.get("question_ID") if isinstance(record, dict) else None
-    rid = f"{SOURCE}:{key}" if key else f"{SOURCE}:{file.stem}:{name.replace(' ', '')}"
+    rid = f"{SOURCE}:{key}" if key else f"{SOURCE}:{plain_stem(file)}:{name.replace(' ', '')}"
     traj = trajectory_from_record(record, source=SOURCE, record_id=rid, file=file.name)
     for step, entry in zip(traj.steps, record["history"]):
         if step_number(entry.get("step"), f"history[{step.index}].step") not in (None, step.index):  # 3 or "3"
@@ -34,6 +35,7 @@ def _load_parquet(file: Path) -> ImportResult:
         result.errors.append(ImportIssue(str(file), "file", f"unreadable parquet: {exc}"))
         return result
     for i, row in enumerate(rows):
+        tick()
         try:
             result.add(_convert(row, file, f"row {i}"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

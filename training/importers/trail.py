@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from aegis_probe.trajectory import Fault, Labels, Message, Step, ToolCall, Trajectory
 
+from ..files import plain_name, plain_stem
 from .base import SUSPICIOUS, ImportResult, import_records, require
 
 SOURCE = "trail"
@@ -136,14 +137,14 @@ def load(path: str | os.PathLike[str], labels_dir: str | os.PathLike[str] | None
     def convert(record: Any, file: Path, name: str) -> Trajectory:
         labels = record.get("labels") if isinstance(record, dict) else None
         if labels is None and labels_dir is not None:
-            for candidate in (Path(labels_dir) / file.name, Path(labels_dir) / f"{record.get('trace_id')}.json"):
+            for candidate in (Path(labels_dir) / plain_name(file), Path(labels_dir) / f"{record.get('trace_id')}.json"):
                 if candidate.is_file():
                     try:
                         labels = json.loads(candidate.read_bytes().decode("utf-8-sig"))
                     except ValueError as exc:  # bad JSON, or bytes that are not UTF-8
                         raise ValueError(f"label file {candidate}: not UTF-8 JSON: {exc}") from None
                     break
-        rid = f"{SOURCE}:{record.get('trace_id') if isinstance(record, dict) else file.stem}"
+        rid = f"{SOURCE}:{record.get('trace_id') if isinstance(record, dict) else plain_stem(file)}"
         return trajectory_from_trace(record, labels, rid)
 
     return import_records(path, convert)

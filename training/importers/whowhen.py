@@ -16,6 +16,7 @@ from typing import Any
 
 from aegis_probe.trajectory import Fault, Labels, Outcome, Step, Trajectory
 
+from ..files import plain_stem
 from .base import ImportResult, import_records, label_flags, require, step_number
 
 SOURCE = "whowhen"
@@ -79,7 +80,7 @@ def load(path: str | os.PathLike[str]) -> ImportResult:
     """Who&When JSON files (a file, a directory of ``*.json``, or JSON lines of records)."""
 
     def convert(record: Any, file: Path, name: str) -> Trajectory:
-        rid = f"{SOURCE}:{file.stem}" if name == "file" else f"{SOURCE}:{file.stem}:{name.replace(' ', '')}"
+        rid = f"{SOURCE}:{plain_stem(file)}" if name == "file" else f"{SOURCE}:{plain_stem(file)}:{name.replace(' ', '')}"
         return trajectory_from_record(record, source=SOURCE, record_id=rid, file=file.name)
 
     return import_records(path, convert)

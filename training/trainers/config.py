@@ -16,12 +16,15 @@ from typing import Any, Callable, Sequence
 
 from transformers import HfArgumentParser
 
-from aegis_probe.jsonl import read_jsonl
+from ..files import read_rows
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A flat mapping from a ``.json`` or ``.yaml``/``.yml`` file."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
     if Path(path).suffix in {".yaml", ".yml"}:
         import yaml
 
@@ -42,7 +45,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def training_rows(path: str | Path, required: Sequence[str]) -> list[dict[str, Any]]:
     """The rows of a trainer's ``--data`` file; a file without any is an error naming it (before
     anything is written to ``--out``)."""
-    rows = read_jsonl(path, required=required)
+    rows = read_rows(path, required=required)
     if not rows:
         raise ValueError(f"{path}: no rows to train on")
     return rows
@@ -94,17 +97,98 @@ def _shown(default: Any) -> str:
     return text.replace("%", "%%")
 
 
+def _at_least(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v >= low), f"at least {low}"
+
+
+_POSITIVE = ((lambda v: v > 0), "greater than 0")
+_NOT_NEGATIVE = ((lambda v: v >= 0), "at least 0")
+_FRACTION = ((lambda v: 0 <= v <= 1), "between 0 and 1")
+#: Allowed values of the numeric config fields, by name (DCL's, TRL's and transformers'; a name
+#: means the same in each); a value outside is an error before anything is loaded or written.
+#: ``None`` (an optional field left unset) is always allowed.
+BOUNDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(("epochs", "groups_per_batch", "hidden_size", "max_length", "max_chunks", "save_total_limit",
+                     "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "max_completion_length", "max_prompt_length", "num_iterations", "generation_batch_size",
+                     "steps_per_generation", "lora_r"), _at_least(1)),
+    "num_generations": _at_least(2),  # GRPO's advantages compare the completions of one prompt
+    "max_steps": ((lambda v: v == -1 or v >= 1), "-1 (train for the epochs) or at least 1"),
+    **dict.fromkeys(("num_train_epochs", "learning_rate", "encoder_learning_rate", "temperature", "logging_steps",
+                     "save_steps", "eval_steps", "lora_alpha", "repetition_penalty"), _POSITIVE),
+    **dict.fromkeys(("seed", "data_seed", "max_turns", "weight_decay", "warmup_steps", "max_grad_norm", "beta",
+                     "epsilon", "top_k", "classification_weight", "contrastive_weight", "hierarchy_weight",
+                     "dataloader_num_workers"), _NOT_NEGATIVE),
+    **dict.fromkeys(("threshold", "min_p", "warmup_ratio"), _FRACTION),
+    "top_p": ((lambda v: 0 < v <= 1), "greater than 0 and at most 1"),
+    "lora_dropout": ((lambda v: 0 <= v < 1), "at least 0 and below 1"),
+}
+
+
+def _read(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """One value as the option's type reads it: a number or its text for a number, else its text."""
+    if convert in (int, float):
+        if isinstance(value, bool) or (convert is int and isinstance(value, float)):
+            raise ValueError(f"not {'an integer' if convert is int else 'a number'}")
+        return convert(value)
+    return convert(value if isinstance(value, (str, bool)) else str(value))
+
+
+def _from_file(value: Any, action: argparse.Action, where: str) -> Any:
+    """A config file's value read as the command line reads the option's text (``--epochs 3``):
+    ``3`` or ``"3"`` for an integer field, ``true`` for a flag; ``ValueError`` naming ``where``
+    otherwise. Values of fields that take a mapping are left as they are."""
+    if value is None:
+        if action.default is not None:
+            raise ValueError(f"{where}: null is not allowed (default {action.default!r})")
+        return None
+    convert: Callable[[Any], Any] = action.type if callable(action.type) else str
+    many = action.nargs in ("+", "*")
+    if isinstance(value, dict) and not many and convert not in (int, float, str) and not action.choices:
+        return value  # a mapping for a field that takes one (model_init_kwargs, ...)
+    if many != isinstance(value, list) or any(isinstance(v, (dict, list)) for v in (value if many else [value])):
+        raise ValueError(f"{where}: expected {'a list' if many else 'one value'}, got {type(value).__name__}")
+    try:
+        read = [_read(v, convert) for v in (value if many else [value])]
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        raise ValueError(f"{where}: {value!r} is not a valid value ({exc})") from None
+    if action.choices and any(r not in action.choices for r in read):
+        raise ValueError(f"{where}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return read if many else read[0]
+
+
+def check_bounds(values: dict[str, Any], origin: Callable[[str], str]) -> None:
+    """Refuse a numeric field outside :data:`BOUNDS` (``origin(name)`` says where it was given)."""
+    for name, value in values.items():
+        if name not in BOUNDS or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        ok, allowed = BOUNDS[name]
+        if not ok(value):  # nan fails every bound
+            raise ValueError(f"{origin(name)}: must be {allowed}, got {value}")
+
+
 def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], defaults: dict[str, Any] | None = None,
                     **forced: Any) -> list[Any]:
     """Instances of ``config_types`` from ``defaults`` (below the file), ``args.config`` and explicit
-    options; ``forced`` values (e.g. ``output_dir`` from ``--out``) win over all."""
+    options; ``forced`` values (e.g. ``output_dir`` from ``--out``) win over all. A file's value is
+    read as its option's text would be; a value outside :data:`BOUNDS`, from the file or the command
+    line, is a ``ValueError`` naming the field and where it came from."""
     values = dict(defaults or {})
-    values.update(read_config_file(args.config) if getattr(args, "config", None) else {})
     names_by_type = [{f.name for f in dataclasses.fields(t) if f.init} for t in config_types]
     known = set().union(*names_by_type)
-    unknown = sorted(set(values) - known - set(defaults or {}))
+    from_file = read_config_file(args.config) if getattr(args, "config", None) else {}
+    unknown = sorted(set(from_file) - known - set(defaults or {}))
     if unknown:
         raise ValueError(f"{args.config}: unknown config fields: {', '.join(unknown)}")
-    values.update({k: v for k, v in vars(args).items() if k in known})
+    if from_file:
+        actions: dict[str, argparse.Action] = {}
+        for action in HfArgumentParser(list(config_types))._actions:  # type: ignore[arg-type]
+            actions.setdefault(action.dest, action)  # --field, not the --no_field that follows it
+        values.update({k: _from_file(v, actions[k], f"{args.config}: {k}") if k in actions else v
+                       for k, v in from_file.items()})
+    given = {k: v for k, v in vars(args).items() if k in known}
+    values.update(given)
+    check_bounds(values, lambda name: f"--{name}" if name in given else f"{args.config}: {name}" if name in from_file
+                 else name)
     values.update(forced)
     return [t(**{k: v for k, v in values.items() if k in names}) for t, names in zip(config_types, names_by_type)]

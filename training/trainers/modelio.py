@@ -53,6 +53,8 @@ def resolve_model_path(path: str | os.PathLike[str], cache_dir: str | os.PathLik
     """A Hugging Face model directory for ``path``; a ``.gguf`` file is converted once into
     ``cache_dir`` (default: :func:`gguf_cache_dir`)."""
     p = Path(path)
+    if not p.exists():  # else transformers reads it as a Hub repo id, and says the name is malformed
+        raise ValueError(f"{path}: no model directory or .gguf file there (nothing is downloaded)")
     if p.suffix == ".gguf":
         return gguf_to_hf(p, cache_dir or gguf_cache_dir(p))
     return p

@@ -1,0 +1,121 @@
+"""The train commands' files: inputs read through gzip when their name ends in ``.gz``, outputs
+written beside their place and moved there only when complete.
+
+A failed command never leaves a truncated or emptied output: :func:`replacing` (a file) and
+:func:`replacing_dir` (a directory) yield a temporary path in the same directory, which takes
+the output's place with ``os.replace`` (a rename) when the block ends without an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from aegis_probe.jsonl import read_jsonl
+
+#: Input suffixes that may also come gzipped (``.jsonl.gz``, ``.json.gz``).
+GZIP_SUFFIX = ".gz"
+_GZIP_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
+
+
+def plain_name(path: str | os.PathLike[str]) -> str:
+    """The file name without a trailing ``.gz`` (``12.json.gz`` -> ``12.json``)."""
+    name = Path(path).name
+    return name[:-len(GZIP_SUFFIX)] if name.endswith(GZIP_SUFFIX) else name
+
+
+def plain_stem(path: str | os.PathLike[str]) -> str:
+    """The name without ``.gz`` and its data suffix (``12.json.gz`` -> ``12``)."""
+    return Path(plain_name(path)).stem
+
+
+def _gzip_error(exc: BaseException) -> str:
+    return f"not a readable gzip file ({exc or type(exc).__name__})"
+
+
+def read_input(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an input file, decompressed when its name ends in ``.gz``; a corrupt or
+    truncated gzip file is a ``ValueError`` (which the caller names the file in)."""
+    data = Path(path).read_bytes()
+    if not str(path).endswith(GZIP_SUFFIX):
+        return data
+    try:
+        return gzip.decompress(data)
+    except _GZIP_ERRORS as exc:
+        raise ValueError(_gzip_error(exc)) from None
+
+
+def read_rows(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, as :func:`aegis_probe.jsonl.read_jsonl` reads them
+    (a record that is not a JSON object of the ``required`` fields is a ``ValueError`` naming file
+    and line); a ``.jsonl.gz`` file is read through gzip, and one that is no readable gzip is a
+    ``ValueError`` naming it."""
+    if Path(path).is_dir():
+        raise ValueError(f"{path}: a directory, not a JSON-lines file")
+    if not str(path).endswith(GZIP_SUFFIX):
+        return read_jsonl(path, required)
+    with tempfile.TemporaryDirectory(prefix="aegis-rows-") as folder:
+        plain = Path(folder) / plain_name(path)
+        with open(path, "rb") as raw, open(plain, "wb") as out:
+            try:
+                with gzip.GzipFile(fileobj=raw) as unpacked:
+                    shutil.copyfileobj(unpacked, out)
+            except _GZIP_ERRORS as exc:
+                raise ValueError(f"{path}: {_gzip_error(exc)}") from None
+        try:
+            return read_jsonl(plain, required)
+        except ValueError as exc:  # named after the file given, not its unpacked copy
+            raise ValueError(str(exc).replace(str(plain), str(path), 1)) from None
+
+
+def _temp_beside(out: Path, kind: str) -> Path:
+    """``.<name>.<kind>`` beside ``out``: one fixed name, so that what an interrupted run left there
+    (killed before its cleanup) is replaced by the next run, not piled up."""
+    return out.with_name(f".{out.name}.{kind}")
+
+
+@contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file path beside ``path`` (its folder made) to write; it replaces ``path`` when
+    the block ends without an error, and is removed otherwise."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(out, "tmp")
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path``, whole or not at all; returns the path."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+@contextmanager
+def replacing_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary directory beside ``path`` to fill; it takes the place of ``path`` (an earlier
+    directory there is removed) when the block ends without an error, and is removed otherwise,
+    so ``path`` is never a half-written directory."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = _temp_beside(out, "partial"), _temp_beside(out, "old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
