@@ -38,9 +38,12 @@ def load_module(target: str, what: str) -> ModuleType:
         sys.modules[spec.name] = module  # type: ignore[union-attr]
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         return module
-    except SyntaxError as exc:
-        raise ValueError(f"{what}: {exc.filename}:{exc.lineno}: SyntaxError: {exc.msg}") from exc
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the module does at import
+    except SyntaxError as exc:  # null bytes in the source: no line, and the file is ``target``
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename and exc.lineno else target
+        raise ValueError(f"{what}: {where}: SyntaxError: {exc.msg}") from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - whatever the module does at import (sys.exit too)
         reason = f"exited with sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
         raise ValueError(f"{what}: cannot import {target!r} ({reason})") from exc
 
@@ -81,12 +84,22 @@ class AppSpec:
         if not callable(factory) or not callable(getattr(module, "run_app", None)):
             raise ValueError(f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) "
                              f"and run_app(app, task) in {target}")
+        agents = getattr(module, "AGENTS", ())
+        if isinstance(agents, str) or not isinstance(agents, (list, tuple)) or not all(isinstance(a, str) for a in agents):
+            raise ValueError(f"--app {ref}: AGENTS in {target} must be a list of agent names, not {agents!r}"[:300])
+        termination = getattr(module, "TERMINATION", "TERMINATE")
+        if not isinstance(termination, str):
+            raise ValueError(f"--app {ref}: TERMINATION in {target} must be a string, not {termination!r}"[:300])
+        for name in ("policy", "judge"):
+            value = getattr(module, name, None)
+            if value is not None and not callable(value):
+                raise ValueError(f"--app {ref}: {name} in {target} must be a function, not {value!r}"[:300])
         return cls(
             factory=factory,
             run_app=module.run_app,
-            agents=tuple(getattr(module, "AGENTS", ())),
+            agents=tuple(agents),
             policy=getattr(module, "policy", None),
-            termination=getattr(module, "TERMINATION", "TERMINATE"),
+            termination=termination,
             judge=getattr(module, "judge", None),
             ref=ref,
         )

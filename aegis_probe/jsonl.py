@@ -9,11 +9,27 @@ from pathlib import Path
 from typing import Any, Iterable
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice (``json`` would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"key {key!r} given twice in one object")
+            seen.add(key)
+    return obj
+
+
 def read_jsonl(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped).
 
-    Raises ``ValueError`` naming the file and line of a record that is not UTF-8 JSON, not a JSON
-    object or lacks one of the ``required`` fields. A UTF-8 byte order mark at the start is ignored.
+    Raises ``ValueError`` naming the file and line of a record that is not UTF-8 JSON, gives a key
+    twice, is not a JSON object or lacks one of the ``required`` fields. A UTF-8 byte order mark at
+    the start is ignored.
     """
     rows = []
     with open(path, "rb") as fh:
@@ -26,7 +42,9 @@ def read_jsonl(path: str | os.PathLike[str], required: Iterable[str] = ()) -> li
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=_unique_keys)
+            except DuplicateKey as exc:
+                raise ValueError(f"{path}:{no}: {exc}") from None
             except ValueError as exc:
                 raise ValueError(f"{path}:{no}: invalid JSON: {exc}") from None
             if not isinstance(row, dict):

@@ -68,6 +68,8 @@ def _plan(spec: str, demo: ModuleType) -> Any:
     from ..injection import InjectionPlan, Target
 
     mode, _, agent = spec.partition(":")
+    if not mode.strip():
+        raise ValueError(f"--inject {spec!r}: give a MAST failure mode, e.g. FM-2.6 or FM-2.6:{demo.AGENTS[0]}")
     agent = agent or getattr(demo, "WORKER", demo.AGENTS[0])
     if agent not in demo.AGENTS:
         raise ValueError(f"--inject {spec}: no agent {agent!r} in the {demo.FRAMEWORK} demo ({', '.join(demo.AGENTS)})")
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         stack.enter_context(quiet_frameworks(not args.verbose))
         demo = load_demo(args.framework, quiet=not args.verbose)
-        plan = _plan(args.inject, demo) if args.inject else None
+        plan = _plan(args.inject, demo) if args.inject is not None else None
         if args.base_url:
             api_key = os.environ.get(args.api_key_env) or "not-needed"
             base_url, where = args.base_url, args.base_url

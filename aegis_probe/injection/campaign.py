@@ -511,10 +511,17 @@ def check_tasks(tasks: list[dict[str, Any]], where: str = "tasks") -> list[dict[
     seen: dict[str, int] = {}
     for no, task in enumerate(tasks, 1):
         name = f"{where}: record {no} (id {task.get('id')!r})"
+        ident = task.get("id")
+        if isinstance(ident, bool) or not isinstance(ident, (str, int)) or not str(ident).strip():
+            raise ValueError(f"{name}: `id` must be a non-empty string or an integer")
         if not isinstance(task.get("task"), str) or not task["task"].strip():
             raise ValueError(f"{name}: `task` must be a non-empty string")
+        if not isinstance(task.get("type", ""), str):
+            raise ValueError(f"{name}: `type` must be a string (math, code, ...)")
         if task.get("expected") is None and not task.get("tests"):
             raise ValueError(f"{name}: no `expected` answer or `tests` to judge the run by")
+        if isinstance(task.get("expected"), (bool, list, dict)):
+            raise ValueError(f"{name}: `expected` must be a string or a number")
         try:
             judge_for(task)
         except (ValueError, TypeError) as exc:

@@ -1,0 +1,99 @@
+"""Bad input to ``inject`` found by fuzzing: task records of the wrong shape, app modules whose
+contract values are of the wrong type or that raise oddly at import. Each is one ``error:`` line
+naming the file (or ``--app``) and the record, exit 2, no traceback, and nothing run or written."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from aegis_probe.cli import main
+
+#: An app without a framework: a campaign would run it, but bad input stops it before any run.
+APP = """\
+    def build_app(base_url, model, api_key):
+        return None
+
+    def run_app(app, task):
+        return "2"
+    """
+GOOD = {"id": "a", "task": "What is 1 + 1?", "expected": "2"}
+
+
+def _error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _inject(tmp_path: Path, tasks: str, app: str = APP) -> list[str]:
+    (tmp_path / "app.py").write_text(textwrap.dedent(app))
+    (tmp_path / "tasks.jsonl").write_text(tasks)
+    return ["inject", "--app", f"{tmp_path / 'app.py'}:build_app", "--tasks", str(tmp_path / "tasks.jsonl"),
+            "--out", str(tmp_path / "out"), "--no-progress"]
+
+
+@pytest.mark.parametrize(("line", "names"), [
+    ('{"id": [1], "task": "x", "expected": "1"}', ("record 1", "`id` must be a non-empty string or an integer")),
+    ('{"id": null, "task": "x", "expected": "1"}', ("record 1", "`id`")),
+    ('{"id": " ", "task": "x", "expected": "1"}', ("record 1", "`id`")),
+    ('{"id": true, "task": "x", "expected": "1"}', ("record 1", "`id`")),
+    ('{"id": "a", "task": "x", "expected": "1", "type": ["math"]}', ("record 1", "`type` must be a string")),
+    ('{"id": "a", "task": "x", "expected": {"a": 1}}', ("record 1", "`expected` must be a string or a number")),
+    ('{"id": "a", "task": "x", "expected": [1]}', ("record 1", "`expected` must be a string or a number")),
+    ('{"id": "a", "task": "x", "expected": true}', ("record 1", "`expected` must be a string or a number")),
+    ('{"id": "a", "id": "b", "task": "x", "expected": "1"}', ("tasks.jsonl:1", "key 'id' given twice")),
+    ('{"id": "a", "task": "x", "expected": "1", "meta": {"k": 1, "k": 2}}', ("tasks.jsonl:1", "key 'k' given twice")),
+], ids=["id-list", "id-null", "id-blank", "id-bool", "type-list", "expected-object", "expected-list", "expected-bool",
+        "duplicate-key", "duplicate-nested-key"])
+def test_a_task_record_of_the_wrong_shape_is_refused_before_any_run(line, names, tmp_path, capsys):
+    assert main(_inject(tmp_path, line + "\n")) == 2
+    error = _error(capsys)
+    assert str(tmp_path / "tasks.jsonl") in error
+    for name in names:
+        assert name in error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("extra", "names"), [
+    ("AGENTS = 5\n", ("AGENTS", "must be a list of agent names, not 5")),
+    ("AGENTS = 'planner'\n", ("AGENTS", "not 'planner'")),
+    ("AGENTS = ['planner', 3]\n", ("AGENTS", "list of agent names")),
+    ("TERMINATION = 5\n", ("TERMINATION", "must be a string, not 5")),
+    ("policy = 5\n", ("policy", "must be a function, not 5")),
+    ("judge = 'exact'\n", ("judge", "must be a function, not 'exact'")),
+])
+def test_an_app_whose_contract_values_have_the_wrong_type_is_refused_when_loaded(extra, names, tmp_path, capsys):
+    assert main(_inject(tmp_path, json.dumps(GOOD) + "\n", APP + extra)) == 2
+    error = _error(capsys)
+    assert f"--app {tmp_path / 'app.py'}:build_app" in error
+    for name in names:
+        assert name in error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("source", "names"), [
+    (b"x = 1\x00\n", ("app.py: SyntaxError", "null bytes")),
+    (b"raise GeneratorExit\n", ("cannot import", "GeneratorExit")),
+], ids=["null-bytes", "generator-exit"])
+def test_an_app_file_that_cannot_import_is_one_error_line_naming_it(source, names, tmp_path, capsys):
+    argv = _inject(tmp_path, json.dumps(GOOD) + "\n")
+    (tmp_path / "app.py").write_bytes(source)
+    assert main(argv) == 2
+    error = _error(capsys)
+    assert "None:None" not in error
+    for name in names:
+        assert name in error
+
+
+@pytest.mark.parametrize("spec", ["", ":", " :calculator"])
+def test_demo_inject_without_a_mode_is_refused_not_run_uninjected(spec, tmp_path, capsys):
+    pytest.importorskip("autogen_agentchat")
+    assert main(["demo", "--inject", spec, "--trace-dir", str(tmp_path / "t")]) == 2
+    assert f"--inject {spec!r}: give a MAST failure mode, e.g. FM-2.6" in _error(capsys)
+    assert not (tmp_path / "t").exists()
