@@ -111,3 +111,18 @@ def test_bad_data_files_of_every_reader_are_one_error_naming_them(bad, tmp_path,
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error") or "Traceback" in line]
         assert len(errors) == 1 and str(path) in errors[0], (argv, errors)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "ww"]  # nothing written
+
+
+def test_no_progress_quiets_the_bars_of_the_libraries_too(tmp_path, capsys):
+    """``--no-progress`` showed no bar of ours, yet transformers' "Loading weights" (the encoder)
+    and datasets' "Saving the dataset" (``--hf-dir``) still drew theirs."""
+    src = write_json(tmp_path / "ww" / "1.json", whowhen_record())
+    rows = tmp_path / "rows.jsonl"
+    assert cli.main(["build", "dcl", str(src), "-o", str(rows), "--hf-dir", str(tmp_path / "hf"), "--no-progress"]) == 0
+    assert capsys.readouterr().err == f"{src}: 1 imported, 0 errors, 0 flagged\n"
+    assert cli.main(["dcl", "--data", str(rows), "--out", str(tmp_path / "m"), "--epochs", "1", "--hidden_size", "8",
+                     "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.main(["attribute", "--model", str(tmp_path / "m"), "--data", str(rows), "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("1 trajectories, ")

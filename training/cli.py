@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from contextlib import ExitStack
 from typing import Any, Sequence
@@ -81,7 +82,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     args = parser([command] if command in COMMANDS else None, prog=prog).parse_args(argv)
     verbose = verbose or args.verbose
     configure_logging(verbose)
+    if getattr(args, "no_progress", False):
+        quiet_libraries()
     return run_command(args.func, args, verbose=verbose)
+
+
+def quiet_libraries() -> None:
+    """``--no-progress`` for the bars of the libraries a command loads too (transformers' "Loading
+    weights", datasets' "Saving the dataset"), for the rest of this process."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when transformers is imported
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"  # read when datasets is imported
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
 
 
 def _int_at_least(text: str, low: int) -> int:
