@@ -372,3 +372,55 @@ def test_chat_that_raises_is_the_probes_last_run(mode, model_server, provider, t
     traj = probe.trajectory()
     assert traj.task == "add 4 and 5" and traj.error.startswith("Broken")
     assert judged == ["add 2 and 3", "add 4 and 5"]
+
+
+@needs_ag2
+def test_async_run_abandoned_before_its_end_ends_cancelled(model_server, tmp_path):
+    """``a_run``'s events left after the first (the loop's end cancels the chat's task, held in its
+    second model call): the run ends cancelled (ERROR, ``error.type`` ``CancelledError``), stored and
+    the probe's last run, as autogen's; the app sees what it sees uninstrumented."""
+    import asyncio
+    import threading
+
+    from autogen import ConversableAgent
+
+    from aegis_probe.store import TraceStore
+
+    release = threading.Event()
+
+    def policy(body):
+        if len(body["messages"]) > 2:  # the second model call waits until the app has left
+            release.wait(60)
+        return Reply(content=f"reply {len(body['messages'])}")
+
+    server = model_server(policy)
+    config = {"config_list": [{"model": "m", "base_url": server.base_url, "api_key": "sk-test", "max_retries": 0,
+                               "price": [0, 0]}], "cache_seed": None}
+
+    def first_event(instrument: bool) -> tuple[str, object]:
+        a = ConversableAgent("a", system_message="a", llm_config=config, human_input_mode="NEVER")
+        b = ConversableAgent("b", system_message="b", llm_config=config, human_input_mode="NEVER")
+        probe = aegis_probe.instrument(a, store=tmp_path / "store") if instrument else None
+
+        async def go() -> str:
+            response = await a.a_run(b, message="go", max_turns=3)
+            async for event in response.events:
+                return type(event).__name__
+            return "none"
+
+        release.clear()
+        try:
+            return asyncio.run(go()), probe
+        finally:
+            release.set()
+            if probe is not None:
+                probe.flush()
+
+    assert first_event(False)[0] == "TextEvent"
+    seen, probe = first_event(True)
+    assert seen == "TextEvent"
+    store = TraceStore(tmp_path / "store")
+    (trace_id,) = store.traces()
+    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
+    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    assert probe.last_run is not None and probe.last_run.trace_id == trace_id

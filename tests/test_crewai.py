@@ -316,3 +316,37 @@ def test_kickoff_that_raises_is_the_probes_last_run(kickoff, model_server, provi
     assert raised.value is error
     traj = probe.trajectory()
     assert traj.task == demo.TASK and traj.error.startswith("Broken") and judged == [demo.TASK]
+
+
+@needs_crewai
+def test_streaming_crew_closed_before_its_end_ends_its_run_cancelled(model_server, tmp_path):
+    """An ``akickoff`` streaming output the app closes after its first chunk: CrewAI cancels the crew's
+    task, and the run ends cancelled (ERROR, ``error.type`` ``CancelledError``), as autogen's, stored
+    and the probe's last run; the app gets what it gets uninstrumented (no error)."""
+    from crewai import Crew
+
+    from aegis_probe.store import TraceStore
+
+    server = model_server(demo.policy)
+
+    def streaming() -> object:
+        base = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+        return Crew(name="streamed", agents=base.agents, tasks=base.tasks, stream=True)
+
+    async def first_chunk(app: object) -> bool:
+        streamed = await app.akickoff(inputs={"task": demo.TASK})
+        async for _ in streamed:
+            break
+        await streamed.aclose()
+        return streamed.is_cancelled
+
+    assert asyncio.run(first_chunk(streaming())) is True
+    app = streaming()
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    assert asyncio.run(first_chunk(app)) is True
+    probe.flush()
+    store = TraceStore(tmp_path / "store")
+    (trace_id,) = store.traces()
+    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
+    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
