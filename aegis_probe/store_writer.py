@@ -70,19 +70,6 @@ class SpanWriter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def submit(self, processor: "StoreSpanProcessor", span: ReadableSpan, wake: bool) -> bool:
-        """Queue ``span`` (app thread; O(1), never blocks) and wake the writer if ``wake`` or
-        enough spans wait. False when the queue is full."""
-        items = self._items
-        if len(items) >= self.max_queue:
-            return False
-        if self._thread is None:
-            self._start(processor)
-        items.append((processor, span))
-        if (wake or len(items) >= WAKE_BATCH) and not self._wake.is_set():  # after the append:
-            self._wake.set()  # the writer clears the event before it drains
-        return True
-
     def _start(self, processor: "StoreSpanProcessor") -> None:
         with self._lock:
             self._processors.add(processor)
@@ -244,6 +231,7 @@ class StoreSpanProcessor(SpanProcessor):
         self._closed = False
         # Writer-thread state: the traces whose root has not been taken, by trace id.
         self._traces: dict[int, _Trace] = {}
+        self._resource: tuple[Any, dict[str, Any]] = (None, {})  # the last span's resource and its attributes
         want_hints()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -255,12 +243,20 @@ class StoreSpanProcessor(SpanProcessor):
             encoded = [_encoded(span, None)]
             if self._keeps(span.context.trace_id, encoded):
                 self._write(encoded)
-        else:
+        else:  # queued for the writer (O(1), never blocks), which is woken at a root or when enough spans wait
             root = parent is None or parent[2]
-            if not self.writer.submit(self, span, root):
+            writer = self.writer
+            items = writer._items
+            if len(items) >= writer.max_queue:
                 self._dropped()
-            elif root and _finalizer_pid == os.getpid():  # a multiprocessing child (_flush_at_process_end)
-                self.writer.flush()
+                return
+            if writer._thread is None:
+                writer._start(self)
+            items.append((self, span))
+            if (root or len(items) >= WAKE_BATCH) and not writer._wake.is_set():  # after the append:
+                writer._wake.set()  # the writer clears the event before it drains
+            if root and _finalizer_pid == os.getpid():  # a multiprocessing child (_flush_at_process_end)
+                writer.flush()
 
     def _dropped(self) -> None:
         with self._drop_lock:
@@ -278,7 +274,11 @@ class StoreSpanProcessor(SpanProcessor):
         trace = self._traces.get(trace_id)
         if trace is None:
             trace = self._traces[trace_id] = _Trace(trace_id)
-        trace.spans.append(_encoded(span, trace))
+        resource = span._resource  # _encoded(span, trace), with the provider's resource attributes kept
+        if resource is not self._resource[0]:
+            self._resource = (resource, resource_attributes(resource))
+        scope = span._instrumentation_scope
+        trace.spans.append((self._resource[1], scope.name if scope else "", sdk_span_json(span, trace.hex, trace.bases)))
         parent = span._parent
         if parent is None or parent[2]:  # the root (or a remote parent's child): the trace is complete
             del self._traces[trace_id]

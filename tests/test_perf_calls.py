@@ -87,6 +87,25 @@ def test_lean_spans_skip_empty_processor_hooks(tmp_path: Path) -> None:
     provider.shutdown()
 
 
+def test_the_store_queues_an_ending_span_in_one_call(tmp_path: Path) -> None:
+    """The store's ``on_end`` queues the span without a call of its own (the queue's bound and the
+    writer's wake-up inline); the writer writes the trace as before."""
+    provider = LeanTracerProvider()
+    store = TraceStore(tmp_path / "s")
+    provider.add_span_processor(StoreSpanProcessor(store))
+    tracer = provider.get_tracer("aegis_probe")
+    root = tracer.start_span("root")
+    ctx = trace.set_span_in_context(root)
+    tracer.start_span("first", context=ctx).end()
+    calls = _calls(lambda: tracer.start_span("second", context=ctx, attributes={"k": "v"}).end())
+    assert [(name, n) for name, n in calls.items() if name.startswith("store_writer.py:")] == [("store_writer.py:on_end", 1)]
+    root.end()
+    (spans,) = store.traces().values()
+    assert sorted(s.name for s in spans) == ["first", "root", "second"]
+    assert next(s for s in spans if s.name == "second").attributes == {"k": "v"}
+    provider.shutdown()
+
+
 def test_a_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
     """An agent step opened, run in its scope and finished with its output: the step span holds
     its input and output as before, in 13 Python calls of the span path or fewer, 8 of them in
