@@ -36,16 +36,29 @@ def to_attribution(row: dict[str, Any], path: str | Path = "predictions") -> Att
     """One prediction row ``{"id", "agent", "step", "pairs" | "top_pair"}`` as an answer; pairs are
     ``[agent, mode]`` lists or ``{"agent", "mode"}`` objects (the output of ``attribute``), and
     ``top_pair`` (the predicted agent's best mode) wins over ``pairs`` when given."""
+    where = f"{path}: prediction {row['id']!r}"
+    if not isinstance(row.get("agent"), (str, type(None))):
+        raise ValueError(f"{where}: agent must be a name or null, got {row['agent']!r}")
     try:
         raw = [row["top_pair"]] if row.get("top_pair") else row.get("pairs") or ([[row["agent"], None]] if row.get("agent") else [])
         pairs = [_pair(p) for p in raw]
     except (TypeError, ValueError):
-        raise ValueError(f"{path}: prediction {row['id']!r}: pairs must be [agent, mode] or {{agent, mode}}") from None
+        raise ValueError(f"{where}: pairs must be [agent, mode] or {{agent, mode}}") from None
+    if not all(isinstance(x, (str, type(None))) for pair in pairs for x in pair):
+        raise ValueError(f"{where}: a pair's agent and mode must be names or null")
     try:
         step = step_number(row.get("step"))  # also "3" (a parsed answer) or 3.0 (a float column)
     except ValueError as exc:
-        raise ValueError(f"{path}: prediction {row['id']!r}: {exc}") from None
+        raise ValueError(f"{where}: {exc}") from None
     return Attribution(row.get("agent"), step, pairs)
+
+
+def turns_read(row: dict[str, Any], path: str | Path = "predictions") -> int | None:
+    """How many turns the attributor read of the trace (``attribute``'s ``turns_read``; null: all)."""
+    value = row.get("turns_read")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{path}: prediction {row['id']!r}: turns_read must be a count of turns or null, got {value!r}")
+    return value
 
 
 def match_predictions(trajs: Sequence[Any], rows: dict[str, dict[str, Any]], path: str | Path) -> list[dict[str, Any] | None]:
@@ -198,14 +211,14 @@ def run_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.source}: every trajectory is a recovered run; nothing to score")
     golds = [gold_attribution(t) for t in trajs]
     preds: Sequence[Attribution | None]
-    turns_read: list[int | None] = [None] * len(trajs)
+    read: list[int | None] = [None] * len(trajs)
     if args.predictions:
         rows = prediction_rows(args.predictions)
         if not rows:
             raise ValueError(f"{args.predictions}: no predictions to score; nothing written")
         matched = match_predictions(trajs, rows, args.predictions)
         preds = [to_attribution(row, args.predictions) if row else None for row in matched]
-        turns_read = [row.get("turns_read") if row else None for row in matched]
+        read = [turns_read(row, args.predictions) if row else None for row in matched]
         method = f"predictions:{args.predictions}"
     else:
         method = args.method
@@ -231,7 +244,7 @@ def run_eval(args: argparse.Namespace) -> int:
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed,
                       n_files=len(trajs) + len(imported.errors))
     report["method"] = method
-    report["unreachable_gold_steps"] = unreachable_steps(golds, turns_read, [len(t.steps) for t in trajs])
+    report["unreachable_gold_steps"] = unreachable_steps(golds, read, [len(t.steps) for t in trajs])
     preds = [one_answer(p) for p in preds]
     report["predictions"] = [
         {"id": row_id(t), "agent": p.agent, "step": p.step, "pairs": [list(x) for x in p.pairs]} if p else {"id": row_id(t)}

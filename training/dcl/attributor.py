@@ -212,7 +212,12 @@ class DCLAttributor(nn.Module):
             tensors = load_file(weights)
         except Exception as exc:  # safetensors raises its own error type for a file it cannot read
             raise ValueError(f"{weights}: not a safetensors file ({exc})") from None
-        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        try:
+            missing, unexpected = self.load_state_dict(tensors, strict=False)
+        except RuntimeError as exc:  # tensors of other shapes: another hidden_size, encoder or modes
+            shapes = str(exc).split("size mismatch for ", 2)
+            first = f": {shapes[1].strip().rstrip('.')}" if len(shapes) > 1 else ""
+            raise ValueError(f"{weights}: the weights do not fit this configuration{first}") from None
         missing = [k for k in missing if k.startswith("head.") or self.train_encoder]
         if missing or unexpected:
             raise ValueError(f"checkpoint {directory} does not fit: missing {missing}, unexpected {unexpected}")

@@ -91,16 +91,24 @@ def load_checkpoint(model: DCLAttributor, opt: torch.optim.Optimizer, directory:
     from safetensors import safe_open
 
     model.load_weights(directory)
-    tensors = load_file(directory / OPTIMIZER_FILE)
-    with safe_open(str(directory / OPTIMIZER_FILE), "pt") as fh:
-        param_groups = json.loads(fh.metadata()["param_groups"])
-    torch.set_rng_state(tensors.pop("rng.torch"))
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        _, pid, name = key.split(".", 2)
-        state.setdefault(int(pid), {})[name] = value
-    opt.load_state_dict({"state": state, "param_groups": param_groups})
-    return json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+    optimizer = directory / OPTIMIZER_FILE
+    try:
+        tensors = load_file(optimizer)
+        with safe_open(str(optimizer), "pt") as fh:
+            param_groups = json.loads(fh.metadata()["param_groups"])
+        torch.set_rng_state(tensors.pop("rng.torch"))
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in tensors.items():
+            _, pid, name = key.split(".", 2)
+            state.setdefault(int(pid), {})[name] = value
+        opt.load_state_dict({"state": state, "param_groups": param_groups})
+    except Exception as exc:  # safetensors' own error type, a missing key, groups of another configuration
+        raise ValueError(f"{optimizer}: not the optimizer state of this configuration ({exc})") from None
+    try:
+        counters = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+        return {"epoch": int(counters["epoch"]), "global_step": int(counters["global_step"])}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{directory / STATE_FILE}: not a DCL trainer state ({exc})") from None
 
 
 def checkpoints(out: Path) -> list[Path]:
