@@ -18,7 +18,7 @@ from ..config import ProbeConfig
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from ..store import TraceStore
-from ..trajectory import Trajectory
+from .traces import stored
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         app = AppSpec.load(args.app)
     api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none
     store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
-    original = Trajectory.from_spans(store.trace(args.trace))
+    original = stored(store, args.trace)
     if original.outcome.success is True:
         raise ValueError(f"trace {original.trace_id} succeeded: blame needs a failed run "
                          "(make one with: demo --inject FM-2.6)")

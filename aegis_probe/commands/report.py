@@ -17,6 +17,7 @@ from ..config import ProbeConfig
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
 from ..store import TraceStore
 from ..trajectory import Trajectory, load_trajectories
+from .traces import stored
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
     if not re.fullmatch(r"[0-9a-fA-F]+", target):
         raise FileNotFoundError(f"no file {target} (and not a trace id: those are hexadecimal)")
     store = TraceStore(store_dir or ProbeConfig.resolve().trace_dir)
-    return Trajectory.from_spans(store.trace(target))
+    return stored(store, target)
 
 
 def run(args: argparse.Namespace) -> int:

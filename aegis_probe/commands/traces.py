@@ -39,6 +39,16 @@ def _store(args: argparse.Namespace) -> TraceStore:
     return TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
 
 
+def stored(store: TraceStore, trace_id: str) -> Trajectory:
+    """The trace ``trace_id`` (or a unique prefix) of ``store`` as a trajectory; ``ValueError``
+    naming the store when its spans make none (malformed aegis attributes)."""
+    spans = store.trace(trace_id)
+    try:
+        return Trajectory.from_spans(spans)
+    except ValueError as exc:
+        raise ValueError(f"{store.path}: {exc}") from None
+
+
 def _ls(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ValueError(f"--limit must be >= 0 (0: all), not {args.limit}")
@@ -64,7 +74,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    traj = Trajectory.from_spans(_store(args).trace(args.trace_id))
+    traj = stored(_store(args), args.trace_id)
     if args.json:
         print(traj.model_dump_json(indent=2))
     else:

@@ -1,0 +1,53 @@
+"""Stored traces whose spans are OTLP but make no trajectory (an aegis attribute of the wrong
+type): ``traces show``, ``report ID`` and ``blame`` say so in one ``error:`` line naming the store
+(``traces ls`` already names it when it skips the trace), exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from aegis_probe import semconv as sc
+from aegis_probe.cli import main
+
+from test_cli_fuzz_inputs import APP, _error
+
+TRACE = "0123456789abcdef0123456789abcdef"
+
+
+def _store_with_bad_step_index(root: Path) -> Path:
+    """A store whose one trace has a step span with ``aegis.step.index`` "zero": OTLP, but no trajectory."""
+    spans = [
+        {"traceId": TRACE, "spanId": "00000000000000a1", "name": "invoke_workflow team", "kind": 1,
+         "startTimeUnixNano": "1", "endTimeUnixNano": "9",
+         "attributes": [{"key": sc.OUTCOME_SUCCESS, "value": {"boolValue": False}},
+                        {"key": sc.TASK, "value": {"stringValue": "What is 1 + 1?"}}]},
+        {"traceId": TRACE, "spanId": "00000000000000a2", "parentSpanId": "00000000000000a1", "name": "invoke_agent solver",
+         "kind": 1, "startTimeUnixNano": "2", "endTimeUnixNano": "8",
+         "attributes": [{"key": sc.STEP_INDEX, "value": {"stringValue": "zero"}},
+                        {"key": sc.OPERATION, "value": {"stringValue": sc.OP_AGENT}},
+                        {"key": "gen_ai.agent.name", "value": {"stringValue": "solver"}}]},
+    ]
+    store = root / "S"
+    store.mkdir()
+    (store / "spans.jsonl").write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n")
+    return store
+
+
+@pytest.mark.parametrize("command", ["traces show", "report", "blame"])
+def test_a_stored_trace_that_makes_no_trajectory_is_an_error_naming_the_store(command, tmp_path, capsys):
+    store = _store_with_bad_step_index(tmp_path)
+    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    argv = {"traces show": ["traces", "show", TRACE[:8], "--dir", str(store)],
+            "report": ["report", TRACE[:8], "--dir", str(store), "--out", str(tmp_path / "r.html")],
+            "blame": ["blame", "--trace", TRACE[:8], "--dir", str(store), "--app", f"{tmp_path / 'app.py'}:build_app",
+                      "--fixer", "aegis_probe.demos.task:solve", "--expected", "2", "--no-progress"]}[command]
+    before = (store / "spans.jsonl").read_bytes()
+    assert main(argv) == 2
+    error = _error(capsys)
+    assert f"error: {store}: trace {TRACE}: malformed aegis span attributes" in error
+    assert (store / "spans.jsonl").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["S", "app.py"]
