@@ -108,18 +108,19 @@ def send(url: str, records: Sequence[SpanRecord], timeout: float) -> None:
 
 
 def _why(url: str, messages: list[str], timeout: float) -> str:
-    """Why the exporter gave up: the error it kept retrying on (from its log messages), else that
-    nothing answers at the URL's host and port, else its last word."""
-    for message in messages:
-        transient = re.fullmatch(r"Transient error (.*) encountered while exporting .*", message)
-        if transient:
-            return f"{transient.group(1)} (still failing after {timeout:g} s of retries)"
+    """Why the exporter gave up: that nothing answers at the URL's host and port (whether or not
+    the exporter logged its connection errors as transient), else the error it kept retrying on
+    (from its log messages), else its last word."""
     parts = urlsplit(url)
     try:
         socket.create_connection((parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)),
                                  timeout=timeout).close()
     except OSError as exc:
         return f"nothing answers at {parts.netloc} ({exc.strerror or exc})"
+    for message in messages:
+        transient = re.fullmatch(r"Transient error (.*) encountered while exporting .*", message)
+        if transient:
+            return f"{transient.group(1)} (still failing after {timeout:g} s of retries)"
     return messages[-1] if messages else "the exporter gave no reason"
 
 
