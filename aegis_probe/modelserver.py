@@ -141,8 +141,8 @@ class ModelServer:
                     self._json(200, {**base, "object": "chat.completion", "usage": usage,
                                      "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
                     return
-                asked = bool((body.get("stream_options") or {}).get("include_usage"))
-                self._stream(base, message, usage, finish, asked)
+                options = body.get("stream_options")
+                self._stream(base, message, usage, finish, isinstance(options, dict) and bool(options.get("include_usage")))
 
             def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, int], finish: str,
                         usage_asked: bool) -> None:
