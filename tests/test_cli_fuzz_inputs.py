@@ -97,3 +97,22 @@ def test_demo_inject_without_a_mode_is_refused_not_run_uninjected(spec, tmp_path
     assert main(["demo", "--inject", spec, "--trace-dir", str(tmp_path / "t")]) == 2
     assert f"--inject {spec!r}: give a MAST failure mode, e.g. FM-2.6" in _error(capsys)
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(("made", "names"), [
+    ("traces", "traces: not a directory"), ("baselines", "baselines: not a directory"),
+    ("traces/spans.jsonl/", "spans.jsonl: a directory, not a trace file"),
+    ("baselines/spans.jsonl/", "spans.jsonl: a directory, not a trace file"),
+])
+def test_inject_into_an_out_whose_store_is_of_the_wrong_kind_runs_nothing(made, names, tmp_path, capsys):
+    argv = [*_inject(tmp_path, json.dumps(GOOD) + "\n"), "--base-url", "http://127.0.0.1:9"]
+    target = tmp_path / "out" / made
+    target.parent.mkdir(parents=True)
+    if made.endswith("/"):
+        target.mkdir()
+    else:
+        target.write_text("notes")
+    assert main(argv) == 2
+    error = _error(capsys)
+    assert f"error: {target}".rstrip("/") in error and names in error
+    assert not (tmp_path / "out" / "runs.jsonl").exists()

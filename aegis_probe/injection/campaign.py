@@ -274,6 +274,15 @@ class Campaign:
                 del found[key]
         return found
 
+    def _check_stores(self) -> None:
+        """``ValueError`` when a store of ``out`` (``traces/``, ``baselines/``) or its trace file is
+        of the wrong kind (a file, a directory): before any run, not when the first trace is written."""
+        for store in (self.kept_store, self.baseline_store):
+            if store.path.exists() and not store.path.is_dir():
+                raise ValueError(f"{store.path}: not a directory (this campaign's trace store); move it away to resume")
+            if store.file.is_dir():
+                raise ValueError(f"{store.file}: a directory, not a trace file; move it away to resume")
+
     def _write(self, record: dict[str, Any]) -> None:
         """Append ``record`` to ``runs.jsonl``. A write that fails (a full disk) takes back what it
         wrote, so the file is as it was, and names the file."""
@@ -382,6 +391,7 @@ class Campaign:
                 server = stack.enter_context(ModelServer(self.app.policy))
                 endpoint = Endpoint(server.base_url, "aegis-scripted", "not-needed")
             stack.enter_context(_only_campaign(self.out))
+            self._check_stores()
             done = self.records()
             _drop_changed_tasks(self.out, self.tasks, done)
             bar = stack.enter_context(_progress(len(self.tasks) * (1 + self.plans_per_run), self.progress))
