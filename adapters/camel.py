@@ -767,7 +767,7 @@ class CamelAdapter(Adapter):
         token = step.attach()
         try:
             # ChatAgent.step's (astep's) own checks, in its order.
-            if (self._direct_step if sync else self._direct_astep) and _binds(args, kwargs) \
+            if (self._direct_step if sync else self._direct_astep) and (0 < len(args) <= 2 and not kwargs or _binds(args, kwargs)) \
                     and not instance.model_backend.model_config_dict.get("stream", False) and instance.step_timeout is None:
                 return (instance._step_impl if sync else instance._astep_non_streaming_task), opened, token
             if not sync or getattr(instance, "step_timeout", None) is None:  # _step_impl runs in the wrapper's thread

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
@@ -134,20 +133,13 @@ class MetaGPTCodec:
     def __init__(self, llm: BaseLLM) -> None:
         self.llm = llm
         self.usage: dict[str, Any] | None = None
-
-    @cached_property
-    def _info(self) -> tuple[str, dict[str, Any]]:
-        """:func:`_request_info` of the LLM's config, read once per call (both of the next two ask)."""
-        return _request_info(self.llm.config)
-
-    @property
-    def provider(self) -> str:
-        return self._info[0]
+        # :func:`_request_info` of the LLM's config, read once per call (every call asks for both)
+        self.provider, self._request_attributes = _request_info(llm.config)
 
     def request_attributes(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The sampling parameters metagpt's providers send (``temperature``, ``max_token``), the
         endpoint, and the provider serving it."""
-        return dict(self._info[1])
+        return dict(self._request_attributes)
 
     def model(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return getattr(instance, "model", None) or getattr(instance.config, "model", None)
@@ -390,7 +382,11 @@ class MetaGPTAdapter(Adapter):
             # A model request suspends the role, letting the round's other roles start (and observe)
             # before it publishes; an answer from an interceptor (replay, injection) must too.
             await asyncio.sleep(0)
-        codec = MetaGPTCodec(instance)
+        try:
+            codec = MetaGPTCodec(instance)
+        except Exception:
+            log_hook_error("llm call start")
+            return await wrapped(*args, **kwargs)
         token = _ACTIVE_CALL.set(codec)
         try:
             return await in_recorded_order(acall_llm(run.probe, codec, wrapped, instance, args, kwargs))

@@ -295,6 +295,7 @@ def test_hook_errors_never_reach_app(server, provider, exporter, tmp_path, monke
     monkeypatch.setattr(adapter_module, "start_tool", boom)
     monkeypatch.setattr(adapter_module.MetaGPTCodec, "request", boom)
     monkeypatch.setattr(adapter_module.MetaGPTCodec, "record_usage", boom)
+    monkeypatch.setattr(adapter_module, "_request_info", boom)  # the codec reads its LLM config when made
     app = demo.build_app(server.base_url, MODEL, API_KEY)
     _instrument(app, provider, tmp_path)
     with caplog.at_level(logging.WARNING, logger="aegis_probe"):

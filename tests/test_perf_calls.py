@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -181,3 +183,62 @@ def test_an_async_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
     (spans,) = probe.store.traces().values()
     assert sorted(s.name for s in spans) == ["invoke_agent worker"] * 2 + ["invoke_workflow app"]
     provider.shutdown()
+
+
+def _benchmark_apps() -> Any:
+    """``benchmarks/apps.py``: the apps with a zero-latency model in process (real frameworks)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "apps.py"
+    spec = importlib.util.spec_from_file_location("aegis_benchmark_apps", path)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclass looks it up)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The modules of the span path: scopes, lean spans, the store's processor and writer.
+_SPAN_PATH = ("spans.py", "leanspans.py", "store_writer.py", "otlp_encode.py", "store_delta.py")
+#: Python calls per agent step into the span path and the adapter, on the app's thread, in the
+#: default configuration (``instrument(app)``: lean spans, the store; its writer thread not counted).
+_STEP_CALLS = {"metagpt": 77, "camel": 70}
+
+
+@pytest.mark.parametrize("framework", sorted(_STEP_CALLS))
+def test_aegis_calls_per_agent_step(framework: str, tmp_path: Path) -> None:
+    """A real MetaGPT team and CAMEL society of ``benchmarks/apps.py``, 10 agent steps: the trace
+    holds every step, and the span path and the adapter are entered at most ``_STEP_CALLS`` times per
+    step (content encoding, redaction and the model-call seam aside)."""
+    pytest.importorskip({"metagpt": "metagpt", "camel": "camel"}[framework])
+    import aegis_probe
+
+    app = _benchmark_apps().APPS[framework]()
+    steps = 10
+
+    def run() -> Any:
+        target = app.build(steps)
+        probe = aegis_probe.instrument(target, store=tmp_path / "store")
+        try:
+            app.play(target, probe, steps)
+            assert probe.store.flush()
+        finally:
+            probe.uninstrument()
+        return probe
+
+    run()  # first use: imports, caches
+    mine = (str(Path(aegis_probe.__file__).parent), str(Path(__file__).resolve().parents[1] / "adapters"))
+    entered: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(mine):
+            entered[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        probe = run()
+    finally:
+        sys.setprofile(None)
+    trajectory = probe.trajectory()
+    assert len(trajectory.steps) == steps
+    per_step = sum(n for name, n in entered.items() if name.split(":")[0] in _SPAN_PATH + (f"{framework}.py",)) / steps
+    assert per_step <= _STEP_CALLS[framework], entered
