@@ -116,3 +116,11 @@ def test_inject_into_an_out_whose_store_is_of_the_wrong_kind_runs_nothing(made, 
     error = _error(capsys)
     assert f"error: {target}".rstrip("/") in error and names in error
     assert not (tmp_path / "out" / "runs.jsonl").exists()
+
+
+def test_inject_out_that_is_a_file_is_refused_and_kept(tmp_path, capsys):
+    argv = _inject(tmp_path, json.dumps(GOOD) + "\n")
+    (tmp_path / "out").write_text("notes")
+    assert main(argv) == 2
+    assert f"error: --out {tmp_path / 'out'}: not a directory (the campaign directory" in _error(capsys)
+    assert (tmp_path / "out").read_text() == "notes"

@@ -51,3 +51,13 @@ def test_a_stored_trace_that_makes_no_trajectory_is_an_error_naming_the_store(co
     assert f"error: {store}: trace {TRACE}: malformed aegis span attributes" in error
     assert (store / "spans.jsonl").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["S", "app.py"]
+
+
+def test_blame_with_dir_naming_a_trace_file_is_refused_before_any_replay(tmp_path, capsys):
+    store = _store_with_bad_step_index(tmp_path)
+    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    before = (store / "spans.jsonl").read_bytes()
+    assert main(["blame", "--trace", TRACE[:8], "--dir", str(store / "spans.jsonl"), "--app", f"{tmp_path / 'app.py'}:build_app",
+                 "--fixer", "aegis_probe.demos.task:solve", "--expected", "2", "--no-progress"]) == 2
+    assert f"error: --dir {store / 'spans.jsonl'}: a file, not a trace store directory" in _error(capsys)
+    assert (store / "spans.jsonl").read_bytes() == before

@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         app = AppSpec.load(args.app)
     api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none
     store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
+    if store.path.is_file():  # read as a trace file, but the replays and the label are written into a store
+        raise ValueError(f"--dir {store.path}: a file, not a trace store directory (blame writes its replays and "
+                         f"label into the store: give {store.path.parent})")
     original = stored(store, args.trace)
     if original.outcome.success is True:
         raise ValueError(f"trace {original.trace_id} succeeded: blame needs a failed run "

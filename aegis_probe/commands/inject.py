@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
     if args.run_timeout is not None and not args.run_timeout > 0:
         raise ValueError(f"--run-timeout must be > 0 seconds, not {args.run_timeout}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out}: not a directory (the campaign directory: runs.jsonl, traces/, baselines/)")
     with quiet_imports(not getattr(args, "verbose", False)):
         app = AppSpec.load(args.app)
     tasks = load_tasks(args.tasks)
