@@ -33,7 +33,12 @@ WORD_PROBLEMS = {
 }
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_EXPRESSION = re.compile(r"[\d(][\d\s+\-*/().]*[\d)]")
+#: A run of arithmetic characters; within it, an expression spans from its first digit or "(" to its last
+#: digit or ")" (one match attempt per run: ``[\d(][\d\s+\-*/().]*[\d)]`` tried at every "(" of a long
+#: run of them, none closed, took time quadratic in its length: hours for a 1 MB answer).
+_ARITHMETIC_RUN = re.compile(r"[\d\s+\-*/().]+")
+_EXPRESSION_START = re.compile(r"[^\d(]*")
+_EXPRESSION = re.compile(r"[\d(].*[\d)]", re.DOTALL)
 
 _OPS: dict[type, Callable[..., float]] = {
     ast.Add: operator.add,
@@ -71,8 +76,19 @@ def final_number(text: str | None) -> str | None:
 
 def expression_in(text: str | None) -> str | None:
     """The last arithmetic expression (numbers with at least one operator) written in ``text``."""
-    found = [e.strip() for e in _EXPRESSION.findall(text or "") if re.search(r"[+\-*/]", e)]
+    found = [e.strip() for e in _expressions(text or "") if re.search(r"[+\-*/]", e)]
     return found[-1] if found else None
+
+
+def _expressions(text: str) -> list[str]:
+    """Each span of ``text`` from a digit or "(" to the last digit or ")" after it among arithmetic characters."""
+    found = []
+    for run in _ARITHMETIC_RUN.findall(text):
+        start = _EXPRESSION_START.match(run)
+        match = _EXPRESSION.match(run, start.end()) if start else None
+        if match:
+            found.append(match.group())
+    return found
 
 
 def fill(text: str | None, problems: dict[str, str]) -> str | None:
