@@ -140,3 +140,39 @@ def test_benchmark_rerun_after_a_failure_reuses_the_trained_model(tmp_path, caps
     assert error_lines(capsys) == [f"error: {out} holds an earlier benchmark run (benchmark.json, model): choose another "
                                    "--out, or remove it"]
     assert leftovers(tmp_path) == []
+
+
+def test_outputs_replaced_whole_or_not_at_all(tmp_path):
+    """The writers every train output goes through (a gguf conversion's cache folder too): a
+    failure keeps what was there and leaves no temporary file or folder."""
+    from aegis_probe.train.files import replacing, replacing_dir, write_text
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("complete")
+    with pytest.raises(OSError), replacing_dir(model) as partial:
+        (partial / "config.json").write_text("half")
+        raise OSError("disk full")
+    assert [p.name for p in model.iterdir()] == ["config.json"] and (model / "config.json").read_text() == "complete"
+    with replacing_dir(model) as partial:
+        (partial / "weights").write_text("new")
+    assert [p.name for p in model.iterdir()] == ["weights"]  # replaced, not mixed with the earlier files
+    out = write_text(tmp_path / "a.json", "1")
+    with pytest.raises(KeyboardInterrupt), replacing(out) as tmp:
+        tmp.write_text("2")
+        raise KeyboardInterrupt
+    assert out.read_text() == "1" and leftovers(tmp_path) == []
+
+
+def test_exported_files_are_readable_like_any_other_output(tmp_path):
+    """Each Who&When file was written through mkstemp, whose files only their owner may read."""
+    import os
+
+    src = write_json(tmp_path / "ww" / "1.json", whowhen_record())
+    old = os.umask(0o022)
+    try:
+        assert cli.main(["export", str(src), "--format", "whowhen", "-o", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(old)
+    (exported,) = (tmp_path / "out").iterdir()
+    assert exported.stat().st_mode & 0o777 == 0o644 and leftovers(tmp_path) == []

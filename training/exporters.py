@@ -17,13 +17,13 @@ import argparse
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from aegis_probe.trajectory import Fault, Step, Trajectory
 
 from .answers import fault_reason
+from .files import write_text
 
 FORMATS = ("whowhen",)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -73,17 +73,6 @@ def _file_names(trajs: list[Trajectory]) -> list[str]:
     return names
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_whowhen(trajs: Iterable[Trajectory], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write one Who&When JSON file per trajectory into ``out_dir`` (created); return the paths.
 
@@ -97,7 +86,7 @@ def export_whowhen(trajs: Iterable[Trajectory], out_dir: str | os.PathLike[str])
     paths = []
     for traj, name in zip(trajs, _file_names(trajs)):
         path = out / name
-        _write_atomic(path, json.dumps(whowhen_record(traj), ensure_ascii=False, indent=2))
+        write_text(path, json.dumps(whowhen_record(traj), ensure_ascii=False, indent=2))
         paths.append(path)
     return paths
 

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..files import replacing_dir
+
 logger = logging.getLogger("aegis_probe.train")
 
 
@@ -20,7 +22,7 @@ def gguf_to_hf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[str
 
     out, src = Path(out_dir), Path(gguf_file)
     if (out / "model.safetensors").exists() and (out / "config.json").exists():
-        return out
+        return out  # complete: the conversion is renamed into place only when done
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     quantized = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
     config = quantized.config
@@ -28,9 +30,9 @@ def gguf_to_hf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[str
         del config.quantization_config
     model = type(quantized)(config)  # a plain, serialisable copy of the dequantized weights
     model.load_state_dict(quantized.state_dict())
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with replacing_dir(out) as partial:  # an interrupted conversion leaves no cache that looks complete
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
     logger.info("converted %s to %s", src, out)
     return out
 
