@@ -126,3 +126,19 @@ def test_no_progress_quiets_the_bars_of_the_libraries_too(tmp_path, capsys):
     assert cli.main(["attribute", "--model", str(tmp_path / "m"), "--data", str(rows), "--no-progress"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("1 trajectories, ")
+
+
+def test_every_command_that_imports_shows_the_import_bar(tmp_path, capsys):
+    """build, eval (and its --fit-on) and export read their sources as import does, with its bar
+    (they showed none while reading, however large the source); --no-progress hides it."""
+    src = write_json(tmp_path / "ww" / "1.json", whowhen_record())
+    fit = write_json(tmp_path / "fit" / "2.json", whowhen_record())
+    for argv in (["build", "dcl", str(src), "-o", str(tmp_path / "rows.jsonl")],
+                 ["eval", str(src), "--method", "majority", "--fit-on", str(fit), "--out-dir", str(tmp_path / "ev"),
+                  "--bootstrap", "5"],
+                 ["export", str(src), "--format", "whowhen", "-o", str(tmp_path / "out")]):
+        assert cli.main(argv) == 0
+        err = capsys.readouterr().err
+        assert f"import {src}: " in err and (argv[0] != "eval" or f"import {fit}: " in err), argv
+        assert cli.main([*argv, "--no-progress"]) == 0
+        assert "import " not in capsys.readouterr().err

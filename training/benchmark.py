@@ -41,7 +41,8 @@ INPUTS = {
 }
 
 
-def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = None) -> dict[str, list[Trajectory]]:
+def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = None,
+              progress: bool = False) -> dict[str, list[Trajectory]]:
     """Each path's trajectories (any import format; ``labels_dir`` is read for TRAIL sources), with
     the import summary and the first records that failed on stderr; a trajectory without steps is
     an error naming it."""
@@ -52,7 +53,8 @@ def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = 
     for path in paths:
         kind = detect(path) if fmt == "auto" else fmt  # detected once: load_source reads it as given
         trail = labels_dir if kind == "trail" else None
-        trajs = load_source(argparse.Namespace(source=path, format=kind, labels_dir=trail)).trajectories
+        trajs = load_source(argparse.Namespace(source=path, format=kind, labels_dir=trail,
+                                               no_progress=not progress)).trajectories
         empty = next((t for t in trajs if not t.steps), None)
         if empty is not None:
             raise ValueError(f"{path}: trajectory {row_id(empty)!r} has no steps to attribute")
@@ -151,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_fresh_out(out, args.model)
-    train_sets = load_sets(args.train, args.format, args.labels_dir)
-    test_sets = load_sets(args.test, args.format, args.labels_dir)
+    train_sets = load_sets(args.train, args.format, args.labels_dir, progress=not args.no_progress)
+    test_sets = load_sets(args.test, args.format, args.labels_dir, progress=not args.no_progress)
     tests = {path: labelled(trajs) for path, trajs in test_sets.items()}  # what is scored
     unlabelled = [path for path, test in tests.items() if not test]
     if unlabelled:  # before any training

@@ -226,7 +226,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if method == "random":
             attributor = baselines.RandomBaseline(args.seed)
         elif method in FITTED:
-            fit = load_source(argparse.Namespace(source=args.fit_on, format="auto")).trajectories if args.fit_on else trajs
+            fit = (load_source(argparse.Namespace(source=args.fit_on, format="auto", no_progress=args.no_progress)).trajectories
+                   if args.fit_on else trajs)
             field = "step" if method == "majority-step" else "agent"
             if not any(getattr(gold_attribution(t), field) is not None for t in fit):  # it would answer nothing
                 raise ValueError(f"{args.fit_on or args.source}: no trajectory has a gold {field} to fit the "

@@ -102,13 +102,15 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--from", dest="source_format", default="auto", choices=["auto", *INPUTS],
                    help="input format (default: sniffed)")
     p.add_argument("-o", "--out", required=True, help="output directory (one file per trajectory)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from .cli import load_source
 
-    result = load_source(argparse.Namespace(source=args.source, format=args.source_format, labels_dir=None))
+    result = load_source(argparse.Namespace(source=args.source, format=args.source_format, labels_dir=None,
+                                            no_progress=args.no_progress))
     paths = export_whowhen(result.trajectories, args.out)
     print(f"wrote {len(paths)} Who&When files to {args.out}")
     return 0 if not result.errors else 1
