@@ -23,6 +23,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import urlsplit
 
 from .errors import one_line
 from .redact import redact_secrets
@@ -122,6 +123,31 @@ def describe(exc: BaseException) -> str:
         return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if isinstance(exc, (OSError, ValueError, LookupError)) else f"{type(exc).__name__}: {text}"
+
+
+#: The longest ``--timeout``/``--run-timeout`` (a year): longer ones overflow the clocks they are added to.
+MAX_SECONDS = 365 * 86400.0
+
+
+def http_url(option: str, value: str, example: str) -> str:
+    """``value`` stripped when it is an http(s) URL with a host and a valid port; else ``ValueError``
+    naming ``option`` (``example``: a URL of the kind it wants)."""
+    url = value.strip()
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError as exc:
+        raise ValueError(f"{option} {value!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{option} {value!r}: give {example}")
+    return url
+
+
+def seconds(option: str, value: float) -> float:
+    """``value`` when it is a number of seconds > 0 and at most :data:`MAX_SECONDS`; else ``ValueError``."""
+    if not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{option} must be > 0 seconds and at most a year ({MAX_SECONDS:.0f}), not {value}")
+    return value
 
 
 def _is_store_dir(path: Path, stores: set[Path]) -> bool:

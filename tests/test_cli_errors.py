@@ -180,7 +180,7 @@ CASES = [
          """)), "--run-timeout", "0.3"], 1, ("no baseline succeeded", "pens  the run raised RunTimeout", "longer than 0.3 s"),
          needs="autogen_agentchat"),
     Case("inject-run-timeout-not-positive", lambda e: [*_inject(e, "aegis_probe.demos.autogen:build_app"), "--run-timeout", "0"], 2,
-         ("--run-timeout must be > 0 seconds, not 0.0",)),
+         ("--run-timeout must be > 0 seconds and at most a year (31536000), not 0.0",)),
     Case("inject-no-agents-no-plans", lambda e: _inject(e, e.app("app_no_agents", """\
          from aegis_probe.demos.autogen import policy, run_app
          from aegis_probe.demos.autogen import build_app

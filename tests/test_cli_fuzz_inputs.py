@@ -124,3 +124,36 @@ def test_inject_out_that_is_a_file_is_refused_and_kept(tmp_path, capsys):
     assert main(argv) == 2
     assert f"error: --out {tmp_path / 'out'}: not a directory (the campaign directory" in _error(capsys)
     assert (tmp_path / "out").read_text() == "notes"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--run-timeout", "inf"], "--run-timeout must be > 0 seconds and at most a year (31536000), not inf"),
+    (["--run-timeout", "1e300"], "--run-timeout must be > 0 seconds and at most a year"),
+    (["--base-url", "not a url"], "--base-url 'not a url': give the OpenAI-compatible endpoint's http(s):// URL"),
+    (["--base-url", "http://127.0.0.1:99999"], "--base-url 'http://127.0.0.1:99999': Port out of range 0-65535"),
+    (["--operator", "llm", "--manipulator-model", "m", "--manipulator-base-url", "localhost:8000"],
+     "--manipulator-base-url 'localhost:8000': give"),
+    (["--manipulator-temperature", "nan"], "--manipulator-temperature must be a number >= 0, not nan"),
+    (["--modes", ","], "--modes names none"),
+    (["--strategies", " "], "--strategies names none"),
+])
+def test_inject_option_out_of_range_is_refused_before_any_run(options, message, tmp_path, capsys):
+    assert main([*_inject(tmp_path, json.dumps(GOOD) + "\n", APP + "policy = print\n"), *options]) == 2
+    assert message in _error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["demo", "--base-url", "localhost:8000/v1"], "--base-url 'localhost:8000/v1': give the OpenAI-compatible endpoint's http(s)"),
+    (["blame", "--trace", "ab", "--app", "x", "--fixer", "m:f", "--base-url", "ftp://h"], "--base-url 'ftp://h': give"),
+    (["blame", "--trace", "ab", "--app", "x", "--analyzer-url", "http://h:x"], "--analyzer-url 'http://h:x': Port could not be cast"),
+    (["report", "ab", "--jaeger-url", "javascript:alert(1)"], "--jaeger-url 'javascript:alert(1)': give the UI's http(s):// URL"),
+    (["report", "ab", "--phoenix-url", "localhost:6006"], "--phoenix-url 'localhost:6006': give"),
+    (["traces", "export", "--all", "--otlp-endpoint", "http://h:70000"], "--otlp-endpoint 'http://h:70000': Port out of range"),
+    (["traces", "export", "--all", "--timeout", "inf"], "--timeout must be > 0 seconds and at most a year (31536000), not inf"),
+])
+def test_a_url_or_timeout_option_out_of_range_names_its_option(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--dir", str(tmp_path / "S")] if argv[0] != "demo" else [*argv, "--trace-dir", str(tmp_path / "S")]) == 2
+    assert message in _error(capsys)
+    assert list(tmp_path.iterdir()) == []

@@ -66,7 +66,7 @@ def test_one_trace_to_stdout_and_all_to_a_file_read_back_the_same(store, tmp_pat
     (["--all", "--otlp-endpoint", "localhost:4318"], "--otlp-endpoint 'localhost:4318': give the collector's http(s):// URL"),
     (["--all", "--otlp-endpoint", "http://127.0.0.1:{closed}", "--timeout", "1"],
      "could not send the spans to http://127.0.0.1:{closed}/v1/traces: nothing answers at 127.0.0.1:{closed} (Connection refused)"),
-    (["--all", "--timeout", "0"], "--timeout must be > 0 seconds, not 0.0"),
+    (["--all", "--timeout", "0"], "--timeout must be > 0 seconds and at most a year (31536000), not 0.0"),
     (["--all", "--out", "{store}/more.jsonl"], "is in the trace store"),
 ], ids=["unknown-id", "empty-store", "not-a-url", "nothing-listens", "timeout-0", "out-in-store"])
 def test_errors_are_one_line(store, tmp_path, capsys, argv, message):

@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, load_module
-from ..cli import quiet_frameworks, quiet_imports
+from ..cli import http_url, quiet_frameworks, quiet_imports
 from ..config import ProbeConfig
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
@@ -73,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_replays < 0 or (args.max_tokens is not None and args.max_tokens < 0) or (
             args.concurrency is not None and args.concurrency < 1):
         raise ValueError("--max-replays and --max-tokens must be >= 0 and --concurrency >= 1")
+    for option, url in (("--base-url", args.base_url), ("--analyzer-url", args.analyzer_url)):
+        if url is not None:
+            http_url(option, url, "the OpenAI-compatible endpoint's http(s):// URL, e.g. http://localhost:8000/v1")
     with quiet_imports(not getattr(args, "verbose", False)):
         app = AppSpec.load(args.app)
     api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none

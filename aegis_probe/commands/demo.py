@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..cli import quiet_frameworks, quiet_imports
+from ..cli import http_url, quiet_frameworks, quiet_imports
 from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
 from ..store import SPANS_FILE
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from ..steptable import step_table, summary
 
     args.framework = demo_name(args.framework, args.team)
+    if args.base_url is not None:
+        http_url("--base-url", args.base_url, "the OpenAI-compatible endpoint's http(s):// URL, e.g. http://localhost:8000/v1")
     trace_dir = Path(args.trace_dir or ProbeConfig.resolve().trace_dir)
     with ExitStack() as stack:
         stack.enter_context(quiet_frameworks(not args.verbose))

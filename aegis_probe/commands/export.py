@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
+from ..cli import http_url, seconds
 from ..otlp_encode import encode_request
 from ..otlp_json import SpanRecord
 from ..report import write_atomically
@@ -49,8 +50,7 @@ def add_parser(actions: argparse._SubParsersAction, common: argparse.ArgumentPar
 
 
 def run(args: argparse.Namespace, store: TraceStore) -> int:
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be > 0 seconds, not {args.timeout}")
+    seconds("--timeout", args.timeout)
     url = traces_url(args.otlp_endpoint) if args.otlp_endpoint is not None else None
     traces = _selected(store, args.trace_id if not args.all else None)
     spans = sum(len(t) for t in traces)
@@ -82,10 +82,7 @@ def _selected(store: TraceStore, trace_id: str | None) -> list[list[SpanRecord]]
 
 def traces_url(endpoint: str) -> str:
     """The collector's traces URL for ``endpoint`` (a base URL, or one ending in ``/v1/traces``)."""
-    parts = urlsplit(endpoint.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--otlp-endpoint {endpoint!r}: give the collector's http(s):// URL, e.g. http://localhost:4318")
-    base = endpoint.strip().rstrip("/")
+    base = http_url("--otlp-endpoint", endpoint, "the collector's http(s):// URL, e.g. http://localhost:4318").rstrip("/")
     return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
 
 

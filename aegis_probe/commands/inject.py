@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..cli import quiet_frameworks, quiet_imports
+from ..cli import http_url, quiet_frameworks, quiet_imports, seconds
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 
@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     from ..injection import MODES, STRATEGIES, LLMManipulator
     from ..injection.campaign import baselines, format_baselines, format_summary, load_tasks, read_records, run_campaign
 
+    for option, url in (("--base-url", args.base_url), ("--manipulator-base-url", args.manipulator_base_url)):
+        if url is not None:
+            http_url(option, url, "the OpenAI-compatible endpoint's http(s):// URL, e.g. http://localhost:8000/v1")
     endpoint = None
     if args.base_url:  # a keyless local server needs no key
         endpoint = Endpoint(args.base_url, args.model, os.environ.get(args.api_key_env) or "not-needed")
@@ -71,10 +74,14 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in MODES] + [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
+    if not modes or not strategies:
+        raise ValueError(f"--{'modes' if not modes else 'strategies'} names none: give a comma-separated list, or leave it out for all")
     if args.plans_per_run < 0 or (args.concurrency is not None and args.concurrency < 1):
         raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
-    if args.run_timeout is not None and not args.run_timeout > 0:
-        raise ValueError(f"--run-timeout must be > 0 seconds, not {args.run_timeout}")
+    if args.run_timeout is not None:
+        seconds("--run-timeout", args.run_timeout)
+    if not 0 <= args.manipulator_temperature < float("inf"):
+        raise ValueError(f"--manipulator-temperature must be a number >= 0, not {args.manipulator_temperature}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out}: not a directory (the campaign directory: runs.jsonl, traces/, baselines/)")
     with quiet_imports(not getattr(args, "verbose", False)):

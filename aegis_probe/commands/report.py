@@ -13,6 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
+from ..cli import http_url
 from ..config import ProbeConfig
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
 from ..store import TraceStore
@@ -57,6 +58,9 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    for option, url in (("--jaeger-url", args.jaeger_url), ("--phoenix-url", args.phoenix_url)):
+        if url is not None:
+            http_url(option, url, "the UI's http(s):// URL, e.g. http://localhost:16686")
     traj = load(args.target, args.dir, args.trace)
     out = args.out or f"aegis-report-{(traj.trace_id or 'trace')[:12]}.html"
     path = write_report(traj, out, jaeger_url=args.jaeger_url, phoenix_url=args.phoenix_url)
