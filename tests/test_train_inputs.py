@@ -142,3 +142,14 @@ def test_every_command_that_imports_shows_the_import_bar(tmp_path, capsys):
         assert f"import {src}: " in err and (argv[0] != "eval" or f"import {fit}: " in err), argv
         assert cli.main([*argv, "--no-progress"]) == 0
         assert "import " not in capsys.readouterr().err
+
+
+def test_import_refuses_to_write_over_one_of_its_sources(tmp_path, capsys):
+    """With several sources, -o naming one of them replaced that input with the import's output."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps(whowhen_record()) + "\n")
+    second.write_text(json.dumps(whowhen_record(mistake_step="2")) + "\n")
+    before = first.read_bytes()
+    assert cli.main(["import", str(second), str(first), "-o", str(first), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"error: --out {first} is an input of this command; choose another path\n"
+    assert first.read_bytes() == before
