@@ -70,3 +70,22 @@ def test_dcl_resume_from_a_damaged_or_foreign_checkpoint_is_named(one_epoch, dam
     assert cli.main(argv) == 2
     assert one_error(capsys).startswith(f"error: {out / 'checkpoint-1' / message}")
     assert not (out / "checkpoint-2").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "empty folder"])
+def test_a_tokenizer_or_encoder_path_that_holds_none_is_named(where, tmp_path, capsys):
+    """``build --tokenizer`` and ``dcl --model`` (the encoder) name the path: a missing one was read
+    as a Hub repo id ('Repo id must use alphanumeric chars'), an empty folder gave the tokenizer
+    library's message alone."""
+    path = tmp_path / "nothing"
+    if where == "empty folder":
+        path.mkdir()
+    src = write_json(tmp_path / "ww" / "1.json", whowhen_record())
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROW) + "\n")
+    what = "no {} directory there (nothing is downloaded)" if where == "missing" else "not a Hugging Face {} directory"
+    assert cli.main(["build", "sft", str(src), "-o", str(tmp_path / "sft.jsonl"), "--tokenizer", str(path), "--no-progress"]) == 2
+    assert one_error(capsys).startswith(f"error: --tokenizer {path}: {what.format('tokenizer')}")
+    assert cli.main(["dcl", "--data", str(rows), "--out", str(tmp_path / "m"), "--model", str(path), "--no-progress"]) == 2
+    assert one_error(capsys).startswith(f"error: --model {path}: {what.format('encoder')}")
+    assert not (tmp_path / "sft.jsonl").exists() and not (tmp_path / "m").exists()

@@ -216,6 +216,19 @@ def _run_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def local_tokenizer(path: str) -> Any:
+    """The Hugging Face tokenizer in the directory ``path``; ``ValueError`` naming it when there is
+    none (a path that is not a directory was read as a Hub repo id; nothing is downloaded)."""
+    from transformers import AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ValueError(f"--tokenizer {path}: no tokenizer directory there (nothing is downloaded)")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--tokenizer {path}: not a Hugging Face tokenizer directory ({' '.join(str(exc).split())})") from None
+
+
 def add_build(subparsers: Any) -> None:
     p = subparsers.add_parser("build", help="build SFT / GRPO / DCL rows",
                               description="Build training rows from trajectories; writes JSON lines and, "
@@ -247,9 +260,7 @@ def _run_build(args: argparse.Namespace) -> int:
     else:
         tokenizer = None
         if args.tokenizer:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+            tokenizer = local_tokenizer(args.tokenizer)
         options: dict[str, Any] = {"max_tokens": args.max_tokens, "tokenizer": tokenizer}
         if args.kind == "sft":
             options["reasoning"] = args.reasoning

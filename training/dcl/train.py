@@ -132,9 +132,16 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     check_fresh_run(out, found[-1] if found else None, resume)
     torch.manual_seed(cfg.seed)
     modes_known = any(m in cfg.modes for r in rows for m in r.get("label_modes") or [])  # modes of the bank
-    model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
-                          cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
-                          cfg.reading_features, cfg.text_embeddings)
+    if encoder is not None and not Path(encoder).is_dir():  # else read as a Hub repo id; nothing is downloaded
+        raise ValueError(f"--model {encoder}: no encoder directory there (nothing is downloaded)")
+    try:
+        model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
+                              cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
+                              cfg.reading_features, cfg.text_embeddings)
+    except (OSError, ValueError) as exc:
+        if encoder is None:
+            raise
+        raise ValueError(f"--model {encoder}: not a Hugging Face encoder directory ({' '.join(str(exc).split())})") from None
     examples = [model.example(r, modes_known) for r in rows]
     if cfg.embedding_cache:  # read (and checked) before anything is written to out
         model.load_cache(cfg.embedding_cache)
