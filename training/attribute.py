@@ -13,11 +13,10 @@ from typing import Any
 
 from aegis_probe import semconv as sc
 from aegis_probe.config import ProbeConfig
+from aegis_probe.jsonl import write_jsonl
 from aegis_probe.store import TraceStore
 from aegis_probe.redact import redact_secrets
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
-
-from aegis_probe.jsonl import write_jsonl
 
 from .builders import dcl_row
 from .dcl.attributor import DCLAttributor
@@ -128,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``attribute`` subcommand."""
+    from .cli import add_progress_arg
+
     parser = subparsers.add_parser("attribute", help="predict (agent, step, modes) with a trained DCL attributor",
                                    description=__doc__)
     parser.add_argument("--model", required=True, help="a DCL output directory (dcl_config.json + model.safetensors)")
@@ -136,6 +137,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source.add_argument("--data", help="DCL rows (JSON lines) to predict for")
     parser.add_argument("--store", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
     parser.add_argument("--output", help="write predictions here instead of stdout")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arg(parser)
     parser.set_defaults(func=run)
     return parser

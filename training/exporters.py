@@ -92,6 +92,7 @@ def export_whowhen(trajs: Iterable[Trajectory], out_dir: str | os.PathLike[str])
 
 
 def add_parser(subparsers: Any) -> None:
+    from .cli import add_progress_arg
     from .importers import FORMATS as INPUTS
 
     p = subparsers.add_parser("export", help="export traces or trajectories in another tool's format",
@@ -102,7 +103,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--from", dest="source_format", default="auto", choices=["auto", *INPUTS],
                    help="input format (default: sniffed)")
     p.add_argument("-o", "--out", required=True, help="output directory (one file per trajectory)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=_run)
 
 

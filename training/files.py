@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from aegis_probe.jsonl import read_jsonl
 
-#: Input suffixes that may also come gzipped (``.jsonl.gz``, ``.json.gz``).
+#: The name ending of a gzipped input (``rows.jsonl.gz``, ``12.json.gz``), read as the plain file.
 GZIP_SUFFIX = ".gz"
 _GZIP_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 

