@@ -61,3 +61,47 @@ def test_blame_with_dir_naming_a_trace_file_is_refused_before_any_replay(tmp_pat
                  "--fixer", "aegis_probe.demos.task:solve", "--expected", "2", "--no-progress"]) == 2
     assert f"error: --dir {store / 'spans.jsonl'}: a file, not a trace store directory" in _error(capsys)
     assert (store / "spans.jsonl").read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def failed_demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A store holding one failed AutoGen demo run (FM-2.6 injected), recorded with content: blame can replay it."""
+    pytest.importorskip("autogen_agentchat")
+    store = tmp_path_factory.mktemp("demo") / "T"
+    assert main(["demo", "--inject", "FM-2.6", "--trace-dir", str(store)]) == 0
+    return store, json.loads((store / "spans.jsonl").read_text().splitlines()[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+
+
+def _first_chat_span_with(lines: list[str], key: str, value: dict) -> str:
+    """The store's lines with ``key`` of its first chat span set to the OTLP ``value``."""
+    out, done = [], False
+    for line in lines:
+        request = json.loads(line)
+        for span in (s for rs in request["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]):
+            attrs = {a["key"]: a for a in span.get("attributes", [])}
+            if not done and attrs.get(sc.OPERATION, {}).get("value") == {"stringValue": sc.OP_CHAT} and key in attrs:
+                attrs[key]["value"], done = value, True
+        out.append(json.dumps(request))
+    assert done
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    (sc.INPUT_MESSAGES, {"intValue": "5"}, "its recorded request is 5, not messages JSON text"),
+    (sc.AGENT_CALL_INDEX, {"stringValue": "x"}, f"its {sc.AGENT_CALL_INDEX} is 'x', not a call number"),
+    (sc.AGENT_CALL_INDEX, {"intValue": "-1"}, f"its {sc.AGENT_CALL_INDEX} is -1, not a call number"),
+    (sc.OUTPUT_MESSAGES, {"stringValue": "{cut"}, "its recorded response is not readable messages JSON"),
+], ids=["request-int", "call-index-text", "call-index-negative", "response-cut"])
+def test_blame_of_a_recording_no_replay_could_match_names_the_store_and_the_call(key, value, message, failed_demo_store,
+                                                                                tmp_path, capsys):
+    demo, trace_id = failed_demo_store
+    store = tmp_path / "T"
+    store.mkdir()
+    (store / "spans.jsonl").write_text(_first_chat_span_with((demo / "spans.jsonl").read_text().splitlines(), key, value))
+    before = (store / "spans.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["blame", "--trace", trace_id[:12], "--dir", str(store), "--app", "aegis_probe.demos.autogen",
+                 "--fixer", f"{Path(__file__).parents[1] / 'examples' / 'fixers.py'}:recompute", "--no-progress"]) == 2
+    error = _error(capsys)
+    assert error.startswith(f"error: {store}: trace {trace_id}: LLM call ") and message in error
+    assert (store / "spans.jsonl").read_bytes() == before  # no replay ran, no label written

@@ -66,7 +66,7 @@ def _load_fixer(target: str):
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..counterfactual import AnalyzerFixer, blame
+    from ..counterfactual import AnalyzerFixer, RecordingError, blame
     from ..injection.judges import judge_for
     from ..modelserver import ModelServer
 
@@ -111,9 +111,12 @@ def run(args: argparse.Namespace) -> int:
         bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay",
                                                disable=args.no_progress))
         parallel = executor_from_args(args) if args.executor == "ray" or (args.concurrency or 1) > 1 else None
-        report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,
-                       max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,
-                       on_attempt=lambda a: bar.update(1), executor=parallel)
+        try:
+            report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,
+                           max_replays=args.max_replays, max_tokens=args.max_tokens, store=store,
+                           on_attempt=lambda a: bar.update(1), executor=parallel)
+        except RecordingError as exc:  # the stored trace cannot be replayed: name the store it is in
+            raise RecordingError(f"{store.path}: {exc}") from None
     for a in report.attempts:
         verdict = "inconclusive" if a.inconclusive else {True: "success", False: "failure", None: "not judged"}[a.success]
         print(f"  step {a.step:>3} {a.agent:<16} -> {verdict}" + (f" ({one_line(a.error)})" if a.error else ""))

@@ -89,9 +89,16 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
         except (ValueError, AttributeError) as exc:  # cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or not aegis's messages
             raise RecordingError(f"trace {span.trace_id}: LLM call {span.span_id}: its recorded response is not "
                                  f"readable messages JSON ({exc}); was it cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT?") from exc
-        key = (str(attrs.get(sc.AGENT_NAME, "")), int(attrs[sc.AGENT_CALL_INDEX]))
-        calls[key] = RecordedCall(key[0], key[1], step_of(span), attrs.get(sc.INPUT_MESSAGES, ""), response,
-                                  span.start_ns, span.end_ns)
+        request = attrs.get(sc.INPUT_MESSAGES, "")
+        index = attrs[sc.AGENT_CALL_INDEX]
+        index = int(index) if isinstance(index, str) and index.isdigit() else index
+        where = f"trace {span.trace_id}: LLM call {span.span_id}"  # not as aegis writes it: no replay could match it
+        if not isinstance(request, str):
+            raise RecordingError(f"{where}: its recorded request is {request!r}, not messages JSON text"[:500])
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise RecordingError(f"{where}: its {sc.AGENT_CALL_INDEX} is {index!r}, not a call number"[:500])
+        key = (str(attrs.get(sc.AGENT_NAME, "")), index)
+        calls[key] = RecordedCall(key[0], key[1], step_of(span), request, response, span.start_ns, span.end_ns)
     if not calls:
         raise RecordingError("the trace holds no recorded LLM calls")
     return calls
