@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,14 @@ def test_import_writes_a_record_read_twice_once(tmp_path, capsys):
     assert capsys.readouterr().out == f"wrote 2 trajectories to {out}\n"
 
 
-def test_import_shows_progress_unless_told_not_to(tmp_path, capsys):
+def test_import_shows_progress_on_a_terminal_unless_told_not_to(tmp_path, capsys, monkeypatch):
     d = tmp_path / "ww"
     for i in range(3):
         write_json(d / f"{i}.json", whowhen_record(question_ID=f"q{i}"))
     out = tmp_path / "out.jsonl"
+    assert cli.main(["import", str(d), "-o", str(out)]) == 0  # a log or a pipe: the summary only
+    assert capsys.readouterr().err == f"{d}: 3 imported, 0 errors, 0 flagged\n"
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the captured stream says it is one
     assert cli.main(["import", str(d), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert f"import {d}: " in err and "3record" in err  # a tqdm bar counting the records read
@@ -128,11 +132,12 @@ def test_no_progress_quiets_the_bars_of_the_libraries_too(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("1 trajectories, ")
 
 
-def test_every_command_that_imports_shows_the_import_bar(tmp_path, capsys):
+def test_every_command_that_imports_shows_the_import_bar(tmp_path, capsys, monkeypatch):
     """build, eval (and its --fit-on) and export read their sources as import does, with its bar
     (they showed none while reading, however large the source); --no-progress hides it."""
     src = write_json(tmp_path / "ww" / "1.json", whowhen_record())
     fit = write_json(tmp_path / "fit" / "2.json", whowhen_record())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the captured stream says it is one
     for argv in (["build", "dcl", str(src), "-o", str(tmp_path / "rows.jsonl")],
                  ["eval", str(src), "--method", "majority", "--fit-on", str(fit), "--out-dir", str(tmp_path / "ev"),
                   "--bootstrap", "5"],

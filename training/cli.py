@@ -136,14 +136,16 @@ def add_source_args(p: argparse.ArgumentParser, many: bool = False) -> None:
 
 
 def import_source(source: str, fmt: str = "auto", labels_dir: str | None = None, progress: bool = False) -> Any:
-    """Import one source, with a progress bar of the records read on stderr when ``progress``."""
+    """Import one source, with a progress bar of the records read on stderr when ``progress`` and
+    stderr is a terminal (a log or a pipe gets the summary line only)."""
     from tqdm import tqdm
 
     from .importers import load
     from .importers.base import counting
 
     options = {"labels_dir": labels_dir} if labels_dir else {}
-    with tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=not progress) as bar, counting(bar.update):
+    with (tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=None if progress else True) as bar,
+          counting(bar.update)):
         return load(source, fmt, **options)
 
 
