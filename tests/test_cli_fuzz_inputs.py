@@ -154,6 +154,7 @@ def test_inject_option_out_of_range_is_refused_before_any_run(options, message, 
 ])
 def test_a_url_or_timeout_option_out_of_range_names_its_option(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "S").mkdir()
     assert main([*argv, "--dir", str(tmp_path / "S")] if argv[0] != "demo" else [*argv, "--trace-dir", str(tmp_path / "S")]) == 2
     assert message in _error(capsys)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.rglob("*")] == ["S"]

@@ -105,3 +105,14 @@ def test_blame_of_a_recording_no_replay_could_match_names_the_store_and_the_call
     error = _error(capsys)
     assert error.startswith(f"error: {store}: trace {trace_id}: LLM call ") and message in error
     assert (store / "spans.jsonl").read_bytes() == before  # no replay ran, no label written
+
+
+@pytest.mark.parametrize("argv", [["traces", "ls"], ["traces", "show", "ab"], ["traces", "export", "--all"],
+                                  ["report", "ab", "--out", "r.html"],
+                                  ["blame", "--trace", "ab", "--app", "app.py", "--fixer", "aegis_probe.demos.task:solve"]])
+def test_a_dir_that_names_nothing_is_an_error_not_an_empty_store(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    assert main([*argv, "--dir", "aegis-tarces"]) == 2
+    assert "error: --dir aegis-tarces: no such trace store directory" in _error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]

@@ -74,6 +74,7 @@ def test_errors_are_one_line(store, tmp_path, capsys, argv, message):
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]  # free once closed: nothing listens there
     names = {"store": store.path, "empty": tmp_path / "empty", "closed": closed}
+    (tmp_path / "empty").mkdir()
     argv = [a.format(**names) for a in argv]
     if "--dir" not in argv:
         argv += ["--dir", str(store.path)]

@@ -14,11 +14,9 @@ from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, load_module
 from ..cli import http_url, quiet_frameworks, quiet_imports
-from ..config import ProbeConfig
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
-from ..store import TraceStore
-from .traces import stored
+from .traces import store_at, stored
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     with quiet_imports(not getattr(args, "verbose", False)):
         app = AppSpec.load(args.app)
     api_key = os.environ.get(args.api_key_env) or "not-needed"  # a keyless local server needs none
-    store = TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
+    store = store_at(args.dir)
     if store.path.is_file():  # read as a trace file, but the replays and the label are written into a store
         raise ValueError(f"--dir {store.path}: a file, not a trace store directory (blame writes its replays and "
                          f"label into the store: give {store.path.parent})")

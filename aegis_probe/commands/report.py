@@ -14,11 +14,9 @@ import re
 from pathlib import Path
 
 from ..cli import http_url
-from ..config import ProbeConfig
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
-from ..store import TraceStore
 from ..trajectory import Trajectory, load_trajectories
-from .traces import stored
+from .traces import store_at, stored
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +51,7 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
         return _select(load_trajectories(path), trace, str(path))
     if not re.fullmatch(r"[0-9a-fA-F]+", target):
         raise FileNotFoundError(f"no file {target} (and not a trace id: those are hexadecimal)")
-    store = TraceStore(store_dir or ProbeConfig.resolve().trace_dir)
+    store = store_at(store_dir)
     return stored(store, target)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from datetime import datetime, timezone
 
 from ..config import ProbeConfig
@@ -35,8 +36,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     export.add_parser(tsub, common).set_defaults(func=_export)
 
 
+def store_at(path: str | None) -> TraceStore:
+    """The trace store ``--dir`` names, else the default ($AEGIS_TRACE_DIR or ./aegis-traces, which
+    may not exist yet: no traces). ``ValueError`` for a ``--dir`` that names nothing (a typo)."""
+    if path and not os.path.lexists(path):
+        raise ValueError(f"--dir {path}: no such trace store directory")
+    return TraceStore(path or ProbeConfig.resolve().trace_dir)
+
+
 def _store(args: argparse.Namespace) -> TraceStore:
-    return TraceStore(args.dir or ProbeConfig.resolve().trace_dir)
+    return store_at(args.dir)
 
 
 def stored(store: TraceStore, trace_id: str) -> Trajectory:
