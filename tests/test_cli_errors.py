@@ -218,7 +218,7 @@ CASES = [
          needs="autogen_agentchat"),
     # -- demo ------------------------------------------------------------------------------------
     Case("demo-unknown-failure-mode", lambda e: ["demo", "--inject", "FM-9.9", "--trace-dir", str(e.root / "t")], 2,
-         ("Target", "mode", "FM-9.9"), needs="autogen_agentchat"),
+         ("--inject FM-9.9", "unknown failure mode 'FM-9.9'; one of FM-1.1,"), needs="autogen_agentchat"),
     Case("demo-inject-unknown-agent", lambda e: ["demo", "--inject", "FM-2.6:nobody", "--trace-dir", str(e.root / "t")], 2,
          ("--inject FM-2.6:nobody", "no agent 'nobody'"), needs="autogen_agentchat"),
     # -- training data -----------------------------------------------------------------------------

@@ -65,11 +65,13 @@ def load_demo(framework: str, quiet: bool = False) -> ModuleType:
 
 def _plan(spec: str, demo: ModuleType) -> Any:
     """The one-target injection plan of ``--inject MODE[:AGENT]``."""
-    from ..injection import InjectionPlan, Target
+    from ..injection import MODES, InjectionPlan, Target
 
     mode, _, agent = spec.partition(":")
     if not mode.strip():
         raise ValueError(f"--inject {spec!r}: give a MAST failure mode, e.g. FM-2.6 or FM-2.6:{demo.AGENTS[0]}")
+    if mode not in MODES:
+        raise ValueError(f"--inject {spec}: unknown failure mode {mode!r}; one of {', '.join(MODES)}")
     agent = agent or getattr(demo, "WORKER", demo.AGENTS[0])
     if agent not in demo.AGENTS:
         raise ValueError(f"--inject {spec}: no agent {agent!r} in the {demo.FRAMEWORK} demo ({', '.join(demo.AGENTS)})")
