@@ -158,3 +158,18 @@ def test_a_url_or_timeout_option_out_of_range_names_its_option(argv, message, tm
     assert main([*argv, "--dir", str(tmp_path / "S")] if argv[0] != "demo" else [*argv, "--trace-dir", str(tmp_path / "S")]) == 2
     assert message in _error(capsys)
     assert [p.name for p in tmp_path.rglob("*")] == ["S"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (', "tolerance": Infinity', "`tolerance` must be a non-negative number, not inf (finite)"),
+    (', "tolerance": NaN', "`tolerance` must be a non-negative number, not nan"),
+    (', "judge": "unit_tests", "tests": "assert True", "timeout": 1e300',
+     "`timeout` must be a non-negative number, not 1e+300 (finite, at most 3.1536e+07)"),
+    (', "judge": "unit_tests", "tests": "assert True", "timeout": Infinity', "`timeout` must be a non-negative number, not inf"),
+])
+def test_a_task_judge_number_that_is_not_finite_is_refused_when_read(extra, message, tmp_path, capsys):
+    line = json.dumps(GOOD)[:-1] + extra + "}"
+    assert main(_inject(tmp_path, line + "\n")) == 2
+    error = _error(capsys)
+    assert f"{tmp_path / 'tasks.jsonl'}: record 1 (id 'a'): " in error and message in error
+    assert not (tmp_path / "out").exists()

@@ -91,13 +91,19 @@ def judge_for(record: dict[str, Any]) -> Judge:
     if kind == "unit_tests":
         if not isinstance(record.get("tests"), str):
             raise ValueError("`tests` must be a string of Python asserts")
-        return unit_tests(record["tests"], timeout=_number(record, "timeout", 10))
+        return unit_tests(record["tests"], timeout=_number(record, "timeout", 10, most=MAX_TIMEOUT))
     raise ValueError(f"unknown judge {kind!r} (numeric, exact, unit_tests)")
 
 
-def _number(record: dict[str, Any], name: str, default: float) -> float:
-    """The record's non-negative number ``name`` (``default`` when absent), else ``ValueError``."""
+#: The longest unit-test ``timeout`` (a year): a longer one overflows the clock the subprocess is waited on by.
+MAX_TIMEOUT = 365 * 86400.0
+
+
+def _number(record: dict[str, Any], name: str, default: float, most: float = math.inf) -> float:
+    """The record's finite non-negative number ``name`` at most ``most`` (``default`` when absent),
+    else ``ValueError``."""
     value = record.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"`{name}` must be a non-negative number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most or not math.isfinite(value):
+        bound = f", at most {most:g}" if math.isfinite(most) else ""
+        raise ValueError(f"`{name}` must be a non-negative number, not {value!r} (finite{bound})")
     return float(value)
