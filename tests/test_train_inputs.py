@@ -74,11 +74,15 @@ def test_gzipped_inputs_read_as_their_plain_files(tmp_path, capsys):
     data = gzipped(rows)
     assert cli.main(["dcl", "--data", str(data), "--out", str(tmp_path / "m"), "--epochs", "1", "--text_embeddings", "false",
                      "--hidden_size", "8", "--no-progress"]) == 0
-    preds = tmp_path / "preds.jsonl"
+    preds = tmp_path / "preds.jsonl.gz"  # an output named .gz is written gzipped, so it reads back as one
     assert cli.main(["attribute", "--model", str(tmp_path / "m"), "--data", str(data), "--output", str(preds), "--no-progress"]) == 0
-    assert cli.main(["eval", str(packed), "--predictions", str(gzipped(preds)), "--out-dir", str(tmp_path / "ev"),
+    assert len(gzip.decompress(preds.read_bytes()).splitlines()) == 2
+    assert cli.main(["eval", str(packed), "--predictions", str(preds), "--out-dir", str(tmp_path / "ev"),
                      "--bootstrap", "10", "--no-progress"]) == 0
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["n_predicted"] == 2
+    for command in (["import", str(packed)], ["build", "dcl", str(packed)]):
+        assert cli.main([*command, "-o", str(tmp_path / "again.jsonl.gz"), "--no-progress"]) == 0
+        assert len(gzip.decompress((tmp_path / "again.jsonl.gz").read_bytes()).splitlines()) == 2
 
 
 @pytest.mark.parametrize("damage", ["not gzip", "truncated"])

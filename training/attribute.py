@@ -13,7 +13,6 @@ from typing import Any
 
 from aegis_probe import semconv as sc
 from aegis_probe.config import ProbeConfig
-from aegis_probe.jsonl import write_jsonl
 from aegis_probe.store import TraceStore
 from aegis_probe.redact import redact_secrets
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
@@ -21,7 +20,7 @@ from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
 from .builders import dcl_row
 from .dcl.attributor import DCLAttributor
 from .dcl.examples import RowError
-from .files import read_rows
+from .files import read_rows, write_rows
 
 
 def verdict(pred: dict[str, Any]) -> Fault:
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.data}: {exc}") from None
         print(f"{len(preds)} trajectories, {rate:.1f} trajectories/s", file=sys.stderr)
     if args.output:  # whole or not at all, its folder made: a bad path does not lose the predictions
-        write_jsonl(preds, args.output)
+        write_rows(preds, args.output)
     else:
         sys.stdout.write("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds))
     return 0
@@ -136,7 +135,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source.add_argument("--trace", nargs="+", help="stored trace id(s) (unique prefixes); the verdict is written back")
     source.add_argument("--data", help="DCL rows (JSON lines) to predict for")
     parser.add_argument("--store", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
-    parser.add_argument("--output", help="write predictions here instead of stdout")
+    parser.add_argument("--output", help="write predictions here instead of stdout (.jsonl.gz: gzipped)")
     add_progress_arg(parser)
     parser.set_defaults(func=run)
     return parser

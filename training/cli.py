@@ -188,7 +188,7 @@ def add_import(subparsers: Any) -> None:
                                           "or traces (OTLP/JSON, Jaeger API) into trajectory JSON lines. A record "
                                           "read twice (twice in one input, or one input given twice) is written once.")
     add_source_args(p, many=True)
-    p.add_argument("-o", "--out", required=True, help="output .jsonl of trajectories")
+    p.add_argument("-o", "--out", required=True, help="output .jsonl of trajectories (.jsonl.gz: gzipped)")
     p.add_argument("--errors", help="also write the import errors (file, record, message) as JSON here")
     add_progress_arg(p)
     p.set_defaults(func=_run_import)
@@ -237,7 +237,7 @@ def add_build(subparsers: Any) -> None:
                                           "with --hf-dir, a Hugging Face dataset saved to disk.")
     p.add_argument("kind", choices=["sft", "grpo", "dcl"], help="row type")
     add_source_args(p)
-    p.add_argument("-o", "--out", required=True, help="output .jsonl")
+    p.add_argument("-o", "--out", required=True, help="output .jsonl (.jsonl.gz: gzipped)")
     p.add_argument("--target", choices=["pairs", "agent_step"], default="pairs", help="answer format (sft, grpo; default: %(default)s)")
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="prompt token budget (sft, grpo; default: %(default)s)")
     p.add_argument("--tokenizer", help="local path of a Hugging Face tokenizer for the budget (default: "
@@ -253,7 +253,7 @@ def _run_build(args: argparse.Namespace) -> int:
 
     from . import builders
     from .answers import recovered
-    from .files import replacing_dir
+    from .files import replacing_dir, write_rows
 
     result = load_source(args)
     trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr, disable=args.no_progress)
@@ -278,6 +278,6 @@ def _run_build(args: argparse.Namespace) -> int:
     with ExitStack() as done:  # the dataset takes its place once the rows are written too
         if args.hf_dir:
             builders.to_hf_dataset(rows).save_to_disk(str(done.enter_context(replacing_dir(args.hf_dir))))
-        builders.write_jsonl(rows, args.out)
+        write_rows(rows, args.out)
     print(f"wrote {len(rows)} {args.kind} rows to {args.out}")
     return 0

@@ -9,6 +9,7 @@ the output's place with ``os.replace`` (a rename) when the block ends without an
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from aegis_probe.jsonl import read_jsonl
+from aegis_probe.jsonl import read_jsonl, write_jsonl
 
 #: The name ending of a gzipped input (``rows.jsonl.gz``, ``12.json.gz``), read as the plain file.
 GZIP_SUFFIX = ".gz"
@@ -72,6 +73,18 @@ def read_rows(path: str | os.PathLike[str], required: Iterable[str] = ()) -> lis
             return read_jsonl(plain, required)
         except ValueError as exc:  # named after the file given, not its unpacked copy
             raise ValueError(str(exc).replace(str(plain), str(path), 1)) from None
+
+
+def write_rows(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str]) -> Path:
+    """Write rows (objects, or JSON text) as JSON lines, whole or not at all, as
+    :func:`aegis_probe.jsonl.write_jsonl` does; gzipped when ``path`` ends in ``.gz`` (so that it
+    reads back as the inputs named so do). Returns the path."""
+    if not str(path).endswith(GZIP_SUFFIX):
+        return write_jsonl(rows, path)
+    with replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return Path(path)
 
 
 def _temp_beside(out: Path, kind: str) -> Path:

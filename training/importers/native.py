@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from aegis_probe.trajectory import Trajectory
 
-from aegis_probe.jsonl import write_jsonl
+from ..files import write_rows
 from .base import ImportResult, import_records, require
 
 
@@ -23,5 +23,5 @@ def load(path: str | os.PathLike[str]) -> ImportResult:
 
 
 def write(trajectories: Iterable[Trajectory], path: str | os.PathLike[str]) -> Path:
-    """Write trajectories as JSON lines; returns the path."""
-    return write_jsonl((traj.model_dump_json(exclude_none=True) for traj in trajectories), path)
+    """Write trajectories as JSON lines (gzipped for a ``.gz`` path), whole or not at all; returns the path."""
+    return write_rows((traj.model_dump_json(exclude_none=True) for traj in trajectories), path)
