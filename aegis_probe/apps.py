@@ -48,6 +48,20 @@ def load_module(target: str, what: str) -> ModuleType:
         raise ValueError(f"{what}: cannot import {target!r} ({reason})") from exc
 
 
+def check_signature(func: Callable[..., Any], args: int, what: str, more: bool = False) -> None:
+    """``ValueError`` starting with ``what`` when ``func`` cannot be called with ``args`` positional
+    arguments (``more``: and others by keyword, as :meth:`AppSpec.build` passes ``task``); a
+    callable whose signature cannot be read is taken as it is."""
+    try:
+        signature = inspect.signature(func)
+    except (ValueError, TypeError):  # no signature to read (some builtins): it will tell when called
+        return
+    try:
+        (signature.bind_partial if more else signature.bind)(*[None] * args)
+    except TypeError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def split_ref(ref: str) -> tuple[str, str]:
     """``module[:attr]`` or ``file.py[:attr]`` as ``(target, attr)`` (attr empty when not given)."""
     target, _, attr = ref.rpartition(":") if ref.count(":") else (ref, "", "")
@@ -84,6 +98,8 @@ class AppSpec:
         if not callable(factory) or not callable(getattr(module, "run_app", None)):
             raise ValueError(f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) "
                              f"and run_app(app, task) in {target}")
+        check_signature(factory, 3, f"--app {ref}: {attr or 'build_app'}(base_url, model, api_key)", more=True)
+        check_signature(module.run_app, 2, f"--app {ref}: run_app(app, task)")
         agents = getattr(module, "AGENTS", ())
         if isinstance(agents, str) or not isinstance(agents, (list, tuple)) or not all(isinstance(a, str) for a in agents):
             raise ValueError(f"--app {ref}: AGENTS in {target} must be a list of agent names, not {agents!r}"[:300])

@@ -173,3 +173,22 @@ def test_a_task_judge_number_that_is_not_finite_is_refused_when_read(extra, mess
     error = _error(capsys)
     assert f"{tmp_path / 'tasks.jsonl'}: record 1 (id 'a'): " in error and message in error
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("app", "message"), [
+    (APP.replace("def build_app(base_url, model, api_key)", "def build_app(base_url)"),
+     "build_app(base_url, model, api_key): too many positional arguments"),
+    (APP.replace("def run_app(app, task)", "def run_app(app)"), "run_app(app, task): too many positional arguments"),
+    (APP.replace("def run_app(app, task)", "def run_app(app, task, model)"), "run_app(app, task): missing a required argument: 'model'"),
+])
+def test_an_app_whose_functions_take_other_arguments_is_refused_when_loaded(app, message, tmp_path, capsys):
+    assert main(_inject(tmp_path, json.dumps(GOOD) + "\n", app)) == 2
+    assert f"--app {tmp_path / 'app.py'}:build_app: {message}" in _error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_app_factory_taking_the_task_as_well_still_loads(tmp_path):
+    from aegis_probe.apps import AppSpec
+
+    (tmp_path / "task_app.py").write_text(textwrap.dedent(APP).replace("api_key)", "api_key, task)"))
+    assert AppSpec.load(f"{tmp_path / 'task_app.py'}:build_app").factory.__name__ == "build_app"

@@ -16,6 +16,7 @@ from aegis_probe.cli import main
 from test_cli_fuzz_inputs import APP, _error
 
 TRACE = "0123456789abcdef0123456789abcdef"
+FIXER = f"{Path(__file__).parents[1] / 'examples' / 'fixers.py'}:recompute"
 
 
 def _store_with_bad_step_index(root: Path) -> Path:
@@ -44,7 +45,7 @@ def test_a_stored_trace_that_makes_no_trajectory_is_an_error_naming_the_store(co
     argv = {"traces show": ["traces", "show", TRACE[:8], "--dir", str(store)],
             "report": ["report", TRACE[:8], "--dir", str(store), "--out", str(tmp_path / "r.html")],
             "blame": ["blame", "--trace", TRACE[:8], "--dir", str(store), "--app", f"{tmp_path / 'app.py'}:build_app",
-                      "--fixer", "aegis_probe.demos.task:solve", "--expected", "2", "--no-progress"]}[command]
+                      "--fixer", FIXER, "--expected", "2", "--no-progress"]}[command]
     before = (store / "spans.jsonl").read_bytes()
     assert main(argv) == 2
     error = _error(capsys)
@@ -58,7 +59,7 @@ def test_blame_with_dir_naming_a_trace_file_is_refused_before_any_replay(tmp_pat
     (tmp_path / "app.py").write_text(textwrap.dedent(APP))
     before = (store / "spans.jsonl").read_bytes()
     assert main(["blame", "--trace", TRACE[:8], "--dir", str(store / "spans.jsonl"), "--app", f"{tmp_path / 'app.py'}:build_app",
-                 "--fixer", "aegis_probe.demos.task:solve", "--expected", "2", "--no-progress"]) == 2
+                 "--fixer", FIXER, "--expected", "2", "--no-progress"]) == 2
     assert f"error: --dir {store / 'spans.jsonl'}: a file, not a trace store directory" in _error(capsys)
     assert (store / "spans.jsonl").read_bytes() == before
 
@@ -101,7 +102,7 @@ def test_blame_of_a_recording_no_replay_could_match_names_the_store_and_the_call
     before = (store / "spans.jsonl").read_bytes()
     capsys.readouterr()
     assert main(["blame", "--trace", trace_id[:12], "--dir", str(store), "--app", "aegis_probe.demos.autogen",
-                 "--fixer", f"{Path(__file__).parents[1] / 'examples' / 'fixers.py'}:recompute", "--no-progress"]) == 2
+                 "--fixer", FIXER, "--no-progress"]) == 2
     error = _error(capsys)
     assert error.startswith(f"error: {store}: trace {trace_id}: LLM call ") and message in error
     assert (store / "spans.jsonl").read_bytes() == before  # no replay ran, no label written
@@ -109,10 +110,21 @@ def test_blame_of_a_recording_no_replay_could_match_names_the_store_and_the_call
 
 @pytest.mark.parametrize("argv", [["traces", "ls"], ["traces", "show", "ab"], ["traces", "export", "--all"],
                                   ["report", "ab", "--out", "r.html"],
-                                  ["blame", "--trace", "ab", "--app", "app.py", "--fixer", "aegis_probe.demos.task:solve"]])
+                                  ["blame", "--trace", "ab", "--app", "app.py", "--fixer", FIXER]])
 def test_a_dir_that_names_nothing_is_an_error_not_an_empty_store(argv, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "app.py").write_text(textwrap.dedent(APP))
     assert main([*argv, "--dir", "aegis-tarces"]) == 2
     assert "error: --dir aegis-tarces: no such trace store directory" in _error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
+def test_blame_fixer_taking_other_arguments_is_refused_before_any_replay(failed_demo_store, tmp_path, capsys):
+    store, trace_id = failed_demo_store
+    before = (store / "spans.jsonl").read_bytes()
+    (tmp_path / "fix.py").write_text("def fix(trajectory):\n    return 'x'\n")
+    capsys.readouterr()
+    assert main(["blame", "--trace", trace_id[:12], "--dir", str(store), "--app", "aegis_probe.demos.autogen",
+                 "--fixer", f"{tmp_path / 'fix.py'}:fix", "--no-progress"]) == 2
+    assert f"--fixer {tmp_path / 'fix.py'}:fix: fix(trajectory, step): too many positional arguments" in _error(capsys)
+    assert (store / "spans.jsonl").read_bytes() == before

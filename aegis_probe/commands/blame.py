@@ -12,7 +12,7 @@ import os
 import sys
 from contextlib import ExitStack
 
-from ..apps import AppSpec, Endpoint, load_module
+from ..apps import AppSpec, Endpoint, check_signature, load_module
 from ..cli import http_url, quiet_frameworks, quiet_imports
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
@@ -58,6 +58,7 @@ def _load_fixer(target: str):
         raise ValueError(f"--fixer {target}: {exc}") from exc
     if not callable(fixer):
         raise ValueError(f"--fixer {target}: {func} is not callable")
+    check_signature(fixer, 2, f"--fixer {target}: {func}(trajectory, step)")
     return fixer
 
 
