@@ -169,12 +169,17 @@ def _check_writable_place(args: argparse.Namespace) -> None:
     into that is a file: before the command runs (a demo or a campaign would fail only at its end,
     with ``File exists``)."""
     for dest, path in _paths(args, (*OUTPUT_DESTS, *STORE_DESTS, "report_dir")).items():
-        option = "--" + dest.replace("_", "-")
-        if dest in DIR_DESTS and path.exists() and not path.is_dir():
-            raise ValueError(f"{option} {path}: not a directory")
-        above = next((p for p in path.parents if p.exists()), None)
-        if above is not None and not above.is_dir():
-            raise ValueError(f"{option} {path}: {above} is not a directory")
+        check_place("--" + dest.replace("_", "-"), path, directory=dest in DIR_DESTS)
+
+
+def check_place(option: str, path: Path, directory: bool) -> None:
+    """``ValueError`` naming ``option`` when ``path`` cannot be written: it is under a file, or
+    (``directory``: a directory to write into) it is a file."""
+    if directory and path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: not a directory")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"{option} {path}: {above} is not a directory")
 
 
 def check_outputs(args: argparse.Namespace) -> None:

@@ -192,3 +192,16 @@ def test_an_app_factory_taking_the_task_as_well_still_loads(tmp_path):
 
     (tmp_path / "task_app.py").write_text(textwrap.dedent(APP).replace("api_key)", "api_key, task)"))
     assert AppSpec.load(f"{tmp_path / 'task_app.py'}:build_app").factory.__name__ == "build_app"
+
+
+@pytest.mark.parametrize("trace_dir", ["notes.txt", "notes.txt/traces"])
+def test_demo_into_an_aegis_trace_dir_that_cannot_be_a_store_runs_nothing(trace_dir, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("autogen_agentchat")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AEGIS_TRACE_DIR", trace_dir)
+    (tmp_path / "notes.txt").write_text("notes")
+    assert main(["demo"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: $AEGIS_TRACE_DIR {tmp_path / trace_dir}: ") and err.count("\n") == 1, err
+    assert out == ""  # the team never ran
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "notes"

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..cli import http_url, quiet_frameworks, quiet_imports
+from ..cli import check_place, http_url, quiet_frameworks, quiet_imports
 from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
 from ..store import SPANS_FILE
@@ -94,7 +94,7 @@ def demo_name(framework: str | None, team: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import aegis_probe
 
-    from ..config import ProbeConfig
+    from ..config import ENV_TRACE_DIR, ProbeConfig
     from ..modelserver import ModelServer
     from ..report import write_report
     from ..steptable import step_table, summary
@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     if args.base_url is not None:
         http_url("--base-url", args.base_url, "the OpenAI-compatible endpoint's http(s):// URL, e.g. http://localhost:8000/v1")
     trace_dir = Path(args.trace_dir or ProbeConfig.resolve().trace_dir)
+    if args.trace_dir is None:  # --trace-dir was checked with the other options; the default now, before the run
+        check_place(f"${ENV_TRACE_DIR}" if os.environ.get(ENV_TRACE_DIR) else "the default trace store",
+                    trace_dir.absolute(), directory=True)
     with ExitStack() as stack:
         stack.enter_context(quiet_frameworks(not args.verbose))
         demo = load_demo(args.framework, quiet=not args.verbose)
