@@ -6,12 +6,15 @@ and injection campaigns); a provider the app passes or sets globally is used as 
 Its spans are SDK spans (``opentelemetry.sdk.trace.Span``; every processor and exporter reads them
 as usual) that differ in how they are made, never in what they hold:
 
-- a span is assembled field by field instead of through three constructors;
-- an attribute with a non-empty ``str`` key and a ``str``/``bool``/``int``/``float`` value, on a
-  provider with no value-length limit and with room left, is stored without the SDK's per-value
-  validation (which would return it unchanged); anything else goes the SDK's way;
+- a span, its span context, attributes and lists are assembled field by field instead of
+  through their constructors;
+- an attribute with a non-empty ``str`` key and a ``str``/``bool``/``int``/``float`` value (or a
+  list or tuple of them, stored as the tuple the SDK makes of it), on a provider with no
+  value-length limit and with room left, is stored without the SDK's per-value validation (which
+  would return it unchanged); anything else goes the SDK's way;
 - processors get the span itself at ``on_end`` instead of a read-only copy of it (an ended span
-  refuses changes, as the copy would).
+  refuses changes, as the copy would), and their ``on_start`` / ``_on_ending`` hooks are called
+  only where they do something (:class:`LeanSpanProcessors`; an empty hook is skipped).
 
 The SDK's layout is checked once per tracer against a span built by the SDK's own constructor: an
 SDK version whose spans hold other fields gets the SDK's tracer unchanged (slower, never wrong).

@@ -1,7 +1,10 @@
-"""Per-step tracing overhead in instructions (valgrind's callgrind): deterministic, one table.
+"""Per-step tracing overhead in instructions (valgrind's callgrind): nearly deterministic, one table.
 
 Wall-clock and CPU-time figures on a shared machine move by +-1 floor between runs; instruction
-counts do not (same hash seed, address randomisation off). For each framework (apps in
+counts move far less (same hash seed, address randomisation off), but not by nothing where the
+store's writer thread runs beside the app: the GIL hands over after an interval of real time, so
+the threads' switches follow the machine's load (AutoGen's default configuration: +-0.2 floors
+between identical runs under load; MetaGPT's 0.1 %). For each framework (apps in
 ``apps.py``, 50 agent steps) it counts the instructions of ``play()`` (all threads: the store's
 writer counted, like ``overhead.py``'s cpu clock) after a warm-up, for:
 
