@@ -205,3 +205,13 @@ def test_demo_into_an_aegis_trace_dir_that_cannot_be_a_store_runs_nothing(trace_
     assert err.startswith(f"error: $AEGIS_TRACE_DIR {tmp_path / trace_dir}: ") and err.count("\n") == 1, err
     assert out == ""  # the team never ran
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "notes"
+
+
+def test_an_unreadable_run_record_is_warned_of_once_per_campaign(tmp_path, caplog):
+    argv = [*_inject(tmp_path, json.dumps(GOOD) + "\n"), "--base-url", "http://127.0.0.1:9"]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "runs.jsonl").write_bytes(b"\x89PNG\x00\xff\n")
+    main(argv)
+    warned = [r.getMessage() for r in caplog.records if "unreadable run record" in r.getMessage()]
+    assert warned == [f"{tmp_path / 'out' / 'runs.jsonl'}:1: unreadable run record skipped; the run will be redone"]
+    assert (tmp_path / "out" / "runs.jsonl").read_bytes().startswith(b"\x89PNG\x00\xff\n")  # kept, the new records after it

@@ -59,6 +59,10 @@ RUNS_FILE = "runs.jsonl"
 LOCK_FILE = ".campaign.lock"
 
 
+#: ``(runs.jsonl, line)`` of the unreadable records warned of (the file is only appended to).
+_warned_lines: set[tuple[str, int]] = set()
+
+
 def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, Any]]:
     """Finished runs of the campaign in ``out`` by key: the last record of each key wins, error
     records are not finished (``errors=True`` keeps them), and an unreadable line (a crash
@@ -75,7 +79,9 @@ def read_records(out: str | Path, errors: bool = False) -> dict[str, dict[str, A
         try:
             rec = json.loads(line.decode("utf-8"))  # bytes that are not UTF-8: a ValueError, that line only
         except ValueError:
-            logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
+            if (str(path), no) not in _warned_lines:  # once: the records are read again and again as runs finish
+                _warned_lines.add((str(path), no))
+                logger.warning("%s:%d: unreadable run record skipped; the run will be redone", path, no)
             continue
         problem = record_problem(rec)
         if problem is not None:
