@@ -128,3 +128,37 @@ def test_blame_fixer_taking_other_arguments_is_refused_before_any_replay(failed_
                  "--fixer", f"{tmp_path / 'fix.py'}:fix", "--no-progress"]) == 2
     assert f"--fixer {tmp_path / 'fix.py'}:fix: fix(trajectory, step): too many positional arguments" in _error(capsys)
     assert (store / "spans.jsonl").read_bytes() == before
+
+
+def _store_with_root_attribute(root: Path, *attributes: tuple[str, dict]) -> Path:
+    """A store whose one trace's root span also holds ``attributes`` (key, OTLP value)."""
+    store = _store_with_bad_step_index(root)
+    line = json.loads((store / "spans.jsonl").read_text())
+    spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[1]["attributes"][0]["value"] = {"intValue": "0"}  # a good step index: only the root's attribute is bad
+    spans[0]["attributes"] += [{"key": key, "value": value} for key, value in attributes]
+    (store / "spans.jsonl").write_text(json.dumps(line) + "\n")
+    return store
+
+
+@pytest.mark.parametrize("command", ["traces show", "report"])
+def test_a_label_nested_too_deeply_names_the_store_and_trace(command, tmp_path, capsys):
+    store = _store_with_root_attribute(tmp_path, (sc.LABEL_FAULTS, {"stringValue": "[" * 100_000 + "]" * 100_000}))
+    argv = ["traces", "show", TRACE[:8]] if command == "traces show" else ["report", TRACE[:8], "--out", str(tmp_path / "r.html")]
+    assert main([*argv, "--dir", str(store)]) == 2
+    assert _error(capsys) == f"error: {store}: trace {TRACE}: an aegis attribute holds JSON nested too deeply to read"
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(("attributes", "reason"), [
+    ([(sc.LABEL_FAULTS, {"stringValue": "[" * 100_000 + "]" * 100_000})], "an aegis attribute holds JSON nested too deeply to read"),
+    ([(sc.LABEL_FAULTS, {"stringValue": '[{"agent": "solver", "step": 0}]'}), (sc.LABEL_SOURCE, {"intValue": "3"})],
+     "validation error"),  # pydantic's message spans lines
+], ids=["nested-too-deeply", "label-source-a-number"])
+def test_traces_ls_skips_a_malformed_trace_with_a_one_line_warning(attributes, reason, tmp_path, capsys, caplog):
+    store = _store_with_root_attribute(tmp_path, *attributes)
+    assert main(["traces", "ls", "--dir", str(store)]) == 0
+    assert f"no traces in {store}" in capsys.readouterr().out
+    warned = [r.getMessage() for r in caplog.records if "trace skipped" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0] and reason in warned[0], warned
+    assert warned[0].startswith(f"{store}: trace {TRACE}: ")

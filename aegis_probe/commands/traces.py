@@ -8,6 +8,8 @@ import os
 from datetime import datetime, timezone
 
 from ..config import ProbeConfig
+from ..errors import one_line
+from ..otlp_json import SpanRecord
 from ..steptable import printable, step_table, summary
 from ..store import TraceStore
 from ..trajectory import Trajectory
@@ -54,8 +56,16 @@ def stored(store: TraceStore, trace_id: str) -> Trajectory:
     spans = store.trace(trace_id)
     try:
         return Trajectory.from_spans(spans)
-    except ValueError as exc:
-        raise ValueError(f"{store.path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{store.path}: {_malformed(spans, exc)}") from None
+
+
+def _malformed(spans: list[SpanRecord], exc: BaseException) -> str:
+    """What is wrong with a stored trace that makes no trajectory, on one line."""
+    if isinstance(exc, RecursionError):
+        trace_id = spans[0].trace_id if spans else "?"
+        return f"trace {trace_id}: an aegis attribute holds JSON nested too deeply to read"
+    return one_line(str(exc))
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -66,8 +76,8 @@ def _ls(args: argparse.Namespace) -> int:
     for spans in store.traces().values():
         try:
             trajs.append(Trajectory.from_spans(spans))
-        except ValueError as exc:  # one malformed trace is left out of the list, not the whole store
-            logger.warning("%s: %s; trace skipped", store.path, exc)
+        except (ValueError, RecursionError) as exc:  # one malformed trace is left out of the list, not the whole store
+            logger.warning("%s: %s; trace skipped", store.path, _malformed(spans, exc))
     trajs.sort(key=lambda t: t.start_ns or 0, reverse=True)
     if args.limit:
         trajs = trajs[: args.limit]
