@@ -75,7 +75,8 @@ def test_a_mismatched_handoff_keeps_its_reasoning_and_makes_no_handoff():
     out = DeterministicManipulator().corrupt("FM-2.6", REASONED, CTX)
     assert out is not None and (out.content, out.tool_calls) == (REASONED.content, [])
     search = LLMResponse(tool_calls=[{"id": "c2", "name": "search", "arguments": '{"q": "Paris"}'}])
-    assert _said(DeterministicManipulator().corrupt("FM-2.6", search, CTX)) == "I will call search now."  # type: ignore[arg-type]
+    # A plain tool call with no number is not applied here (the step's next call, the report, carries it).
+    assert DeterministicManipulator().corrupt("FM-2.6", search, CTX) is None
 
 
 @pytest.mark.parametrize(("mode", "reasoned", "applied", "effect"), [

@@ -202,22 +202,19 @@ def ignore_input(resp: LLMResponse, ctx: Context) -> LLMResponse:
     return _say(resp, f"Regardless of the previous message, I stand by my earlier position: {own[-1] if own else ctx.first_user}")
 
 
-def _intent(call: dict[str, Any]) -> str:
-    """What a tool call does, said as the agent's reasoning."""
-    name = str(call.get("name", ""))
-    handoff = _HANDOFF.fullmatch(name)
-    return f"I will hand this over to {handoff.group(1)}." if handoff else f"I will call {name} now."
-
-
 def mismatch_action(resp: LLMResponse, ctx: Context) -> LLMResponse:
     """FM-2.6: the reasoning stays, the action does not follow it: the last number of the action
-    changed; tool calls with no number to change (a handoff) are not made, their reasoning (else what
-    they would do) said instead."""
+    changed; a handoff (no number to change) is not made, its reasoning (else what it would do)
+    said instead; other tool calls with no number are left as they are (not applied at this call:
+    the step's next model call, e.g. the report of the tool's result, carries the fault)."""
     if resp.tool_calls:
         calls = [{**c, "arguments": _replace_last_number(str(c.get("arguments", "")), lambda x: x + 1)} for c in resp.tool_calls]
         if calls != resp.tool_calls:
             return replace(resp, tool_calls=calls)
-        return _say(resp, resp.content or " ".join(dict.fromkeys(map(_intent, resp.tool_calls))))
+        targets = _handoff_targets(resp)
+        if not targets:
+            return resp
+        return _say(resp, resp.content or " ".join(dict.fromkeys(f"I will hand this over to {t}." for t in targets)))
     return replace(resp, content=_replace_last_number(resp.content or "", lambda x: x + 1) if numbers(resp.content or "") else f"{resp.content or ''} Actually, I will do something else.")
 
 
