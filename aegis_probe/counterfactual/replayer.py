@@ -193,11 +193,12 @@ def replay(
     finally:
         probe.flush()
         probe.uninstrument()
-    replayed = probe.trajectory() if probe.last_run is not None else None
+    run_id = probe.last_trace_id  # this probe's own replay run, whichever thread the app ran it in
+    replayed = probe.trajectory(run_id) if run_id is not None else None
     if replayed is not None:
         store.amend(replayed.trace_id or "", attributes={sc.REPLAY_OF: original.trace_id or "",
                                                    sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
-        replayed = probe.trajectory()
+        replayed = probe.trajectory(run_id)
     divergence = str(replayer.divergence) if replayer.divergence is not None else None
     if divergence is None and replayer.substitute is not None and error is None:
         divergence = f"step {until_step}: the replay made no model call there, so the substitute was never used"
