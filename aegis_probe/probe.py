@@ -104,7 +104,9 @@ class Probe:
         self.last_run: RunScope | None = None
         self._runs_lock = threading.Lock()
         self._last: _Ended | None = None  # last_run, with its times
-        self._in_flight: dict[RunScope, int] = {}  # started (:meth:`_run_started`), not finished: start time
+        #: Runs started (:meth:`_run_started`) and not finished, with their start times; weak, so a
+        #: run the app abandoned (never ended) leaves it when it is collected.
+        self._in_flight: "weakref.WeakKeyDictionary[RunScope, int]" = weakref.WeakKeyDictionary()
         self._here = threading.local()  # .last: the _Ended of the latest run to finish in this thread
         self._by_task: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Ended]" = weakref.WeakKeyDictionary()
         #: Model-call interceptors (recording, replay, injection), applied in order; an immutable
@@ -253,7 +255,6 @@ class Probe:
         """Make everything the app does inside the block one run (one trace), e.g. a loop of rounds."""
         app = self.apps[-1]
         run = start_run(self, app.name, framework=self.adapter.name, task=task, lone_agent=app.lone_agent)
-        self._run_started(run)
         error: BaseException | None = None
         token = run.attach()
         try:
@@ -267,7 +268,8 @@ class Probe:
 
     # -- hooks the spans module calls ------------------------------------------------------
     def _run_started(self, run: RunScope) -> None:
-        """Note ``run`` as in flight (for :meth:`set_outcome`'s choice of the caller's run)."""
+        """Note ``run`` as in flight (for :meth:`set_outcome`'s choice of the caller's run); every
+        :class:`RunScope` calls it once, as it opens."""
         with self._runs_lock:
             self._in_flight[run] = time.time_ns()
 

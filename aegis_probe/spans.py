@@ -217,7 +217,7 @@ def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], pare
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
-    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "_steps", "_calls", "_lock")
+    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "_steps", "_calls", "_lock", "__weakref__")
 
     _KEY = _RUN_KEY
 
@@ -235,6 +235,10 @@ class RunScope(_Scope):
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
         span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id})
+        try:  # in flight from now on (the probe holds it weakly: an abandoned run is not kept)
+            probe._run_started(self)
+        except Exception:
+            log_hook_error("run start")
 
     @property
     def trace_id(self) -> str:

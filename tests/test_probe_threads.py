@@ -187,3 +187,44 @@ def test_a_run_in_flight_elsewhere_makes_it_ambiguous(model_server, tmp_path):
         holder.join()
     probe.flush()
     assert _outcomes(probe) == {"train": (None, None), "held open": (None, None)}
+
+
+
+def test_a_framework_run_in_flight_in_another_thread_makes_it_ambiguous(shared_probe, model_server):
+    """Thread A's team run has ended; thread B's, opened by the AutoGen adapter (no ``probe.run()``),
+    is held in flight by its model: the main thread, which ran none, gets AmbiguousRun instead of
+    A's run (the probe's only finished one), while A's own call still gets A's run."""
+    a_ran, b_in_flight, release = threading.Event(), threading.Event(), threading.Event()
+
+    def held(body: dict[str, Any]) -> Reply:
+        if TASKS["train"] in str(body["messages"][-1].get("content")):  # B's first model call
+            b_in_flight.set()
+            assert release.wait(WAIT_S)
+        return demo.policy(body)
+
+    server = model_server(held)
+
+    def thread_a() -> str | None:
+        demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), TASKS["pens"])
+        a_ran.set()
+        assert b_in_flight.wait(WAIT_S)
+        return shared_probe.trajectory().task
+
+    def thread_b() -> None:
+        assert a_ran.wait(WAIT_S)
+        demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), TASKS["train"])
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.submit(thread_a), pool.submit(thread_b)
+        try:
+            assert b_in_flight.wait(WAIT_S)
+            assert a.result(WAIT_S) == TASKS["pens"]  # A's own run, B's in flight
+            with pytest.raises(AmbiguousRun, match="are in flight"):
+                shared_probe.trajectory()
+            with pytest.raises(AmbiguousRun, match="are in flight"):
+                shared_probe.set_outcome(True, answer="from main")
+        finally:
+            release.set()
+        b.result(WAIT_S)
+    shared_probe.flush()
+    assert _outcomes(shared_probe) == {"pens": (None, None), "train": (None, None)}
