@@ -80,6 +80,18 @@ def log_hook_error(where: str) -> None:
     logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
 
 
+def _not_reset(scope: "_Scope", token: object, error: Exception) -> None:
+    """After ``_reset(token)`` of ``scope`` raised ``error``: logged by ``otel_context.detach``
+    (which fails the same way and swallows it), except for a coroutine or generator being closed
+    (``GeneratorExit``) outside the context it attached ``scope`` in, where ``scope`` is not
+    current either (e.g. a pending task's coroutine closed by the garbage collector after its loop
+    closed): that context is discarded with it, and the uninstrumented app logs nothing there."""
+    if isinstance(error, ValueError) and isinstance(error.__context__, GeneratorExit) \
+            and current_context() is not scope.ctx:
+        return
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
 def instrumentation_suppressed(ctx: otel_context.Context | None = None) -> bool:
     """Whether OpenTelemetry instrumentation is suppressed in ``ctx`` (default: the current context).
 
@@ -146,14 +158,14 @@ class _Scope:
         """Make this scope current (``otel_context.attach``); returns the token for :meth:`detach`."""
         return _attach(self.ctx)
 
-    @staticmethod
-    def detach(token: object) -> None:
+    def detach(self, token: object) -> None:
         """``otel_context.detach(token)``: a token that cannot be reset here (attached in another
-        context, e.g. a generator finished elsewhere, or reset already) is logged, never raised."""
+        context, e.g. a generator finished elsewhere, or reset already) is logged, never raised
+        (see :func:`_not_reset` for the one case left silent)."""
         try:
             _reset(token)
-        except Exception:
-            otel_context.detach(token)  # type: ignore[arg-type]  # fails the same way: logged and swallowed
+        except Exception as error:
+            _not_reset(self, token, error)
 
     @property
     def records_content(self) -> bool:
@@ -509,8 +521,8 @@ def call_in_scope(scope: _Scope, call: Callable[[], T], finish: Callable[[T], No
     finally:
         try:
             _reset(token)
-        except Exception:
-            otel_context.detach(token)  # type: ignore[arg-type]  # logged and swallowed
+        except Exception as error:
+            _not_reset(scope, token, error)  # logged and swallowed
     try:
         finish(result)
     except Exception:
@@ -530,8 +542,8 @@ async def await_in_scope(scope: _Scope, call: Callable[[], Awaitable[T]], finish
     finally:
         try:
             _reset(token)
-        except Exception:
-            otel_context.detach(token)  # type: ignore[arg-type]  # logged and swallowed
+        except Exception as error:
+            _not_reset(scope, token, error)  # logged and swallowed
     try:
         finish(result)
     except Exception:

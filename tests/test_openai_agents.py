@@ -446,8 +446,6 @@ def test_streamed_run_stopped_before_its_output_ends_cancelled(how, model_server
     assert plain[0] is None
     app, probe = _instrumented(model_server, provider, tmp_path)
     traced = _cancelled_streamed_run(app, how, monkeypatch, caplog)
-    if how == "loop closed":  # the turn's await_in_scope closed by gc outside its task logs this (spans.py, requested)
-        traced = (*traced[:2], [r for r in traced[2] if r != "Failed to detach context"])
     assert traced == plain
     probe.flush()
     store = TraceStore(tmp_path / "store")
