@@ -43,7 +43,7 @@ BAD_INPUT: tuple[type[BaseException], ...] = (OSError, LookupError, ValueError, 
                                               ImportError, SyntaxError)
 
 #: Argument names (dests) that name files or directories a command reads, writes, or a trace store.
-INPUT_DESTS = ("source", "target", "tasks", "predictions", "data", "fit_on", "config", "labels_dir")
+INPUT_DESTS = ("source", "target", "tasks", "predictions", "data", "fit_on", "config", "labels_dir", "train", "test")
 OUTPUT_DESTS = ("out", "output", "errors", "hf_dir", "out_dir")
 STORE_DESTS = ("dir", "trace_dir", "store")
 #: Argument names of directories a command writes into (made when missing).
@@ -154,13 +154,15 @@ def _is_store_dir(path: Path, stores: set[Path]) -> bool:
     return path in stores or (path.is_dir() and (path / "spans.jsonl").is_file())
 
 
-def _paths(args: argparse.Namespace, dests: Sequence[str]) -> dict[str, Path]:
-    """The paths the options ``dests`` of a parsed command name, resolved."""
-    found = {}
+def _paths(args: argparse.Namespace, dests: Sequence[str]) -> list[tuple[str, Path]]:
+    """The paths the options ``dests`` of a parsed command name, resolved, with their option's
+    dest: one per item of an option taking several (``nargs='+'``)."""
+    found = []
     for dest in dests:
         value = getattr(args, dest, None)
-        if isinstance(value, (str, os.PathLike)) and str(value):
-            found[dest] = Path(value).expanduser().resolve()
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, (str, os.PathLike)) and str(item):
+                found.append((dest, Path(item).expanduser().resolve()))
     return found
 
 
@@ -168,7 +170,7 @@ def _check_writable_place(args: argparse.Namespace) -> None:
     """Refuse a path to write under a file (``--out notes.txt/r.html``), or a directory to write
     into that is a file: before the command runs (a demo or a campaign would fail only at its end,
     with ``File exists``)."""
-    for dest, path in _paths(args, (*OUTPUT_DESTS, *STORE_DESTS, "report_dir")).items():
+    for dest, path in _paths(args, (*OUTPUT_DESTS, *STORE_DESTS, "report_dir")):
         check_place("--" + dest.replace("_", "-"), path, directory=dest in DIR_DESTS)
 
 
@@ -191,9 +193,9 @@ def check_outputs(args: argparse.Namespace) -> None:
     from .config import ProbeConfig
 
     _check_writable_place(args)
-    inputs = {p for p in _paths(args, INPUT_DESTS).values() if p.exists()}
-    stores = set(_paths(args, STORE_DESTS).values()) | {Path(ProbeConfig.resolve().trace_dir).resolve()}
-    for dest, out in _paths(args, OUTPUT_DESTS).items():
+    inputs = {p for _, p in _paths(args, INPUT_DESTS) if p.exists()}
+    stores = {p for _, p in _paths(args, STORE_DESTS)} | {Path(ProbeConfig.resolve().trace_dir).resolve()}
+    for dest, out in _paths(args, OUTPUT_DESTS):
         option = "--" + dest.replace("_", "-")
         if out in inputs:
             raise ValueError(f"{option} {out} is an input of this command; choose another path")
@@ -253,7 +255,7 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
             _print_traceback()
         message = describe(exc)
         if isinstance(exc, (RecursionError, OverflowError)):  # raised deep in a parser: name what was read
-            inputs = [str(p) for p in _paths(args, INPUT_DESTS).values() if p.exists()]
+            inputs = [str(p) for _, p in _paths(args, INPUT_DESTS) if p.exists()]
             message = f"{', '.join(inputs)}: {message}" if inputs else message
         print(f"error: {redact_secrets(message)}", file=sys.stderr)
         return 2
