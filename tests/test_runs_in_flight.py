@@ -4,6 +4,7 @@ its start, and a run the app abandons (never ended) is not held as in flight onc
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 
 import pytest
@@ -50,3 +51,18 @@ def test_an_abandoned_run_is_in_flight_only_while_it_exists(probe):
     probe.set_outcome(True, answer="done")
     assert probe.trajectory().trace_id == finished
     assert probe.trajectory().outcome.success is True
+
+
+def test_a_failing_run_start_hook_never_reaches_the_app(probe, caplog, monkeypatch):
+    """An error in the probe's run-start bookkeeping is logged as the ``run start`` hook's and
+    swallowed: the run opens, ends and is stored as ever."""
+    def broken(run: object) -> None:
+        raise RuntimeError("bookkeeping broke")
+
+    monkeypatch.setattr(probe, "_run_started", broken)
+    with caplog.at_level(logging.WARNING, logger="aegis_probe"):
+        run = start_run(probe, "toy-team", framework="toy", task="t")
+    assert "error in run start hook, ignored" in caplog.text
+    run.finish()
+    assert probe.last_run is run and probe.store.flush()
+    assert list(probe.store.traces()) == [run.trace_id]
