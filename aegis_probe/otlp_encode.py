@@ -49,8 +49,8 @@ def _value_json(value: Any) -> str:
         return '{"intValue":"' + str(int(value)) + '"}'
     if isinstance(value, float):
         return '{"doubleValue":' + json.dumps(value) + "}"
-    if isinstance(value, str):
-        return '{"stringValue":' + _quote(str(value)) + "}"
+    if isinstance(value, str):  # a str enum: its text, as the SDK's exporters write it (str() is 'Tag.ONE')
+        return '{"stringValue":' + _quote(value) + "}"
     if isinstance(value, (list, tuple)):
         return '{"arrayValue":{"values":[' + ",".join([_value_json(v) for v in value]) + "]}}"
     return '{"stringValue":' + _quote(str(value)) + "}"
@@ -59,7 +59,7 @@ def _value_json(value: Any) -> str:
 def _key(key: str) -> tuple[str, dict[Any, str] | None]:
     if len(_KEYS) >= _TABLE_MAX:
         _KEYS.clear()
-    entry = _KEYS[key] = ('{"key":' + _quote(str(key)) + ',"value":', None if key in _CONTENT_KEYS else {})
+    entry = _KEYS[key] = ('{"key":' + _quote(key if isinstance(key, str) else str(key)) + ',"value":', None if key in _CONTENT_KEYS else {})
     return entry
 
 
@@ -142,7 +142,7 @@ def _span_text(trace_id: str, span_id: str, parent_span_id: str | None, name: st
 def _events_json(events: Iterable[Any]) -> str:
     """The OTLP/JSON ``Event`` objects (comma-separated) of SDK events or record event dicts."""
     return ",".join([
-        '{"timeUnixNano":"' + str(int(t)) + '","name":' + _quote(str(n)) + ',"attributes":' + attributes_json(a) + "}"
+        '{"timeUnixNano":"' + str(int(t)) + '","name":' + _quote(n if isinstance(n, str) else str(n)) + ',"attributes":' + attributes_json(a) + "}"
         for n, t, a in ((e["name"], e["time_ns"], e["attributes"]) if isinstance(e, Mapping)
                         else (e.name, e.timestamp, plain_attributes(e.attributes)) for e in events)])
 

@@ -7,6 +7,7 @@ ids are lower-case hex and 64-bit integers are strings, as the OTLP/JSON spec re
 from __future__ import annotations
 
 import codecs
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -87,20 +88,23 @@ def plain_attributes(attrs: Any) -> dict[str, Any]:
 
 
 def _from_any_value(value: Mapping[str, Any]) -> Any:
+    """The Python value of an OTLP/JSON ``AnyValue``; ``ValueError`` names a field of the wrong JSON type."""
     if "stringValue" in value:  # a lone surrogate (another writer's "\ud800") escaped, as this store writes it
-        return encodable(value["stringValue"])
+        return encodable(_str(value["stringValue"], "stringValue"))
     if "intValue" in value:
         return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        return _double(value["doubleValue"])
     if "boolValue" in value:
-        return bool(value["boolValue"])
+        if not isinstance(value["boolValue"], bool):
+            raise ValueError(f"boolValue is not a boolean: {str(value['boolValue'])[:40]!r}")
+        return value["boolValue"]
     if "arrayValue" in value:
         return [_from_any_value(v) for v in value["arrayValue"].get("values", [])]
     if "kvlistValue" in value:
         return {kv["key"]: _from_any_value(kv.get("value", {})) for kv in value["kvlistValue"].get("values", [])}
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return _str(value["bytesValue"], "bytesValue")
     return None
 
 
@@ -112,6 +116,30 @@ def _int(value: Any, field: str) -> int:
         return int(value)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{field} is not an integer: {str(value)[:40]!r}") from None
+
+
+def _double(value: Any) -> float:
+    """An OTLP/JSON ``doubleValue``: a number, or a string (``"NaN"``, ``"Infinity"``, a decimal)."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"doubleValue is not a number: {str(value)[:40]!r}") from None
+
+
+def _enum(value: Any, field: str, names: Mapping[str, int]) -> int:
+    """An OTLP/JSON enum field: one of the numbers of ``names``, or one of its names (proto3 JSON)."""
+    number = names.get(value) if isinstance(value, str) else _int(value, field)
+    if number is None or number not in names.values():
+        raise ValueError(f"unknown {field} {str(value)[:40]!r} (expected 0-{max(names.values())} "
+                         f"or {os.path.commonprefix(list(names))}*)")
+    return number
+
+
+_STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_SPAN_KINDS = {"SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3,
+               "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}
 
 
 def _str(value: Any, field: str) -> str:
@@ -178,9 +206,6 @@ def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
             scope = ss.get("scope", ss.get("instrumentationLibrary", {})).get("name", "")
             for sp in ss.get("spans", []):
                 status = sp.get("status", {})
-                code = status.get("code", 0)
-                if isinstance(code, str):
-                    code = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, 0)
                 records.append(
                     SpanRecord(
                         trace_id=_decode_id(sp["traceId"]) or "",
@@ -198,9 +223,9 @@ def decode_request(body: Mapping[str, Any]) -> list[SpanRecord]:
                             }
                             for e in sp.get("events", [])
                         ],
-                        status=_STATUS_NAME.get(_int(code, "status.code"), "UNSET"),
-                        status_message=str(status.get("message") or ""),
-                        kind=_int(sp.get("kind", 1), "kind") if not isinstance(sp.get("kind"), str) else 1,
+                        status=_STATUS_NAME[_enum(status.get("code", 0), "status.code", _STATUS_CODES)],
+                        status_message=_str(status.get("message") or "", "status.message"),
+                        kind=_enum(sp.get("kind", 1), "kind", _SPAN_KINDS),
                         resource=resource,
                         scope=scope,
                     )

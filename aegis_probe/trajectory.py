@@ -9,6 +9,7 @@ the order they happened, and what is known about the outcome and its faults. Ste
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -16,6 +17,8 @@ from pydantic import BaseModel, Field, model_validator
 from . import semconv as sc
 from .otlp_json import SpanRecord
 from .redact import encodable, redact_secrets
+
+logger = logging.getLogger(__name__)
 
 
 class Message(BaseModel):
@@ -266,12 +269,17 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 end_ns=s.end_ns,
             )
 
+    cyclic: list[str] = []
+
     def owning_step(span: SpanRecord) -> Step | None:
         parent = span.parent_span_id
-        while parent is not None:
+        for _ in range(len(by_id)):  # as many hops as spans: the parents form a cycle
             if parent in steps_by_span:
                 return steps_by_span[parent]
-            parent = by_id[parent].parent_span_id if parent in by_id else None
+            if parent not in by_id:
+                return None
+            parent = by_id[parent].parent_span_id
+        cyclic.append(span.span_id)
         return None
 
     for s in spans:
@@ -305,6 +313,9 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 if value is not None:
                     setattr(step.usage, field, (getattr(step.usage, field) or 0) + value)
 
+    if cyclic:
+        logger.warning("trace %s: span %s%s: its parents form a cycle; read as outside any step", root.trace_id,
+                       cyclic[0], f" and {len(cyclic) - 1} more" if len(cyclic) > 1 else "")
     steps = sorted(steps_by_span.values(), key=lambda st: st.index)
     attrs = root.attributes
     run_root = root.span_id not in steps_by_span  # none when the run never ended (its process exited mid-run)

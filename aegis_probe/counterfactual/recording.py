@@ -67,7 +67,9 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
 
     def step_of(span: SpanRecord) -> int | None:
         parent = span.parent_span_id
-        while parent in by_id:
+        for _ in range(len(by_id)):  # as many hops as spans: the parents form a cycle, no step
+            if parent not in by_id:
+                return None
             attrs = by_id[parent].attributes
             if sc.STEP_INDEX in attrs:
                 return int(attrs[sc.STEP_INDEX])
