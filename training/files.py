@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,24 +54,10 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
 def read_rows(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, as :func:`aegis_probe.jsonl.read_jsonl` reads them
     (a record that is not a JSON object of the ``required`` fields is a ``ValueError`` naming file
-    and line); a ``.jsonl.gz`` file is read through gzip, and one that is no readable gzip is a
-    ``ValueError`` naming it."""
+    and line; a ``.jsonl.gz`` file read through gzip, one that is no readable gzip named)."""
     if Path(path).is_dir():
         raise ValueError(f"{path}: a directory, not a JSON-lines file")
-    if not str(path).endswith(GZIP_SUFFIX):
-        return read_jsonl(path, required)
-    with tempfile.TemporaryDirectory(prefix="aegis-rows-") as folder:
-        plain = Path(folder) / plain_name(path)
-        with open(path, "rb") as raw, open(plain, "wb") as out:
-            try:
-                with gzip.GzipFile(fileobj=raw) as unpacked:
-                    shutil.copyfileobj(unpacked, out)
-            except _GZIP_ERRORS as exc:
-                raise ValueError(f"{path}: {_gzip_error(exc)}") from None
-        try:
-            return read_jsonl(plain, required)
-        except ValueError as exc:  # named after the file given, not its unpacked copy
-            raise ValueError(str(exc).replace(str(plain), str(path), 1)) from None
+    return read_jsonl(path, required)
 
 
 def write_rows(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str]) -> Path:
