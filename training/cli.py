@@ -199,9 +199,6 @@ def _run_import(args: argparse.Namespace) -> int:
     from .importers.base import drop_duplicates
     from .importers.native import write
 
-    out = Path(args.out).resolve()
-    if any(Path(source).resolve() == out for source in args.source):  # run_command checks one source, not several
-        raise ValueError(f"--out {out} is an input of this command; choose another path")
     result = ImportResult()
     try:
         for source in args.source:
