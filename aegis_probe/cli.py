@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-from .errors import one_line
+from .errors import one_line, validation_summary
 from .redact import redact_secrets
 
 #: command name -> "module:function" that adds the command's sub-parser.
@@ -109,16 +109,9 @@ def describe(exc: BaseException) -> str:
         return str(exc.args[0])
     if isinstance(exc, RecursionError):
         return "input nested too deeply to read (a JSON value nested thousands of levels)"
-    errors = getattr(exc, "errors", None)
-    if callable(errors) and hasattr(exc, "title"):  # pydantic's ValidationError: its first error
-        try:
-            found = errors()
-            first = found[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or exc.title  # type: ignore[attr-defined]
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            return f"{exc.title}: {where}: {first.get('msg')}{more}"  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - fall back to the plain message
-            pass
+    summary = validation_summary(exc)
+    if summary is not None:
+        return summary
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
     text = " ".join(str(exc).split()) or type(exc).__name__

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from . import semconv as sc
+from .errors import validation_summary
 from .otlp_json import SpanRecord
 from .redact import encodable, redact_secrets
 
@@ -191,7 +192,8 @@ class Trajectory(BaseModel):
         try:
             return _build(spans)
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise ValueError(f"trace {spans[0].trace_id}: malformed aegis span attributes ({exc})") from exc
+            reason = validation_summary(exc) or str(exc)
+            raise ValueError(f"trace {spans[0].trace_id}: malformed aegis span attributes ({reason})") from exc
 
 
 def messages_from_json(raw: Any) -> list[Message]:
