@@ -431,3 +431,17 @@ def test_cli_report_that_fails_over_an_earlier_report_leaves_it_whole(tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["r.html"], "no temporary file left"
     assert subprocess.run(command, capture_output=True, text=True, timeout=60).returncode == 0
     assert out.read_bytes() == good and oct(out.stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_cli_report_on_an_injection_campaign_folder_names_its_stores(tmp_path, capsys):
+    campaign = tmp_path / "campaign"
+    run = handmade_run(campaign / "traces")
+    handmade_run(campaign / "baselines")
+    (campaign / "runs.jsonl").write_text('{"task": "t1", "kept": true}\n')
+    assert main(["report", str(campaign), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(campaign) in err
+    assert f"give {campaign / 'traces'} (or {campaign / 'baselines'}) or a trace id" in err
+    assert not (tmp_path / "r.html").exists()
+    assert main(["report", str(campaign / "traces"), "--out", str(tmp_path / "r.html")]) == 0
+    assert run.trace_id in (tmp_path / "r.html").read_text()

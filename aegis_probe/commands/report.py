@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..cli import http_url
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
+from ..store import SPANS_FILE
 from ..trajectory import Trajectory, load_trajectories
 from .traces import store_at, stored
 
@@ -42,11 +43,28 @@ def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajecto
     raise ValueError(f"{where} holds {len(matches)} traces{f' matching {prefix!r}' if prefix else ''}: pick one with --trace ID")
 
 
+def _nested_stores(path: Path) -> list[str]:
+    """The names of ``path``'s folders that are trace stores when ``path`` is a directory that is
+    not one itself (an injection campaign's OUT: ``traces``, ``baselines``), else ``[]``."""
+    try:
+        if not path.is_dir() or (path / SPANS_FILE).is_file():
+            return []
+        names = [p.name for p in path.iterdir() if (p / SPANS_FILE).is_file()]
+    except OSError:  # unreadable: reading it says why
+        return []
+    return sorted(names, key=lambda name: (name != "traces", name))
+
+
 def load(target: str, store_dir: str | None = None, trace: str | None = None) -> Trajectory:
     """The trajectory a ``report`` target names: a file or directory of traces, else a stored trace id."""
     if not target.strip():  # not the current directory, which Path("") is
         raise ValueError("TRACE_ID|FILE is empty: give a trace id (or a unique prefix of one) or a file")
     path = Path(target)
+    nested = _nested_stores(path)
+    if nested:  # an injection campaign's folder: runs.jsonl beside its traces/ and baselines/ stores
+        others = ", ".join(str(path / name) for name in nested[1:])
+        where = f"{path / nested[0]}" + (f" (or {others})" if others else "")
+        raise ValueError(f"{path}: not a trace store (its folders {', '.join(nested)} are): give {where} or a trace id")
     if path.exists():
         return _select(load_trajectories(path), trace, str(path))
     if not re.fullmatch(r"[0-9a-fA-F]+", target):
