@@ -162,3 +162,25 @@ def test_import_refuses_to_write_over_one_of_its_sources(tmp_path, capsys):
     assert cli.main(["import", str(second), str(first), "-o", str(first), "--no-progress"]) == 2
     assert capsys.readouterr().err == f"error: --out {first} is an input of this command; choose another path\n"
     assert first.read_bytes() == before
+
+
+def test_every_command_that_imports_keeps_a_record_read_twice_once(tmp_path, capsys):
+    """build (and eval, export) read their source as import does: a record twice is read once,
+    and they say how many they skipped (build wrote a row for each copy)."""
+    lines = tmp_path / "ww.jsonl"  # one record twice, and one other
+    lines.write_text("".join(json.dumps(r) + "\n" for r in (whowhen_record(), whowhen_record(), whowhen_record(mistake_step="2"))))
+    rows = tmp_path / "rows.jsonl"
+    assert cli.main(["build", "dcl", str(lines), "-o", str(rows), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"wrote 2 dcl rows to {rows}\n"
+    assert f"{lines}: 1 duplicate records skipped\n" in err
+    assert [json.loads(r)["id"] for r in rows.read_text(encoding="utf-8").splitlines()] == ["whowhen:ww:line1", "whowhen:ww:line3"]
+    for argv in (["eval", str(lines), "--method", "majority", "--out-dir", str(tmp_path / "ev"), "--bootstrap", "5"],
+                 ["export", str(lines), "--format", "whowhen", "-o", str(tmp_path / "out")]):
+        assert cli.main([*argv, "--no-progress"]) == 0
+        assert f"{lines}: 1 duplicate records skipped\n" in capsys.readouterr().err, argv
+    assert len(list((tmp_path / "out").iterdir())) == 2
+    unique = tmp_path / "unique.jsonl"
+    unique.write_text(json.dumps(whowhen_record()) + "\n")
+    assert cli.main(["build", "dcl", str(unique), "-o", str(rows), "--no-progress"]) == 0
+    assert "duplicate" not in capsys.readouterr().err

@@ -168,10 +168,16 @@ def report_import(result: Any, source: str, fmt: str = "auto") -> None:
 
 def load_source(args: argparse.Namespace) -> Any:
     """Import ``args.source`` (:func:`import_source`, with a progress bar when ``args.no_progress``
-    is false) and :func:`report_import` it."""
+    is false), :func:`report_import` it, and keep a record read twice once (as ``import`` does),
+    saying how many were skipped."""
+    from .importers.base import drop_duplicates
+
     result = import_source(args.source, args.format, getattr(args, "labels_dir", None),
                            progress=not getattr(args, "no_progress", True))
     report_import(result, args.source, args.format)
+    result.trajectories, skipped = drop_duplicates(result.trajectories)
+    if skipped:
+        print(f"{args.source}: {skipped} duplicate records skipped", file=sys.stderr)
     return result
 
 
