@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm import tqdm
@@ -27,6 +28,16 @@ def unlabelled(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "label_agents": [], "label_modes": [], "label_pairs": [], "label_step": None, "positive": None}
 
 
+def _encoder_dim(directory: str | Path) -> int | None:
+    """The encoder width the saved head was trained on (what a features-only model needs instead
+    of loading the encoder), or ``None`` when the weights do not say (:meth:`DCLAttributor.load_weights` does)."""
+    try:
+        with safe_open(str(Path(directory) / WEIGHTS_FILE), "pt") as weights:
+            return int(weights.get_slice("head.name_proj.weight").get_shape()[1])
+    except Exception:  # safetensors raises its own error types; load_weights names the problem
+        return None
+
+
 class DCLAttributor(nn.Module):
     """A DCL attributor. ``encoder=None`` means the packaged all-MiniLM-L6-v2.
 
@@ -43,7 +54,7 @@ class DCLAttributor(nn.Module):
                  temperature: float = 0.1, max_length: int = 128, max_turns: int = 0,
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
                  anonymise_agents: bool = True, modes_trained: bool = True, reading_features: bool = True,
-                 text_embeddings: bool = True) -> None:
+                 text_embeddings: bool = True, encoder_dim: int | None = None) -> None:
         super().__init__()
         self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
@@ -51,9 +62,9 @@ class DCLAttributor(nn.Module):
                      "anonymise_agents": anonymise_agents, "modes_trained": modes_trained,
                      "reading_features": reading_features, "text_embeddings": text_embeddings}
         self.modes = list(modes)
-        self.encoder = TextEncoder(encoder or default_encoder_path(), max_length)
-        self.encoder.requires_grad_(train_encoder)
-        self.head = DCLHead(self.encoder.dim, hidden_size, len(self.modes), temperature,
+        if text_embeddings or train_encoder or encoder_dim is None:
+            encoder_dim = self.encoder.dim  # loads it: a features-only model read from disk never does
+        self.head = DCLHead(encoder_dim, hidden_size, len(self.modes), temperature,
                             len(FEATURES) if reading_features else 0)
         self.cache: dict[str, torch.Tensor] = {}
         self._stored: dict[str, torch.Tensor] = {}  # embeddings read by load_cache, by key
@@ -62,10 +73,23 @@ class DCLAttributor(nn.Module):
     def train_encoder(self) -> bool:
         return bool(self.spec["train_encoder"])
 
+    @property
+    def encoder(self) -> TextEncoder:
+        """The text encoder (the submodule ``encoder``), loaded on first use: a model without
+        ``text_embeddings`` reads no text, so :meth:`load` leaves it unloaded (~1 s saved)."""
+        loaded = self._modules.get("encoder")
+        if not isinstance(loaded, TextEncoder):
+            loaded = TextEncoder(self.spec["encoder"] or default_encoder_path(), int(self.spec["max_length"]))
+            loaded.requires_grad_(self.train_encoder)
+            loaded.train(self.training and self.train_encoder)
+            self._modules["encoder"] = loaded  # not add_module: its hasattr check would call this property
+        return loaded
+
     def train(self, mode: bool = True) -> "DCLAttributor":
         super().train(mode)
-        if not self.train_encoder:
-            self.encoder.eval()  # a frozen encoder never runs dropout, so its embeddings can be cached
+        loaded = self._modules.get("encoder")
+        if loaded is not None and not self.train_encoder:
+            loaded.eval()  # a frozen encoder never runs dropout, so its embeddings can be cached
         return self
 
     def example(self, row: dict[str, Any], modes_known: bool = True) -> Example:
@@ -126,7 +150,7 @@ class DCLAttributor(nn.Module):
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """One vector per text: the mean of its windows' embeddings (zeros without ``text_embeddings``)."""
         if not self.spec["text_embeddings"]:
-            return torch.zeros(len(texts), self.encoder.dim)
+            return torch.zeros(len(texts), self.head.name_proj.in_features)
         pieces = [self.chunks(t) for t in texts]
         flat = [c for p in pieces for c in p]
         if self.train_encoder:
@@ -244,7 +268,7 @@ class DCLAttributor(nn.Module):
         spec.setdefault("reading_features", False)  # saved before reading features
         spec.setdefault("text_embeddings", True)
         try:
-            model = cls(**spec)
+            model = cls(**spec, encoder_dim=_encoder_dim(directory))
         except (TypeError, ValueError, AttributeError) as exc:  # a field unknown or of the wrong type
             raise ValueError(f"{spec_file}: not a DCL model config ({exc})") from None
         model.load_weights(directory)
