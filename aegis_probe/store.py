@@ -229,11 +229,33 @@ def _after_fork() -> None:
     process's, and the file's, held through the child's copy of the file descriptor until the
     child closes it) is let go, or the child's writes and all of the parent's later ones wait
     for good."""
+    open_fds = _descriptors_of({str(store._file) for store in _STORES}) if _STORES else set()
     for store in list(_STORES):
         store._lock = threading.Lock()
         fd, store._fd = store._fd, None
         if fd is not None:
+            open_fds.add(fd)
+    for fd in open_fds:  # also one a fork caught between os.open and its note in _fd (or close)
+        try:
             os.close(fd)
+        except OSError:
+            pass
+
+
+def _descriptors_of(files: set[str]) -> set[int]:
+    """This process's descriptors open on one of ``files`` (Linux's /proc; none elsewhere)."""
+    found: set[int] = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") in files:
+                found.add(int(name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 class TraceStore:
