@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -25,8 +26,9 @@ from aegis_probe.store import StoreSpanProcessor, TraceStore
 from toyrun import make_probe
 
 
-def _calls(work: Callable[[], Any]) -> Counter[str]:
-    """The Python functions ``work()`` enters (``file:function``), counted."""
+@contextmanager
+def _counting() -> Iterator[Counter[str]]:
+    """The Python functions entered inside the ``with`` block (``file:function``), counted."""
     entered: Counter[str] = Counter()
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -35,9 +37,15 @@ def _calls(work: Callable[[], Any]) -> Counter[str]:
 
     sys.setprofile(profile)
     try:
-        work()
+        yield entered
     finally:
         sys.setprofile(None)
+
+
+def _calls(work: Callable[[], Any]) -> Counter[str]:
+    """The Python functions ``work()`` enters, counted."""
+    with _counting() as entered:
+        work()
     return entered
 
 
@@ -161,17 +169,8 @@ def test_an_async_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
         token = run.attach()
         try:
             await step()
-            entered: Counter[str] = Counter()
-
-            def profile(frame: Any, event: str, arg: Any) -> None:
-                if event == "call":
-                    entered[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
-
-            sys.setprofile(profile)
-            try:
+            with _counting() as entered:
                 assert await step() == "done"
-            finally:
-                sys.setprofile(None)
             return entered
         finally:
             run.detach(token)
