@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import aegis_probe
+from aegis_probe import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame
 from aegis_probe.demos.task import judge
@@ -76,3 +77,15 @@ def raising_tool_policy(demo: ModuleType) -> Policy:
         return reply
 
     return policy
+
+
+def the_one_run_ended_cancelled(probe: Any, store_dir: Path) -> str:
+    """The store's one trace is a run ended cancelled (ERROR, ``error.type`` ``CancelledError``) and is
+    the probe's last run (what an app leaving a stream early gets, in every adapter); its trace id."""
+    probe.flush()
+    store = TraceStore(store_dir)
+    (trace_id,) = store.traces()
+    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
+    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    return trace_id

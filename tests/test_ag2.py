@@ -27,7 +27,7 @@ if HERE:
     from aegis_probe.demos import ag2 as demo
     from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
-                                  uninstrument_restores_originals)
+                                  the_one_run_ended_cancelled, uninstrument_restores_originals)
 
 
 def _instrumented(model_server, provider, tmp_path, policy=None, app=None):
@@ -384,7 +384,6 @@ def test_async_run_abandoned_before_its_end_ends_cancelled(model_server, tmp_pat
 
     from autogen import ConversableAgent
 
-    from aegis_probe.store import TraceStore
 
     release = threading.Event()
 
@@ -419,8 +418,4 @@ def test_async_run_abandoned_before_its_end_ends_cancelled(model_server, tmp_pat
     assert first_event(False)[0] == "TextEvent"
     seen, probe = first_event(True)
     assert seen == "TextEvent"
-    store = TraceStore(tmp_path / "store")
-    (trace_id,) = store.traces()
-    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
-    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
-    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    the_one_run_ended_cancelled(probe, tmp_path / "store")

@@ -21,9 +21,9 @@ from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import aegis_probe
-from aegis_probe import semconv as sc
 from aegis_probe.modelserver import Reply
 from aegis_probe.store import TraceStore
+from framework_checks import the_one_run_ended_cancelled
 
 
 def _client(server: Any) -> OpenAIChatCompletionClient:
@@ -110,11 +110,7 @@ def test_a_stream_abandoned_before_its_result_ends_its_run_cancelled(model_serve
     team = _app(server, "team")
     probe = aegis_probe.instrument(team, store=tmp_path / "store")
     assert _abandon_stream(team, ending, monkeypatch, caplog) == plain
-    probe.flush()
-    (trace_id,) = TraceStore(tmp_path / "store").traces()
-    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
-    (root,) = [r for r in TraceStore(tmp_path / "store").trace(trace_id) if r.parent_span_id is None]
-    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
+    trace_id = the_one_run_ended_cancelled(probe, tmp_path / "store")
     assert probe.trajectory(trace_id).steps[0].output == "a spoke."
     del plain_team, team
     gc.collect()  # the teams' tasks left on the closed loops: autogen's reports of them go to the hooks above

@@ -39,7 +39,7 @@ if HERE:
     from aegis_probe.demos.task import request_texts
     from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
-                                  raising_tool_policy, uninstrument_restores_originals)
+                                  raising_tool_policy, the_one_run_ended_cancelled, uninstrument_restores_originals)
 
 MANAGER = "Crew Manager"
 
@@ -325,7 +325,6 @@ def test_streaming_crew_closed_before_its_end_ends_its_run_cancelled(model_serve
     and the probe's last run; the app gets what it gets uninstrumented (no error)."""
     from crewai import Crew
 
-    from aegis_probe.store import TraceStore
 
     server = model_server(demo.policy)
 
@@ -344,9 +343,4 @@ def test_streaming_crew_closed_before_its_end_ends_its_run_cancelled(model_serve
     app = streaming()
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     assert asyncio.run(first_chunk(app)) is True
-    probe.flush()
-    store = TraceStore(tmp_path / "store")
-    (trace_id,) = store.traces()
-    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
-    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
-    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    the_one_run_ended_cancelled(probe, tmp_path / "store")

@@ -15,9 +15,9 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
 from aegis_probe.store import TraceStore  # noqa: E402
+from framework_checks import the_one_run_ended_cancelled  # noqa: E402
 
 ENDINGS = ["closed", "dropped", "never iterated", "async closed", "async dropped after its loop closed",
            "async never iterated"]
@@ -71,11 +71,7 @@ def test_a_stream_left_before_its_end_ends_its_run_cancelled(model_server, tmp_p
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     assert _leave(app, ending, monkeypatch, caplog) == plain
     assert plain[0] == ([] if "never" in ending else ["planner"])
-    probe.flush()
-    (trace_id,) = TraceStore(tmp_path / "store").traces()
-    (root,) = [r for r in TraceStore(tmp_path / "store").trace(trace_id) if r.parent_span_id is None]
-    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
-    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    trace_id = the_one_run_ended_cancelled(probe, tmp_path / "store")
     assert [s.agent for s in probe.trajectory(trace_id).steps] == ([] if "never" in ending else ["planner"])
 
 

@@ -31,7 +31,7 @@ if HERE:
     from aegis_probe.demos import openai_agents as demo
     from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,
-                                  raising_tool_policy, uninstrument_restores_originals)
+                                  raising_tool_policy, the_one_run_ended_cancelled, uninstrument_restores_originals)
 
 class _Collector:
     """The SDK's own trace processor interface; records which spans the SDK itself started."""
@@ -439,7 +439,6 @@ def test_streamed_run_stopped_before_its_output_ends_cancelled(how, model_server
     the loop's end cancels it; its loop closed with the run pending and the result dropped) before its
     final output ends as cancelled (ERROR, ``error.type`` ``CancelledError``, stored, the probe's last
     run), as autogen's runs do, not as a success; the app sees and reports what it does uninstrumented."""
-    from aegis_probe.store import TraceStore
 
     server = model_server(demo.policy)
     plain = _cancelled_streamed_run(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), how, monkeypatch, caplog)
@@ -447,11 +446,6 @@ def test_streamed_run_stopped_before_its_output_ends_cancelled(how, model_server
     app, probe = _instrumented(model_server, provider, tmp_path)
     traced = _cancelled_streamed_run(app, how, monkeypatch, caplog)
     assert traced == plain
-    probe.flush()
-    store = TraceStore(tmp_path / "store")
-    (trace_id,) = store.traces()
-    (root,) = [r for r in store.trace(trace_id) if r.parent_span_id is None]
-    assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
-    assert probe.last_run is not None and probe.last_run.trace_id == trace_id
+    trace_id = the_one_run_ended_cancelled(probe, tmp_path / "store")
     if how == "cancel after turn":  # the turn it was cancelled in finished: planner's handoff
         assert [s.agent for s in probe.trajectory(trace_id).steps] == ["planner"]
