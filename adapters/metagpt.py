@@ -26,7 +26,11 @@ Span shape and where each span comes from (class-level patches, installed once):
   the order the recorded answers came back (:func:`~aegis_probe.counterfactual.order.in_recorded_order`),
   the order in which the round's roles publish and a later role's history lists them. Token usage is read from
   the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
-  with ``calc_usage: false``); providers that never report usage leave it unset.
+  with ``calc_usage: false``), also a stream's usage sent in a chunk of its own after the finish
+  reason (as OpenAI sends it when asked). A stream without any (metagpt never asks OpenAI for
+  it) makes metagpt pass its own count, from ``_calc_usage`` (tiktoken, or zeros with
+  ``calc_usage: false``): that estimate is left off the span, as is any usage a provider never
+  reports (``gen_ai.usage.*`` carry reported counts only).
 
 Errors: a lone role's exception propagates unchanged and marks its spans ERROR. ``Team.run``
 itself logs, serializes and swallows role errors (metagpt's ``serialize_decorator``) and returns
@@ -49,6 +53,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
 from metagpt.provider.base_llm import BaseLLM
+from metagpt.provider.metagpt_api import MetaGPTLLM
+from metagpt.provider.openai_api import OpenAILLM
 from metagpt.roles import Role
 from metagpt.schema import Message
 from metagpt.team import Team
@@ -133,6 +139,7 @@ class MetaGPTCodec:
     def __init__(self, llm: BaseLLM) -> None:
         self.llm = llm
         self.usage: dict[str, Any] | None = None
+        self.estimate: Any = None  # the usage metagpt counted itself in this call (not the provider's)
         # :func:`_request_info` of the LLM's config, read once per call (every call asks for both)
         self.provider, self._request_attributes = _request_info(llm.config)
 
@@ -175,6 +182,10 @@ class MetaGPTCodec:
         return (), named
 
     def record_usage(self, usage: Any) -> None:
+        """Keep the usage handed to ``_update_costs``, unless it is metagpt's own estimate."""
+        if usage is not None and usage is self.estimate:
+            self.usage = None
+            return
         data = usage.model_dump() if hasattr(usage, "model_dump") else usage
         if isinstance(data, dict):
             self.usage = data
@@ -212,7 +223,11 @@ async def _noting_swallowed(call: Awaitable[Any]) -> Any:
         raise
 
 
-#: The codec of the ``aask`` call running in this task (for the usage hook).
+#: The LLM classes of metagpt 0.8.2 that count a streamed answer's tokens themselves (``_calc_usage``)
+#: when the stream carries no usage.
+_ESTIMATING = (OpenAILLM, MetaGPTLLM)
+
+#: The codec of the ``aask`` call running in this task (for the usage hooks).
 _ACTIVE_CALL: contextvars.ContextVar[MetaGPTCodec | None] = contextvars.ContextVar("aegis_metagpt_call", default=None)
 
 
@@ -278,6 +293,8 @@ class MetaGPTAdapter(Adapter):
         patcher.wrap(Role, "_act", self._act)
         patcher.wrap(BaseLLM, "aask", self._aask)
         patcher.wrap(BaseLLM, "_update_costs", self._update_costs, enabled=_ACTIVE_CALL.get)  # only inside a traced ``aask``
+        for llm_class in _ESTIMATING:
+            patcher.wrap(llm_class, "_calc_usage", self._calc_usage, enabled=_ACTIVE_CALL.get)
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
@@ -402,3 +419,12 @@ class MetaGPTAdapter(Adapter):
             except Exception:
                 log_hook_error("usage")
         return wrapped(*args, **kwargs)
+
+    @staticmethod
+    def _calc_usage(wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:
+        """``OpenAILLM._calc_usage``: metagpt's own count, noted so that it is not recorded as reported."""
+        usage = wrapped(*args, **kwargs)
+        codec = _ACTIVE_CALL.get()
+        if codec is not None and codec.llm is instance:
+            codec.estimate = usage
+        return usage

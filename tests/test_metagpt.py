@@ -19,6 +19,8 @@ demo = pytest.importorskip("aegis_probe.demos.metagpt")
 
 from metagpt.actions import Action, UserRequirement  # noqa: E402
 from metagpt.provider.base_llm import BaseLLM  # noqa: E402
+from metagpt.provider.metagpt_api import MetaGPTLLM  # noqa: E402
+from metagpt.provider.openai_api import OpenAILLM  # noqa: E402
 from metagpt.roles import Role  # noqa: E402
 from metagpt.team import Team  # noqa: E402
 
@@ -28,7 +30,8 @@ pytestmark = pytest.mark.metagpt
 
 MODEL = "aegis-scripted"
 API_KEY = "sk-test-key-do-not-leak-1234567890"
-PATCHED = [(Team, "run"), (Team, "_check_balance"), (Role, "run"), (Role, "react"), (Role, "_act"), (BaseLLM, "aask"), (BaseLLM, "_update_costs")]
+PATCHED = [(Team, "run"), (Team, "_check_balance"), (Role, "run"), (Role, "react"), (Role, "_act"), (BaseLLM, "aask"),
+           (BaseLLM, "_update_costs"), (OpenAILLM, "_calc_usage"), (MetaGPTLLM, "_calc_usage")]
 
 
 @pytest.fixture(autouse=True)
