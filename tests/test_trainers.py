@@ -123,7 +123,7 @@ def test_sft_loss_goes_down_and_checkpoints_are_safetensors(sft_out):
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
     for ckpt in ("checkpoint-15", "checkpoint-30"):
         assert_safetensors_only(sft_out / ckpt)
-    assert_safetensors_only(sft_out)
+    assert_safetensors_only(sft_out / "model")  # the final model
 
 
 def test_sft_resumes_from_last_checkpoint(sft_out, sft_rows, tiny_qwen):
@@ -139,7 +139,7 @@ def test_sft_with_lora(tiny_qwen, sft_rows, tmp_path):
     cli("sft", "--data", sft_rows, "--model", tiny_qwen, "--out", tmp_path, "--use_peft", "--lora_r", "4",
         "--lora_target_modules", "q_proj", "v_proj", "--max_steps", "2", "--save_steps", "2", "--report_to", "none")
     assert_safetensors_only(tmp_path / "checkpoint-2")
-    assert (tmp_path / "adapter_config.json").exists()
+    assert (tmp_path / "model" / "adapter_config.json").exists()
 
 
 def test_grpo_rewards_move(sft_out, tmp_path):

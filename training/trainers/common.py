@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, get_peft_config
 
+from ..files import replacing_dir
 from .config import check_fresh_run
 from .logs import JsonlLog, JsonlLogCallback
-from .modelio import load_causal_lm
+from .modelio import FINAL_MODEL, load_causal_lm, partial_path
 
 logger = logging.getLogger("aegis_probe.train")
 
@@ -31,7 +33,8 @@ def last_checkpoint(out_dir: str | Path) -> str | None:
 
 def run_trl(trainer_cls: type, args: argparse.Namespace, train_args: Any, model_args: ModelConfig,
             dataset: Any, **trainer_kwargs: Any) -> Path:
-    """Build and run ``trainer_cls`` on ``dataset``; saves the final model (safetensors) to ``--out``.
+    """Build and run ``trainer_cls`` on ``dataset``; saves the final model (safetensors) to
+    ``<out>/model`` (:func:`save_final_model`).
 
     ``--model`` is loaded here (LoRA adapters added when ``use_peft``); with ``--resume`` training
     continues from the last checkpoint in ``--out``.
@@ -53,11 +56,25 @@ def run_trl(trainer_cls: type, args: argparse.Namespace, train_args: Any, model_
     )
     _check_rows_kept(args, train_args, len(dataset), len(trainer.train_dataset))
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(args.out)
+    save_final_model(trainer, args.out)
     if trainer.is_world_process_zero():
         JsonlLog(args.out).write({"event": "done", "step": trainer.state.global_step, "resumed_from": resume,
                                   **result.metrics})
     return Path(args.out)
+
+
+def save_final_model(trainer: Any, out: str | Path) -> Path:
+    """Save ``trainer``'s model into ``<out>/model``, whole or not at all: every process writes its
+    part into ``<out>/.model.partial``, which the saving process renames ``<out>/model`` (replacing
+    an earlier one) only once all are done; a save that fails removes it, one that is killed leaves
+    it, and loading refuses it (:func:`~.modelio.resolve_model_path`). Returns ``<out>/model``."""
+    final = Path(out) / FINAL_MODEL
+    saver = trainer.args.should_save  # the main process (of each node with save_on_each_node)
+    with replacing_dir(final) if saver else nullcontext(partial_path(final)) as partial:
+        trainer.accelerator.wait_for_everyone()  # the folder is made afresh before anyone writes into it
+        trainer.save_model(str(partial))
+        trainer.accelerator.wait_for_everyone()  # every process wrote its part (DeepSpeed ZeRO-3 shards)
+    return final
 
 
 def _check_rows_kept(args: argparse.Namespace, train_args: Any, given: int, kept: int) -> None:

@@ -84,7 +84,7 @@ def add_trainer_parser(
     parser.add_argument("--data", required=True, help="training rows (JSON lines)")
     parser.add_argument("--model", required=model_default is None, default=model_default,
                         help=model_help + (f" (default: {model_default})" if model_default else ""))
-    parser.add_argument("--out", required=True, help="output directory: checkpoints, log.jsonl, final model")
+    parser.add_argument("--out", required=True, help="output directory: checkpoints, log.jsonl, the final model (OUT/model)")
     parser.add_argument("--config", help="JSON or YAML file of config fields")
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
     parser.set_defaults(func=run)

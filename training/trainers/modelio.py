@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import replacing_dir
+from .logs import LOG_FILE
 
 logger = logging.getLogger("aegis_probe.train")
 
@@ -51,15 +52,53 @@ def gguf_cache_dir(gguf_file: str | os.PathLike[str]) -> Path:
     return Path(root) / "models" / f"{src.stem}-{key}"
 
 
+#: The folder of an ``sft``/``grpo`` output directory (``--out``) that holds its final model.
+FINAL_MODEL = "model"
+#: How a folder written beside its place and renamed when complete ends while it is written.
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(final: Path) -> Path:
+    """Where ``final`` is written before it is renamed into place (as :func:`..files.replacing_dir` names it)."""
+    return final.with_name(f".{final.name}{PARTIAL_SUFFIX}")
+
+
+def _model_dir(path: Path) -> Path:
+    """The model directory ``path`` stands for: itself, or the final model of a training run's
+    ``--out`` (``<out>/model``). A partly saved model (a save that failed or was killed) is a
+    ``ValueError`` naming it, as is a run's ``--out`` that has no final model yet."""
+    if path.name.endswith(PARTIAL_SUFFIX):
+        raise ValueError(f"{path}: a partly saved model (a save that failed or was stopped left it), never loaded")
+    if not path.is_dir():
+        return path
+    final, partial = path / FINAL_MODEL, partial_path(path / FINAL_MODEL)
+    if final.is_dir():
+        if partial.exists():
+            logger.warning("%s: loading the final model saved earlier; %s is a later save that did not finish",
+                           final, partial.name)
+        return final
+    if partial.exists():
+        raise ValueError(f"{path}: its final model was not saved completely ({partial.name} is what a save that "
+                         "failed or was stopped left); rerun the training command to save it (--resume continues "
+                         "from its last checkpoint)")
+    if (path / "config.json").exists() or (path / "adapter_config.json").exists():
+        return path  # a model directory (or a run's --out from before the final model had a folder of its own)
+    if (path / LOG_FILE).exists() or any(path.glob("checkpoint-*")):
+        raise ValueError(f"{path}: a training run without its final model (it has not finished); continue it with "
+                         "--resume, or load one of its checkpoint-N directories")
+    return path
+
+
 def resolve_model_path(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A Hugging Face model directory for ``path``; a ``.gguf`` file is converted once into
-    ``cache_dir`` (default: :func:`gguf_cache_dir`)."""
+    ``cache_dir`` (default: :func:`gguf_cache_dir`); an ``sft``/``grpo`` output directory stands
+    for its final model (:func:`_model_dir`)."""
     p = Path(path)
     if not p.exists():  # else transformers reads it as a Hub repo id, and says the name is malformed
         raise ValueError(f"{path}: no model directory or .gguf file there (nothing is downloaded)")
     if p.suffix == ".gguf":
         return gguf_to_hf(p, cache_dir or gguf_cache_dir(p))
-    return p
+    return _model_dir(p)
 
 
 def load_causal_lm(path: str | os.PathLike[str], dtype: str | None = None) -> tuple[Any, Any]:
