@@ -50,24 +50,74 @@ def memory_provider(sampled: bool = True) -> tuple[TracerProvider, InMemorySpanE
     return provider, exporter
 
 
+Plan = list[tuple[str, Any, dict[str, Any], int, "int | None"]]
+
+
+def floor_plan(spans: Sequence[ReadableSpan]) -> Plan:
+    """``spans`` as (name, kind, attributes, span id, parent span id), in start order."""
+    return [(s.name, s.kind, dict(s.attributes or {}), s.context.span_id, s.parent.span_id if s.parent else None)
+            for s in sorted(spans, key=lambda s: s.start_time)]
+
+
+def _start(tracer: Any, made: dict[int, Any], entry: tuple[str, Any, dict[str, Any], int, "int | None"]) -> None:
+    name, kind, attrs, span_id, parent_id = entry
+    parent = made.get(parent_id) if parent_id is not None else None
+    ctx = trace.set_span_in_context(parent) if parent is not None else None
+    span = tracer.start_span(name, context=ctx, kind=kind, attributes=attrs)
+    with trace.use_span(span, end_on_exit=False):
+        made[span_id] = span
+
+
 def floor_cost(spans: Sequence[ReadableSpan]) -> float:
     """Seconds to create ``spans`` again, bare: same names, kinds, parents and attribute values
     (content included, already encoded), one context attach each, same processor and exporter."""
     provider, _ = memory_provider()
     tracer = provider.get_tracer("floor")
-    plan = [(s.name, s.kind, dict(s.attributes or {}), s.context.span_id, s.parent.span_id if s.parent else None)
-            for s in sorted(spans, key=lambda s: s.start_time)]
+    plan = floor_plan(spans)
     begin = time.thread_time()  # one thread: the same as process CPU time, without other threads
     made: dict[int, Any] = {}
-    for name, kind, attrs, span_id, parent_id in plan:
-        parent = made.get(parent_id)
-        ctx = trace.set_span_in_context(parent) if parent is not None else None
-        span = tracer.start_span(name, context=ctx, kind=kind, attributes=attrs)
-        with trace.use_span(span, end_on_exit=False):
-            made[span_id] = span
+    for entry in plan:
+        _start(tracer, made, entry)
     for span in reversed(list(made.values())):
         span.end()
     return time.thread_time() - begin
+
+
+def in_app_floor(plan: Plan, calls: int, provider: TracerProvider | None = None) -> Callable[[], None]:
+    """The floor's spans made *inside* the app: a callable for the app's model to call once per
+    model call, which makes the plan's next share of spans with the bare SDK (cut before each
+    LLM span, ``gen_ai.operation.name`` ``chat``) and ends each span once nothing after that
+    share descends from it. Its cost is the floor's SDK work, run between framework code as an
+    instrumentor's would be, instead of in the floor's tight loop. ``provider``: the floor's own
+    (an SDK provider with an in-memory exporter) unless given."""
+    tracer = (provider or memory_provider()[0]).get_tracer("floor")
+    chats = [i for i, entry in enumerate(plan) if entry[2].get("gen_ai.operation.name") == "chat"]
+    if len(chats) != calls:
+        raise ValueError(f"the plan has {len(chats)} LLM spans for {calls} model calls")
+    cuts = [0, *chats[1:], len(plan)]
+    shares = [plan[a:b] for a, b in zip(cuts, cuts[1:])]
+    parent_of = {entry[3]: entry[4] for entry in plan}
+    last_share: dict[int, int] = {}  # span id -> the last share holding it or a descendant
+    for index, share in enumerate(shares):
+        for entry in share:
+            node: "int | None" = entry[3]
+            while node is not None:
+                last_share[node] = index
+                node = parent_of.get(node)
+    order = {entry[3]: i for i, entry in enumerate(plan)}
+    ends = [sorted((span_id for span_id, last in last_share.items() if last == index), key=order.__getitem__, reverse=True)
+            for index in range(len(shares))]
+    made: dict[int, Any] = {}
+    position = iter(range(len(shares)))
+
+    def tick() -> None:
+        index = next(position)
+        for entry in shares[index]:
+            _start(tracer, made, entry)
+        for span_id in ends[index]:
+            made.pop(span_id).end()
+
+    return tick
 
 
 def measure(configs: Mapping[str, Config], repeats: int) -> dict[str, dict[str, Any]]:

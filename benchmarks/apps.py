@@ -43,6 +43,10 @@ os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
 
 TASK = "Count together."
 
+#: Called once per model call by the in-process models (AutoGen, CAMEL, MetaGPT, LangGraph), empty
+#: but for ``overhead.py``'s in-app floor, which makes the floor's spans there.
+MODEL_CALL_HOOKS: list[Callable[[], None]] = []
+
 
 def _reply(n: int) -> str:
     return f"reply number {n}, all good"
@@ -81,6 +85,8 @@ def autogen_app() -> App:
 
         async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
             self._calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
             return CreateResult(finish_reason="stop", content=_reply(self._calls),
                                 usage=RequestUsage(prompt_tokens=10 * len(messages), completion_tokens=5), cached=False)
 
@@ -137,6 +143,8 @@ def camel_app() -> App:
 
         def _run(self, messages: list, response_format: Any = None, tools: Any = None) -> ChatCompletion:
             self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
             return ChatCompletion.model_validate({
                 "id": f"instant-{self.calls}", "object": "chat.completion", "created": int(time.time()),
                 "model": "instant",
@@ -193,6 +201,8 @@ def metagpt_app() -> App:
 
         async def _achat_completion(self, messages: list[dict], timeout: int = 0) -> dict:
             self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
             usage = {"prompt_tokens": 10 * len(messages), "completion_tokens": 5}
             self._update_costs(usage)
             return {"choices": [{"message": {"role": "assistant", "content": _reply(self.calls)}}], "usage": usage}
@@ -250,6 +260,8 @@ def langgraph_app() -> App:
 
         def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
             self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
             usage = {"input_tokens": 10 * len(messages), "output_tokens": 5, "total_tokens": 10 * len(messages) + 5}
             return ChatResult(generations=[ChatGeneration(message=AIMessage(_reply(self.calls), usage_metadata=usage))])
 

@@ -12,7 +12,11 @@ writer counted, like ``overhead.py``'s cpu clock) after a warm-up, for:
   spans and the embedded store; until the trace is written); ``default, SDK spans`` (the same with
   the SDK's own ``TracerProvider``, to show what the lean spans save); ``spans only`` (an SDK
   provider with an in-memory exporter, store off);
-- ``floor``: the bare SDK spans of a ``spans only`` run, as ``overhead.py`` makes them.
+- ``floor``: the bare SDK spans of a ``spans only`` run, as ``overhead.py`` makes them;
+- ``in-app floor``: the uninstrumented app making the floor's spans inside it, once per model
+  call (``overhead.py``); its cost is (this - uninstrumented). Its instructions are the floor's
+  plus what running between framework code adds (collections, context), so against the time
+  figures it shows how much of the in-app floor's extra time is not more instructions.
 
 ``x floor`` = (configuration - uninstrumented) / floor. Instructions are not time: framework code
 runs at a lower instructions-per-cycle than the floor's tight loop, and system calls (camel's
@@ -31,7 +35,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-MODES = ("uninstrumented", "default", "default, SDK spans", "spans only", "floor")
+MODES = ("uninstrumented", "default", "default, SDK spans", "spans only", "floor", "in-app floor")
 STEPS = 50
 
 
@@ -54,8 +58,8 @@ def _child(framework: str, mode: str, repeats: int) -> None:
     import logging
 
     import aegis_probe
-    from _harness import floor_cost, memory_provider
-    from apps import APPS
+    from _harness import floor_cost, floor_plan, in_app_floor, memory_provider
+    from apps import APPS, MODEL_CALL_HOOKS
     from opentelemetry.sdk.trace import TracerProvider
 
     from aegis_probe import exporting
@@ -113,8 +117,18 @@ def _child(framework: str, mode: str, repeats: int) -> None:
         floor_cost(spans)
         toggle("off")
 
+    def in_app() -> None:
+        target = app.build(STEPS)
+        MODEL_CALL_HOOKS.append(in_app_floor(floor_plan(spans), STEPS))
+        try:
+            toggle("on")
+            app.play(target, None, STEPS)
+            toggle("off")
+        finally:
+            MODEL_CALL_HOOKS.clear()
+
     runs = {"uninstrumented": uninstrumented, "default": default, "default, SDK spans": sdk_default,
-            "spans only": spans_only, "floor": floor}
+            "spans only": spans_only, "floor": floor, "in-app floor": in_app}
     for run in runs.values():
         run()
     gc.collect()
@@ -132,7 +146,8 @@ def main() -> None:
         raise SystemExit("instructions.py: needs valgrind on PATH (apt-get install valgrind)")
     print(f"Per-step instructions (callgrind), {STEPS} agent steps, {args.repeats} runs each after a warm-up; "
           "x floor = (configuration - uninstrumented) / floor")
-    print(f"{'framework':10}" + "".join(f"{m + ' Ir/step':>28}" for m in MODES) + "   x floor: default | SDK spans | spans only")
+    print(f"{'framework':10}" + "".join(f"{m + ' Ir/step':>28}" for m in MODES)
+          + "   x floor: default | SDK spans | spans only | in-app floor")
     frameworks = installed(args.framework)
     with ThreadPoolExecutor(os.cpu_count()) as pool:  # counts do not depend on what else runs
         counts = {(f, m): pool.submit(_count, f, m, args.repeats) for f in frameworks for m in MODES}
@@ -143,7 +158,8 @@ def main() -> None:
 
 def _row(framework: str, per_step: dict[str, float]) -> None:
     base, floor = per_step["uninstrumented"], per_step["floor"]
-    ratios = " | ".join(f"{(per_step[m] - base) / floor:.2f}" for m in ("default", "default, SDK spans", "spans only"))
+    ratios = " | ".join(f"{(per_step[m] - base) / floor:.2f}"
+                        for m in ("default", "default, SDK spans", "spans only", "in-app floor"))
     print(f"{framework:10}" + "".join(f"{per_step[m]:>28,.0f}" for m in MODES) + f"   {ratios}", flush=True)
 
 

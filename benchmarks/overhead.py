@@ -9,6 +9,11 @@ For each framework (apps in ``apps.py``, 50 agent steps, each configuration on a
   trace store, content on; timed until the trace is written (the writer thread's CPU counted);
 - ``not sampled`` (diagnostic): ``spans only`` with a sampler that records nothing, so what is
   left is aegis's own work (hooks, context, content encoding) without the SDK recording spans;
+- ``in-app floor``: the uninstrumented app making the floor's spans *inside* it with the bare SDK,
+  the next share at each model call (``_harness.in_app_floor``; the spans of the repeat's
+  ``spans only`` run): the floor's SDK work run between framework code, as any instrumentor's
+  is, instead of in a tight loop. Its cost is (in-app floor - uninstrumented), and the notes give
+  every configuration against it as well;
 - AutoGen only: ``openinference`` (``AutogenAgentChatInstrumentor``, in-memory exporter; it
   traces OpenAI clients only, so it makes no LLM spans here) and ``no runtime blocks``
   (diagnostic: uninstrumented with autogen-core's runtime tracing blocks skipped, as aegis does
@@ -34,8 +39,8 @@ from functools import partial
 from typing import Any
 
 import aegis_probe
-from _harness import Config, Result, elapsed, floor_cost, measure, memory_provider, parse_args, spread, start
-from apps import APPS, App, installed
+from _harness import Config, Result, elapsed, floor_cost, floor_plan, in_app_floor, measure, memory_provider, parse_args, spread, start
+from apps import APPS, MODEL_CALL_HOOKS, App, installed
 
 STEPS = 50
 _STORE_DIR = tempfile.mkdtemp(prefix="aegis-bench-")
@@ -51,6 +56,8 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
         app.play(target, None, steps)
         return elapsed(begin), ()
 
+    last_spans: list[Any] = []
+
     def spans_only(sampled: bool = True) -> Result:
         provider, exporter = memory_provider(sampled)
         target = app.build(steps)
@@ -61,7 +68,20 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
             times = elapsed(begin)
         finally:
             probe.uninstrument()
+        if sampled:
+            last_spans[:] = exporter.get_finished_spans()
         return times, exporter.get_finished_spans()
+
+    def in_app() -> Result:
+        target = app.build(steps)
+        tick = in_app_floor(floor_plan(last_spans), steps)
+        MODEL_CALL_HOOKS.append(tick)
+        try:
+            begin = start()
+            app.play(target, None, steps)
+            return elapsed(begin), ()
+        finally:
+            MODEL_CALL_HOOKS.remove(tick)
 
     def default() -> Result:
         target = app.build(steps)
@@ -76,7 +96,8 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
         return times, ()
 
     out: dict[str, Config] = {"uninstrumented": uninstrumented, "spans only": spans_only,
-                              "default": default, "not sampled": partial(spans_only, sampled=False)}  # no extra frame
+                              "default": default, "not sampled": partial(spans_only, sampled=False),  # no extra frame
+                              "in-app floor": in_app}  # after spans only, whose spans it makes
     if app.name == "autogen":
         out["openinference"] = lambda: _openinference(app, steps)
         out["no runtime blocks"] = lambda: _without_runtime_blocks(app, steps)
@@ -166,6 +187,15 @@ def main() -> None:
               f"{r['spans only']['spans']:>6}{spread(ratios(r, 'spans only', floors)):>20}{by_min(r, 'spans only', floors):>6}"
               f"{spread(ratios(r, 'default', floors)):>20}{by_min(r, 'default', floors):>6}"
               f"{spread(ratios(r, 'default', floors, 'thread')):>22}{by_min(r, 'default', floors, 'thread'):>6}{own:>21.1f}")
+        in_app_costs = [t - b for t, b in zip(r["in-app floor"]["cpu"], r["uninstrumented"]["cpu"])]
+        notes.append(f"{fw} in-app floor (the floor's SDK spans made inside the app, once per model call): "
+                     f"{spread([c / STEPS * 1e6 for c in in_app_costs], '{:.1f}')} us/step = "
+                     f"{spread(ratios(r, 'in-app floor', floors))} (min {by_min(r, 'in-app floor', floors)}) x floor; "
+                     f"x in-app floor: spans only {spread(ratios(r, 'spans only', in_app_costs))}, default "
+                     f"{spread(ratios(r, 'default', in_app_costs))}, default app thread "
+                     f"{spread(ratios(r, 'default', in_app_costs, 'thread'))}; (min) spans only "
+                     f"{by_min(r, 'spans only', [min(r['in-app floor']['cpu']) - min(r['uninstrumented']['cpu'])])}, default "
+                     f"{by_min(r, 'default', [min(r['in-app floor']['cpu']) - min(r['uninstrumented']['cpu'])])}")
         if "openinference" in r:
             oi_floors = r["openinference"]["floor"]
             notes.append(f"{fw} openinference: {r['openinference']['spans']} spans, floor {per_step(oi_floors, STEPS)} "
