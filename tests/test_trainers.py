@@ -183,7 +183,7 @@ def dcl_rows() -> list[dict]:
     return rows
 
 
-DCL_ARGS = ("--groups_per_batch", "2", "--hidden_size", "64")
+DCL_ARGS = ("--groups_per_batch", "2", "--hidden_size", "64", "--text_embeddings", "true")  # the toy set differs in wording only
 
 
 @pytest.fixture(scope="module")
