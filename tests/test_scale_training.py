@@ -48,4 +48,4 @@ def test_sft_under_accelerate_with_two_cpu_processes(tiny_qwen, sft_rows, tmp_pa
     # 4 rows, 2 processes x 2 rows per step: one optimizer step per epoch (one process would take 2),
     # and only the main process writes the log
     assert len(done) == 1 and done[0]["step"] == 1, log
-    assert (out / "model.safetensors").exists()
+    assert (out / "model" / "model.safetensors").exists() and not (out / ".model.partial").exists()

@@ -129,7 +129,7 @@ def test_no_progress_quiets_the_bars_of_the_libraries_too(tmp_path, capsys):
     assert cli.main(["build", "dcl", str(src), "-o", str(rows), "--hf-dir", str(tmp_path / "hf"), "--no-progress"]) == 0
     assert capsys.readouterr().err == f"{src}: 1 imported, 0 errors, 0 flagged\n"
     assert cli.main(["dcl", "--data", str(rows), "--out", str(tmp_path / "m"), "--epochs", "1", "--hidden_size", "8",
-                     "--no-progress"]) == 0
+                     "--text_embeddings", "true", "--no-progress"]) == 0  # a text model: the encoder is loaded
     assert capsys.readouterr().err == ""
     assert cli.main(["attribute", "--model", str(tmp_path / "m"), "--data", str(rows), "--no-progress"]) == 0
     err = capsys.readouterr().err.splitlines()
