@@ -89,3 +89,111 @@ def the_one_run_ended_cancelled(probe: Any, store_dir: Path) -> str:
     assert (root.status, root.attributes[sc.ERROR_TYPE]) == ("ERROR", "CancelledError")
     assert probe.last_run is not None and probe.last_run.trace_id == trace_id
     return trace_id
+
+
+# -- real use: long runs, odd bytes, runs side by side (tests/test_realuse_<framework>.py) -------
+
+#: Text every framework passes through as it is: NUL, a bidi override and right-to-left scripts,
+#: emoji (a ZWJ sequence, a flag), C0/C1 control characters and line separators.
+ODD = "nul\x00 rtl\u202eevil\u202c \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627 emoji \U0001f600\U0001f469\u200d\U0001f469\u200d\U0001f467\U0001f1eb\U0001f1f7 ctl\x1b[31m\x07\x08\x7f\x85\u2028\r\n\t end"
+#: Lone surrogates: what a reply carrying the JSON escapes ``\ud800`` and ``\udfff`` decodes to, and
+#: what ``os.fsdecode`` makes of a byte that is not UTF-8 (``\udcff``). The openai client refuses to
+#: send them, so they can only end a conversation.
+LONE = "lone \ud800 high \udfff low \udcff byte"
+#: A turn of 1 MiB (2**20 characters), the odd text at its start.
+MEGA = (ODD + " " + "0123456789abcdef" * 65536)[: 1 << 20]
+
+
+def escaped(text: str) -> str:
+    """``text`` as the store records it: each lone surrogate as the six characters ``\\udxxx``."""
+    return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+def fast_model_server(model_server: Callable[[Policy], Any], policy: Policy) -> Any:
+    """``model_server(policy)`` answering without Nagle's delay: its handler writes the headers and the
+    body apart, so each reply otherwise waits ~40 ms for the client's delayed ACK (hundreds of calls)."""
+    server = model_server(policy)
+    server._server.RequestHandlerClass.disable_nagle_algorithm = True
+    return server
+
+
+def _by_index(spans: list[Any]) -> list[Any]:
+    steps = [s for s in spans if s.attributes.get(sc.STEP_INDEX) is not None]
+    return sorted(steps, key=lambda s: s.attributes[sc.STEP_INDEX])
+
+
+def _step_of(span: Any, by_id: dict[str, Any]) -> Any:
+    """The nearest step span above ``span`` (None: none)."""
+    parent = by_id.get(span.parent_span_id) if span.parent_span_id else None
+    while parent is not None and parent.attributes.get(sc.STEP_INDEX) is None:
+        parent = by_id.get(parent.parent_span_id) if parent.parent_span_id else None
+    return parent
+
+
+def store_lines_are_valid(store_dir: Path) -> None:
+    """Every line of the store's files is strict UTF-8 JSON."""
+    import json
+
+    for path in sorted(Path(store_dir).rglob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            json.loads(line.decode("utf-8"))
+
+
+def long_run_is_whole(probe: Any, store_dir: Path, agents: list[str], outputs: list[str], llm_calls: int) -> Any:
+    """The store holds one trace, the run: exactly one step span per turn (``agents``, in order, with
+    contiguous indices, each a child of the root), ``llm_calls`` chat spans, each under a step of its
+    agent; the trajectory read back (``probe.trajectory()`` and ``load_trajectories``) has every step,
+    in order, with its output (``outputs``). Returns that trajectory."""
+    probe.flush()
+    store = TraceStore(store_dir)
+    (trace_id,) = store.traces()
+    spans = store.trace(trace_id)
+    (root,) = [s for s in spans if s.parent_span_id is None]
+    by_id = {s.span_id: s for s in spans}
+    steps = _by_index(spans)
+    assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(agents)))
+    assert [s.attributes[sc.AGENT_NAME] for s in steps] == agents
+    assert all(s.parent_span_id == root.span_id for s in steps)
+    chats = [s for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
+    assert len(chats) == llm_calls
+    for chat in chats:
+        step = _step_of(chat, by_id)
+        assert step is not None and step.attributes[sc.AGENT_NAME] == chat.attributes[sc.AGENT_NAME], chat.name
+    store_lines_are_valid(store_dir)
+    traj = probe.trajectory()
+    (loaded,) = load_trajectories(store_dir)
+    for t in (traj, loaded):
+        assert t.trace_id == trace_id and [s.index for s in t.steps] == list(range(len(agents)))
+        assert [s.agent for s in t.steps] == agents and [s.output for s in t.steps] == outputs
+        assert sum(len(s.llm_calls) for s in t.steps) == llm_calls
+    return traj
+
+
+def runs_stay_apart(store_dir: Path, tasks: dict[str, str], markers: dict[str, str]) -> dict[str, Any]:
+    """Runs made at once (threads, asyncio tasks), one trace each, told apart by their ``tasks`` (run key
+    -> task): every span of a run's trace says only that run's ``marker`` in its content (no other
+    run's), each step belongs to the run's trace, and each run is labelled with its own outcome
+    (``set_outcome`` by the caller: success for keys ending in ``ok``, answer the key). Returns key ->
+    trajectory."""
+    store = TraceStore(store_dir)
+    traces = store.traces()
+    assert len(traces) == len(tasks)
+    out: dict[str, Any] = {}
+    for spans in traces.values():
+        traj = aegis_probe.Trajectory.from_spans(spans)
+        (key,) = [k for k, task in tasks.items() if traj.task == task]
+        out[key] = traj
+        others = [m for k, m in markers.items() if k != key]
+        for span in spans:
+            text = "".join(str(v) for v in span.attributes.values())
+            assert not any(m in text for m in others), (key, span.name)
+        assert traj.steps and all(markers[key] in s.output for s in traj.steps if s.llm_calls), key
+        assert (traj.outcome.success, traj.outcome.answer) == (key.endswith("ok"), key)
+    assert set(out) == set(tasks)
+    return out
+
+
+def no_hook_errors(records: list[Any]) -> None:
+    """No instrumentation hook failed (each failure is logged as 'error in ... hook', and swallowed)."""
+    failed = [r.getMessage() for r in records if r.name.startswith("aegis_probe") and "hook" in r.getMessage()]
+    assert failed == []

@@ -1,0 +1,206 @@
+"""LangGraph in real use, through the real graph runtime and the real openai client (``ChatOpenAI``)
+against the loopback model server: a run of 300 node steps, odd bytes in the model's replies and
+the user's task (NUL, lone surrogates, bytes that are not UTF-8, right-to-left text and emoji,
+control characters, a 1 MiB turn), and runs at once in two threads and in two asyncio tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+import aegis_probe  # noqa: E402
+from aegis_probe.modelserver import Reply  # noqa: E402
+from framework_checks import (  # noqa: E402
+    LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+    store_lines_are_valid)
+
+STEPS = 300
+FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
+
+
+@pytest.fixture(autouse=True)
+def _no_langsmith(monkeypatch):
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _llm(base_url: str, streaming: bool = False) -> Any:
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(model="aegis-scripted", base_url=base_url, api_key="sk-test", max_retries=0, streaming=streaming)
+
+
+def _talk(base_url: str, turns: int, window: int = 6, checkpointer: bool = False) -> Any:
+    """Two model nodes taking turns, ``turns`` node steps in all; each sends the model its system
+    prompt and the last ``window`` messages (a trimmed history)."""
+    from langchain_core.messages import SystemMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    llm = _llm(base_url)
+
+    def speaker(name: str) -> Any:
+        def node(state: Any) -> dict[str, Any]:
+            reply = llm.invoke([SystemMessage(f"You are {name}."), *state["messages"][-window:]])
+            reply.name = name
+            return {"messages": [reply]}
+
+        return node
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("alice", speaker("alice"))
+    graph.add_node("bob", speaker("bob"))
+    graph.add_edge(START, "alice")
+    graph.add_conditional_edges("alice", lambda s: END if len(s["messages"]) > turns else "bob")
+    graph.add_conditional_edges("bob", lambda s: END if len(s["messages"]) > turns else "alice")
+    return graph.compile(name="talk", checkpointer=InMemorySaver() if checkpointer else None)
+
+
+def _speaker(body: dict[str, Any]) -> str:
+    return body["messages"][0]["content"].removeprefix("You are ").rstrip(".")
+
+
+def test_a_run_of_300_steps_is_whole(model_server, tmp_path):
+    counter = itertools.count()
+    server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
+    app = _talk(server.base_url, STEPS)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    state = app.invoke({"messages": [("user", "count to 300")]}, {"recursion_limit": STEPS + 5})
+    said = state["messages"][1:]
+    assert len(said) == STEPS == len(server.requests)
+    traj = long_run_is_whole(probe, tmp_path / "store", [m.name for m in said], [m.content for m in said], STEPS)
+    assert [s.agent for s in traj.steps[:3]] == ["alice", "bob", "alice"] and traj.task == "count to 300"
+    assert [m.content for m in traj.steps[-1].input_messages] == [said[-2].content], "its input: what it had not seen"
+
+
+def _odd_app(base_url: str, streaming: bool = False) -> Any:
+    """A writer node whose model reply is the run's odd text (streamed: ``streaming``), then a lister
+    node (no model) that writes a file name that is not UTF-8."""
+    from langchain_core.messages import AIMessage, SystemMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    llm = _llm(base_url, streaming)
+
+    def writer(state: Any) -> dict[str, Any]:
+        reply = llm.invoke([SystemMessage("You are the writer."), *state["messages"]])
+        reply.name = "writer"
+        return {"messages": [reply]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("writer", writer)
+    graph.add_node("lister", lambda state: {"messages": [AIMessage(FILES, name="lister")]})
+    graph.add_edge(START, "writer")
+    graph.add_edge("writer", "lister")
+    graph.add_edge("lister", END)
+    return graph.compile(name="odd")
+
+
+def _said(state: Any) -> list[tuple[str, Any, Any]]:
+    return [(m.type, m.content, m.name) for m in state["messages"]]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("task, reply", [(ODD, ODD + LONE), (MEGA, MEGA + LONE)], ids=["odd", "1MiB"])
+def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streaming, model_server, tmp_path, caplog):
+    """The app's result is the uninstrumented one; the store's line is valid UTF-8 JSON; the trajectory
+    holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
+    server = fast_model_server(model_server, lambda body: Reply(content=reply))
+    bare = _odd_app(server.base_url, streaming).invoke({"messages": [("user", task)]})
+    app = _odd_app(server.base_url, streaming)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
+    state = app.invoke({"messages": [("user", task)]})
+    assert _said(state) == _said(bare) and state["messages"][1].content == reply
+    probe.flush()
+    store_lines_are_valid(tmp_path / "store")
+    traj = probe.trajectory()
+    assert traj.task == task and [m.content for m in traj.steps[0].input_messages] == [task]
+    assert [s.agent for s in traj.steps] == ["writer", "lister"]
+    assert [s.output for s in traj.steps] == [escaped(reply), escaped(FILES)]
+    assert traj.steps[0].llm_calls[0].output == escaped(reply) and traj.outcome.answer == escaped(FILES)
+    assert traj.outcome.success, "the judge got the task and the answer as the app had them"
+    no_hook_errors(caplog.records)
+
+
+def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server, tmp_path, caplog):
+    """The openai client refuses to send a lone surrogate: the app gets that same error, and the
+    failed run is stored with its task escaped."""
+    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    with pytest.raises(UnicodeEncodeError) as bare:
+        _odd_app(server.base_url).invoke({"messages": [("user", LONE)]})
+    app = _odd_app(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    with pytest.raises(UnicodeEncodeError) as instrumented:
+        app.invoke({"messages": [("user", LONE)]})
+    assert str(instrumented.value) == str(bare.value) and not server.requests
+    probe.flush()
+    store_lines_are_valid(tmp_path / "store")
+    traj = probe.trajectory()
+    assert traj.task == escaped(LONE) and traj.error and [s.agent for s in traj.steps] == ["writer"]
+    no_hook_errors(caplog.records)
+
+
+def _by_task(barrier: threading.Barrier) -> Any:
+    """A policy answering each run by its task (``task of KEY``): ``KEY says N``; each run's first
+    call waits for the others', so all four runs are in flight at once."""
+    started: set[str] = set()
+    lock = threading.Lock()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        key = next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
+        with lock:
+            first = key not in started
+            started.add(key)
+        if first:
+            barrier.wait(10)
+        return Reply(content=f"{key} says {len(body['messages'])}")
+
+    return policy
+
+
+def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
+    """One graph, one probe: two runs in two threads and two in two asyncio tasks, all four at once,
+    each on its own checkpointer thread. Each run's spans, conversation id and outcome label are its
+    own trace's."""
+    from aegis_probe import semconv as sc
+
+    barrier = threading.Barrier(4)
+    server = fast_model_server(model_server, _by_task(barrier))
+    app = _talk(server.base_url, 4, checkpointer=True)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+
+    def one(key: str) -> str:
+        state = app.invoke({"messages": [("user", tasks[key])]}, {"configurable": {"thread_id": key}})
+        probe.set_outcome(key.endswith("ok"), answer=key)  # the caller's own run
+        assert probe.trajectory().task == tasks[key]
+        return str(state["messages"][-1].content)
+
+    async def one_async(key: str) -> str:
+        state = await app.ainvoke({"messages": [("user", tasks[key])]}, {"configurable": {"thread_id": key}})
+        probe.set_outcome(key.endswith("ok"), answer=key)
+        return str(state["messages"][-1].content)
+
+    async def both() -> list[str]:
+        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
+
+    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
+        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
+        in_loop = asyncio.run(both())
+        answers = [*threaded, *in_loop]
+    assert [a.split()[0] for a in answers] == list(tasks)
+    probe.flush()
+    runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
+    store = aegis_probe.store.TraceStore(tmp_path / "store")
+    for key, traj in runs.items():
+        assert [s.agent for s in traj.steps] == ["alice", "bob", "alice", "bob"]
+        assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
+    no_hook_errors(caplog.records)

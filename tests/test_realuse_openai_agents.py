@@ -1,0 +1,242 @@
+"""OpenAI Agents SDK in real use, through the real ``Runner`` and the real openai client
+(``OpenAIChatCompletionsModel`` on ``AsyncOpenAI``) against the loopback model server: a run of 300
+agent turns, odd bytes in the model's replies, tool results and the user's task (NUL, lone
+surrogates, bytes that are not UTF-8, right-to-left text and emoji, control characters, a 1 MiB
+turn), and runs at once in two threads and in two asyncio tasks.
+
+In the main environment only :func:`test_in_own_environment` runs (the SDK lives in
+.venv-openai-agents); it runs this file there."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from framework_checks import (LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors,
+                              runs_stay_apart, store_lines_are_valid)
+from own_env import INSIDE, importable, run_in_own_env
+
+HERE = importable("agents.run")
+
+
+@pytest.mark.skipif(HERE, reason=INSIDE)
+def test_in_own_environment():
+    run_in_own_env(".venv-openai-agents", "tests/test_realuse_openai_agents.py", "realuse",
+                   env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
+
+
+needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
+if HERE:
+    import aegis_probe
+    from aegis_probe import semconv as sc
+    from aegis_probe.modelserver import Reply
+
+STEPS = 300
+FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
+
+
+@pytest.fixture(autouse=True)
+def _sdk_tracing_off():
+    """Uninstrumented runs would send the SDK's traces to OpenAI: off."""
+    if HERE:
+        from agents import set_tracing_disabled
+
+        set_tracing_disabled(True)
+
+
+def _model(base_url: str) -> Any:
+    from agents import OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    return OpenAIChatCompletionsModel(model="aegis-scripted",
+                                      openai_client=AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0))
+
+
+def _pair(base_url: str, window: int = 4) -> Any:
+    """alice and bob handing the conversation to each other; a handoff passes on the run's input and
+    the last ``window`` items before it (a trimmed history)."""
+    from agents import Agent, handoff
+
+    def trim(data: Any) -> Any:
+        return data.clone(pre_handoff_items=data.pre_handoff_items[-window:])
+
+    model = _model(base_url)
+    alice = Agent(name="alice", instructions="You are alice.", model=model)
+    bob = Agent(name="bob", instructions="You are bob.", model=model, handoffs=[handoff(alice, input_filter=trim)])
+    alice.handoffs = [handoff(bob, input_filter=trim)]
+    return alice
+
+
+def _speaker(body: dict[str, Any]) -> str:
+    return body["messages"][0]["content"].removeprefix("You are ").rstrip(".")
+
+
+def _talk_policy(turns: int) -> Any:
+    """Each reply says who speaks and hands over to the other, until the ``turns``-th, the final output."""
+    counter = itertools.count()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        me, n = _speaker(body), next(counter)
+        if n + 1 >= turns:
+            return Reply(content=f"{me} ends at {n}")
+        return Reply(content=f"{me} says {n}", tool_calls=[(f"transfer_to_{'bob' if me == 'alice' else 'alice'}", {})])
+
+    return policy
+
+
+@needs_sdk
+def test_a_run_of_300_turns_is_whole(model_server, tmp_path, caplog):
+    from agents import Runner
+
+    server = fast_model_server(model_server, _talk_policy(STEPS))
+    app = _pair(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    result = Runner.run_sync(app, "count to 300", max_turns=STEPS + 5)
+    assert result.final_output == f"bob ends at {STEPS - 1}" and len(server.requests) == STEPS
+    agents = ["alice", "bob"] * (STEPS // 2)
+    other = {"alice": "bob", "bob": "alice"}
+    handoff = '\n[tool_call transfer_to_{0}("{{}}")]\n[tool_result {{"assistant": "{0}"}}]'  # the turn's handoff
+    outputs = [f"{a} says {i}" + handoff.format(other[a]) for i, a in enumerate(agents)]
+    outputs[-1] = f"bob ends at {STEPS - 1}"
+    traj = long_run_is_whole(probe, tmp_path / "store", agents, outputs, STEPS)
+    assert traj.task == "count to 300" and traj.outcome.answer is None
+    no_hook_errors(caplog.records)
+
+
+def _writer(base_url: str) -> Any:
+    """One agent whose model answers with the run's odd text and calls ``list_files``; the tool's
+    result (a file name that is not UTF-8) is the final output (``stop_on_first_tool``: it never goes
+    back to the model, which the openai client could not send)."""
+    from agents import Agent, function_tool
+
+    @function_tool
+    def list_files(pattern: str) -> str:
+        """List the files matching ``pattern``."""
+        return FILES
+
+    return Agent(name="writer", instructions="You are the writer.", model=_model(base_url), tools=[list_files],
+                 tool_use_behavior="stop_on_first_tool")
+
+
+async def _run(app: Any, task: str, streamed: bool) -> Any:
+    from agents import Runner
+
+    if not streamed:
+        return (await Runner.run(app, task)).final_output
+    result = Runner.run_streamed(app, task)
+    async for _ in result.stream_events():
+        pass
+    return result.final_output
+
+
+@needs_sdk
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("task, reply", [(ODD, ODD + LONE), (MEGA, MEGA + LONE)], ids=["odd", "1MiB"])
+def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streamed, model_server, tmp_path, caplog):
+    """The app's result is the uninstrumented one; the store's line is valid UTF-8 JSON; the
+    trajectory holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
+    server = fast_model_server(model_server, lambda body: Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD})]))
+    bare = asyncio.run(_run(_writer(server.base_url), task, streamed))
+    app = _writer(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
+    assert asyncio.run(_run(app, task, streamed)) == bare == FILES
+    probe.flush()
+    store_lines_are_valid(tmp_path / "store")
+    traj = probe.trajectory()
+    assert traj.task == task and [m.content for m in traj.steps[0].input_messages] == [task]
+    assert [s.agent for s in traj.steps] == ["writer"]
+    (call,) = traj.steps[0].llm_calls
+    assert call.output.startswith(escaped(reply) + "\n[tool_call list_files(")
+    (tool,) = traj.steps[0].tool_calls
+    assert json.loads(tool.arguments) == {"pattern": ODD} and tool.result == escaped(FILES)
+    assert traj.outcome.success and traj.outcome.answer == escaped(FILES)
+    no_hook_errors(caplog.records)
+
+
+@needs_sdk
+def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server, tmp_path, caplog):
+    """The openai client refuses to send a lone surrogate: the app gets that same error, and the
+    failed run is stored with its task escaped."""
+    from agents import Runner
+
+    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    with pytest.raises(UnicodeEncodeError) as bare:
+        Runner.run_sync(_writer(server.base_url), LONE)
+    app = _writer(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    with pytest.raises(UnicodeEncodeError) as instrumented:
+        Runner.run_sync(app, LONE)
+    assert str(instrumented.value) == str(bare.value) and not server.requests
+    probe.flush()
+    store_lines_are_valid(tmp_path / "store")
+    traj = probe.trajectory()
+    assert traj.task == escaped(LONE) and traj.error and [s.agent for s in traj.steps] == ["writer"]
+    no_hook_errors(caplog.records)
+
+
+def _by_task(barrier: threading.Barrier) -> Any:
+    """A policy answering each run by its task (``task of KEY``): alice hands over to bob, who ends;
+    each run's first call waits for the others', so all four runs are in flight at once."""
+    started: set[str] = set()
+    lock = threading.Lock()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        key = next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
+        with lock:
+            first = key not in started
+            started.add(key)
+        if first:
+            barrier.wait(10)
+        if _speaker(body) == "alice":
+            return Reply(content=f"{key} from alice", tool_calls=[("transfer_to_bob", {})])
+        return Reply(content=f"{key} from bob")
+
+    return policy
+
+
+@needs_sdk
+def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
+    """One team, one probe: two ``run_sync`` runs in two threads and two ``Runner.run`` in two asyncio
+    tasks, all four at once, each in its own session. Each run's spans, conversation id and outcome label are its own."""
+    from agents import RunConfig, Runner, SQLiteSession
+
+    barrier = threading.Barrier(4)
+    server = fast_model_server(model_server, _by_task(barrier))
+    app = _pair(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+
+    def one(key: str) -> str:
+        # an AsyncOpenAI client serves one event loop: each thread's run_sync gets a model of its own
+        result = Runner.run_sync(app, tasks[key], session=SQLiteSession(key),
+                                 run_config=RunConfig(model=_model(server.base_url)))
+        probe.set_outcome(key.endswith("ok"), answer=key)  # the caller's own run
+        assert probe.trajectory().task == tasks[key]
+        return str(result.final_output)
+
+    async def one_async(key: str) -> str:
+        result = await Runner.run(app, tasks[key], session=SQLiteSession(key))
+        probe.set_outcome(key.endswith("ok"), answer=key)
+        return str(result.final_output)
+
+    async def both() -> list[str]:
+        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
+
+    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
+        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
+        in_loop = asyncio.run(both())
+        answers = [*threaded, *in_loop]
+    assert answers == [f"{key} from bob" for key in tasks]
+    probe.flush()
+    runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
+    store = aegis_probe.store.TraceStore(tmp_path / "store")
+    for key, traj in runs.items():
+        assert [s.agent for s in traj.steps] == ["alice", "bob"]
+        assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
+    no_hook_errors(caplog.records)
