@@ -34,7 +34,8 @@ import json
 import threading
 import weakref
 from asyncio import CancelledError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aegis_probe import semconv as sc
@@ -73,10 +74,18 @@ def _text(content: Any) -> str:
 
 # A graph's state hands the same message objects to every node and model call, so the neutral
 # form of a message without tool calls is kept per object (checked by identity of its content
-# and name) and shared.
-_SHARED: dict[int, tuple[Any, Any, Any, SharedMessage]] = {}
+# and name) and shared, as long as the message lives: the entry holds it weakly and goes with it,
+# so the app's messages (and their text) are never kept past the app's own use of them.
+_SHARED: dict[int, tuple["weakref.ref[Any]", Any, Any, SharedMessage]] = {}
 _SHARED_MAX = 4096
 _NO_FIELDS: dict[str, Any] = {}
+
+
+def _forget(key: int, ref: "weakref.ref[Any]") -> None:
+    """Drop the shared form of a message that is gone (``ref``'s callback)."""
+    entry = _SHARED.get(key)
+    if entry is not None and entry[0] is ref:
+        _SHARED.pop(key, None)
 
 
 def to_neutral(msg: Any) -> dict[str, Any]:
@@ -86,7 +95,7 @@ def to_neutral(msg: Any) -> dict[str, Any]:
         return _plain(msg)
     content, name = fields.get("content"), fields.get("name")
     entry = _SHARED.get(id(msg))
-    if entry is not None and entry[0] is msg and entry[1] is content and entry[2] is name:
+    if entry is not None and entry[0]() is msg and entry[1] is content and entry[2] is name:
         return entry[3]
     kind = fields["type"]
     out: dict[str, Any] = {"role": _ROLES.get(kind, "user"), "content": _text(content)}
@@ -99,10 +108,14 @@ def to_neutral(msg: Any) -> dict[str, Any]:
         return out
     if fields.get("tool_call_id"):
         out["tool_call_id"] = fields["tool_call_id"]
+    shared = SharedMessage(out)
+    try:
+        ref = weakref.ref(msg, partial(_forget, id(msg)))
+    except TypeError:  # an object that cannot be referenced weakly: not kept
+        return shared
     if len(_SHARED) >= _SHARED_MAX:
         _SHARED.clear()
-    shared = SharedMessage(out)
-    _SHARED[id(msg)] = (msg, content, name, shared)
+    _SHARED[id(msg)] = (ref, content, name, shared)
     return shared
 
 
@@ -266,11 +279,35 @@ def _step_output(task: Any, seen: set[str]) -> tuple[list[dict[str, Any]], list[
 @dataclass
 class _Seen:
     """What a node had seen when its last step ended: the number and ids of the state's messages
-    at its start, and the messages it wrote (their ids are set by the state's reducer later)."""
+    at its start, and the messages it wrote: held weakly (a thread's memory outlives its app) until
+    the run ends, when the state's reducer has given them their ids, then by those ids."""
 
     count: int
     ids: set[str]
-    written: list[Any]
+    written: list["weakref.ref[Any]"]
+    written_ids: set[str] = field(default_factory=set)
+
+    def known(self) -> set[str]:
+        """The ids of the messages the node had seen or wrote."""
+        alive = {getattr(ref(), "id", None) for ref in self.written}
+        return self.ids | self.written_ids | {i for i in alive if isinstance(i, str)}
+
+    def settle(self) -> None:
+        """At the run's end: keep the written messages' ids, not the messages."""
+        self.written_ids = self.known() - self.ids
+        self.written = []
+
+
+def _weakly(messages: list[Any]) -> list["weakref.ref[Any]"]:
+    """Weak references to ``messages``; shorthand forms (tuples, dicts, strings), which the reducer
+    replaces by new message objects, left out."""
+    refs = []
+    for m in messages:
+        try:
+            refs.append(weakref.ref(m))
+        except TypeError:
+            continue
+    return refs
 
 
 def _unseen(messages: list[Any], ids: list[Any], seen: _Seen | None) -> list[Any]:
@@ -280,7 +317,7 @@ def _unseen(messages: list[Any], ids: list[Any], seen: _Seen | None) -> list[Any
     if seen is None:
         return messages
     if all(ids) and not seen.ids.issubset(ids):
-        known = seen.ids.union(getattr(m, "id", None) for m in seen.written)
+        known = seen.known()
         return [m for m, i in zip(messages, ids) if i not in known]
     return messages[seen.count:]
 
@@ -440,7 +477,11 @@ class LangGraphAdapter(Adapter):
             ended = True
             if exc is None and stream is not None and not stream.exhausted:
                 exc = CancelledError("the app left the graph's stream before its end")
-            self._seen.pop(run.run_id, None)
+            try:
+                for seen in self._seen.pop(run.run_id, {}).values():
+                    seen.settle()
+            except Exception:
+                log_hook_error("langgraph thread memory")
             run.finish(exc)
 
         return done
@@ -507,7 +548,7 @@ class LangGraphAdapter(Adapter):
                     step.run.answer = said[-1]
                 if exc is None:  # an interrupted node runs again on resume, on the same input
                     self._seen.setdefault(step.run.run_id, {})[opened.task.name] = _Seen(
-                        opened.count + len(output), opened.ids, written)
+                        opened.count + len(output), opened.ids, _weakly(written))
             step.finish(output)
         except Exception:
             log_hook_error("langgraph step end")

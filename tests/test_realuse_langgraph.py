@@ -204,3 +204,29 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
         assert [s.agent for s in traj.steps] == ["alice", "bob", "alice", "bob"]
         assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
     no_hook_errors(caplog.records)
+
+
+def test_a_long_run_keeps_no_message_alive_after_the_app(model_server, tmp_path):
+    """A server-style app: a graph run on a checkpointer thread with long messages, then dropped. The
+    instrumentation keeps none of its messages (the adapter's caches held up to 4096 of them, and
+    each node's last output per thread, whatever their size, after the app and its probe were gone)."""
+    import gc
+    import weakref
+
+    server = fast_model_server(model_server, lambda body: Reply(content="x" * 100_000 + str(len(body["messages"]))))
+    refs: list[Any] = []
+
+    def run(instrumented: bool) -> None:
+        app = _talk(server.base_url, 20, checkpointer=True)
+        probe = aegis_probe.instrument(app, store=tmp_path / "store") if instrumented else None
+        state = app.invoke({"messages": [("user", "go")]}, {"configurable": {"thread_id": "user-1"}})
+        assert len(state["messages"]) == 21
+        refs[:] = [weakref.ref(m) for m in state["messages"]]
+        if probe is not None:
+            probe.flush()
+            probe.uninstrument()
+
+    for instrumented in (False, True):  # uninstrumented first: what the app itself keeps
+        run(instrumented)
+        gc.collect()
+        assert [r for r in refs if r() is not None] == [], f"instrumented={instrumented}"
