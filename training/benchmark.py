@@ -143,6 +143,7 @@ def check_fresh_out(out: Path, model: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .dcl.attributor import DCLAttributor
+    from .dcl.reading import FEATURES
     from .dcl.train import DCLConfig, fit
     from .files import replacing_dir, write_text
 
@@ -167,13 +168,13 @@ def run(args: argparse.Namespace) -> int:
             model.load_cache(args.embedding_cache)
     else:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
-                        **input_fields(args.inputs),
+                        **input_fields(args.inputs), features=args.features or list(FEATURES),
                         train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
         with replacing_dir(out / "model") as partial:  # out/model appears only once complete
             model = fit(build_dcl(train), partial, cfg, progress=not args.no_progress)
     report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
                               "model": str(args.model or out / "model"), "seed": args.seed,
-                              "inputs": {k: model.spec.get(k) for k in ("reading_features", "text_embeddings",
+                              "inputs": {k: model.spec.get(k) for k in ("reading_features", "features", "text_embeddings",
                                                                          "anonymise_agents")}, "tests": {}}
     for path, test in tests.items():
         preds, turns_read = dcl_predictions(model, test, progress=not args.no_progress)
@@ -214,6 +215,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--inputs", default="features", choices=list(INPUTS),
                    help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
+    p.add_argument("--features", nargs="+", metavar="NAME", help="the reading features read (default: "
+                   "training/dcl/reading.py's FEATURES; round 2 read ROUND2)")
     p.add_argument("--keep-agent-names", action="store_true", help="ablation: let the encoder read agent names")
     p.add_argument("--train-encoder", action="store_true", help="fine-tune the encoder too (slow on CPU)")
     p.add_argument("--embedding-cache", metavar="FILE", help="safetensors file of turn embeddings shared between "

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from ..files import replacing, write_text
 from .examples import Example, example_from_row
 from .model import DCLHead, DCLOutput, TextEncoder, default_encoder_path, joint_logits
-from .reading import FEATURES
+from .reading import FEATURES, ROUND2, check_features
 
 WEIGHTS_FILE = "model.safetensors"
 SPEC_FILE = "dcl_config.json"
@@ -49,28 +49,32 @@ class DCLAttributor(nn.Module):
     and the run by attention. ``anonymise_agents``: agent names are never shown to the encoder.
     ``modes_trained``: whether training saw mode labels (else no modes or pairs are predicted).
     ``reading_features``: each turn's reading features (:mod:`.reading`) feed the step and agent
-    scores; ``text_embeddings`` false: the head sees no encoder output at all (reading features
-    only: nothing is encoded, so nothing domain-specific in the wording can be learnt).
+    scores (``features``: which of them, default :data:`.reading.FEATURES`); ``text_embeddings``
+    false: the head sees no encoder output at all (reading features only: nothing is encoded, so
+    nothing domain-specific in the wording can be learnt).
     """
 
     def __init__(self, modes: Sequence[str], encoder: str | None = None, hidden_size: int = 256,
                  temperature: float = 0.1, max_length: int = 128, max_turns: int = 0,
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
                  anonymise_agents: bool = True, modes_trained: bool = True, reading_features: bool = True,
-                 text_embeddings: bool = False, encoder_dim: int | None = None) -> None:
+                 text_embeddings: bool = False, encoder_dim: int | None = None,
+                 features: Sequence[str] | None = None) -> None:
         super().__init__()
+        features = check_features(FEATURES if features is None else features)
         self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
                      "train_encoder": train_encoder, "threshold": threshold, "max_chunks": max_chunks,
                      "anonymise_agents": anonymise_agents, "modes_trained": modes_trained,
-                     "reading_features": reading_features, "text_embeddings": text_embeddings}
+                     "reading_features": reading_features, "text_embeddings": text_embeddings,
+                     "features": features}
         self.modes = list(modes)
         if text_embeddings or train_encoder:
             encoder_dim = self.encoder.dim  # loads it: a features-only model never does
         elif encoder_dim is None:
             encoder_dim = FEATURES_ONLY_DIM
         self.head = DCLHead(encoder_dim, hidden_size, len(self.modes), temperature,
-                            len(FEATURES) if reading_features else 0)
+                            len(features) if reading_features else 0)
         self.cache: dict[str, torch.Tensor] = {}
         self._stored: dict[str, torch.Tensor] = {}  # embeddings read by load_cache, by key
 
@@ -99,7 +103,7 @@ class DCLAttributor(nn.Module):
 
     def example(self, row: dict[str, Any], modes_known: bool = True) -> Example:
         return example_from_row(row, self.modes, int(self.spec["max_turns"]), bool(self.spec["anonymise_agents"]),
-                                modes_known, bool(self.spec["reading_features"]))
+                                modes_known, bool(self.spec["reading_features"]), self.spec["features"])
 
     def chunks(self, text: str) -> list[str]:
         """The windows of ``text`` the encoder reads (about ``max_length`` tokens each, at most
@@ -276,6 +280,7 @@ class DCLAttributor(nn.Module):
         spec.setdefault("anonymise_agents", False)  # saved before names were anonymised
         spec.setdefault("reading_features", False)  # saved before reading features
         spec.setdefault("text_embeddings", True)
+        spec.setdefault("features", list(ROUND2))  # saved before the features were named
         try:
             model = cls(**spec, encoder_dim=_encoder_dim(directory))
         except (TypeError, ValueError, AttributeError) as exc:  # a field unknown or of the wrong type

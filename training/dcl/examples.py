@@ -12,7 +12,7 @@ from torch import Tensor
 
 from ..answers import distinct_agents, normalize_agent
 from ..importers.base import step_number
-from .reading import name_pattern, step_features
+from .reading import FEATURES, name_pattern, step_features
 
 
 class RowError(ValueError):
@@ -62,12 +62,13 @@ def anonymise(agents: Sequence[str], text: str, spellings: Sequence[str] = ()) -
 
 
 def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int = 0, anonymise_agents: bool = False,
-                     modes_known: bool = True, reading_features: bool = True) -> Example:
+                     modes_known: bool = True, reading_features: bool = True,
+                     feature_names: Sequence[str] = FEATURES) -> Example:
     """Index one DCL row. Every turn is kept unless ``max_turns`` > 0 (then the first ``max_turns``;
     a label pointing past them is dropped and ``n_turns`` tells how many there were).
     With ``anonymise_agents`` the encoder never sees agent names: each becomes ``agent k`` in the
     turn prefixes, in the turn texts and in the agent prototypes. ``reading_features`` false: the
-    turns' reading features are not computed (``features`` is None).
+    turns' reading features are not computed (``features`` is None); else ``feature_names`` are.
 
     Agent targets are known when the row names agents or is a clean run; mode and pair targets
     when it names modes (aligned with the agents), or when it is a clean run and ``modes_known``
@@ -91,7 +92,8 @@ def example_from_row(row: dict[str, Any], modes: Sequence[str], max_turns: int =
     features = None
     if reading_features:  # only for a model that reads them
         try:
-            features = torch.tensor(step_features(texts, [agents[i] for i in turn_agent], str(row.get("task") or "")))
+            features = torch.tensor(step_features(texts, [agents[i] for i in turn_agent], str(row.get("task") or ""),
+                                                  feature_names))
         except ValueError as exc:
             raise RowError(f"DCL row {row.get('id')!r}: {exc}") from None
     mode_index = {m: i for i, m in enumerate(modes)}

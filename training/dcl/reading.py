@@ -18,8 +18,8 @@ from collections import Counter
 from itertools import chain
 from typing import Sequence
 
-#: Feature names, in the order of each step's vector.
-FEATURES: tuple[str, ...] = (
+#: The round-2 features (issue 17), in the order of each step's vector.
+ROUND2: tuple[str, ...] = (
     "answer_numbers_introduced",  # share of the answer's distinctive numbers that first appear here
     "answer_words_introduced",  # same, for its distinctive words
     "answer_content_present",  # share of the answer's distinctive tokens this step contains
@@ -42,6 +42,23 @@ FEATURES: tuple[str, ...] = (
     "speaker_share",  # the speaker's share of the run's steps
     "speaker_first_turn",  # 1 on the speaker's first step
 )
+#: Round 3: tool-result turns (a turn that only reports what the step before asked to run).
+RESULT_TURN: tuple[str, ...] = (
+    "result_turn",  # the step only reports the result of the previous step's request (code it ran)
+    "requests_result",  # the next step is a result turn answering this step's request
+    "answer_provenance_passed",  # answer_provenance with a result turn's content credited to its requester
+)
+#: Round 3: transitive provenance (validated, not read by default: docs/results.md, round 3).
+TRANSITIVE: tuple[str, ...] = (
+    "answer_inputs_introduced",  # share of the provenance step's inputs (content it took from earlier steps) first seen here
+    "provenance_source",  # 1 at the step introducing most of those inputs (numbers, then words; earliest on ties)
+)
+ROUND3: tuple[str, ...] = RESULT_TURN + TRANSITIVE
+#: Every feature :func:`step_features` computes.
+ALL_FEATURES: tuple[str, ...] = ROUND2 + ROUND3
+#: The features a DCL model reads by default (``DCLConfig.features``): round 2's and the tool-result
+#: turn's, chosen on training data only before any round-3 test run (docs/results.md).
+FEATURES: tuple[str, ...] = ROUND2 + RESULT_TURN
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+", re.UNICODE)
 _STOP = frozenset("""a about above after again all also am an and any are as at be because been before being
@@ -59,6 +76,8 @@ _CORRECTION = re.compile(r"\b(actually|instead|correct(?:ion|ed)|start over|from
 _GUESS = re.compile(r"\b(assum\w*|likely|probably|might|perhaps|guess\w*|approximate\w*|hypothetical\w*|"
                     r"placeholder|simulat\w*|example|suppose|presum\w*|estimate\w*|unverified)\b", re.IGNORECASE)
 _DONE = re.compile(r"\b(terminate|final answer)\b", re.IGNORECASE)
+_REQUEST = re.compile(r"```|^\s*(?:>>>|\$) ", re.MULTILINE)  # code to run: a fenced block, a prompt line
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 NAME_PLACEHOLDER = "agentname"
 
 
@@ -115,9 +134,48 @@ def _answer_index(texts: Sequence[str]) -> int:
     return len(texts) - 1
 
 
-def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "") -> list[list[float]]:
-    """One vector of :data:`FEATURES` per step. ``texts[i]`` is step i's text, ``speakers[i]`` who
-    spoke it (any names: only which steps share a speaker matters), ``task`` the run's task text."""
+def check_features(features: Sequence[str]) -> list[str]:
+    """``features`` as a list, each of :data:`ALL_FEATURES` and named once; else a ValueError naming the first that is not."""
+    names = list(features)
+    bad = next((f for i, f in enumerate(names) if f not in _COLUMN or f in names[:i]), None)
+    if bad is not None:
+        raise ValueError(f"features: {bad!r} is {'named twice' if bad in _COLUMN else 'no reading feature'} "
+                         f"(known: {', '.join(ALL_FEATURES)})")
+    return names
+
+
+def _report_like(text: str) -> float:
+    """1 for text that reads as output, not prose: few stop words among its words (at most 15%),
+    0 from 30% (prose); no words at all reads as output."""
+    words = _WORD.findall(text.lower())
+    prose = sum(w in _STOP for w in words) / len(words) if words else 0.0
+    return min(1.0, max(0.0, (0.30 - prose) / 0.15))
+
+
+def result_turns(texts: Sequence[str], speakers: Sequence[str]) -> list[float]:
+    """Per step, how much it reads as a tool-result turn: another speaker than the step before,
+    which holds code to run (a fenced block or a prompt line), no request of its own, and output
+    rather than prose. Name-free: only which steps share a speaker matters."""
+    return [float(i > 0 and speakers[i] != speakers[i - 1] and bool(_REQUEST.search(texts[i - 1]))
+                  and not _REQUEST.search(texts[i])) * _report_like(texts[i]) for i in range(len(texts))]
+
+
+def _introducers(pool: set[str], first_seen: dict[str, int], before: int, passed: list[int]) -> int:
+    """The step before ``before`` that first said most of ``pool`` (numbers, then words; earliest
+    on ties), each token credited to ``passed[step]``; -1 when none did."""
+    credit: dict[int, list[int]] = {}
+    for w in pool:
+        if first_seen[w] < before:
+            credit.setdefault(passed[first_seen[w]], [0, 0])[0 if is_number(w) else 1] += 1
+    return max(credit, key=lambda i: (*credit[i], -i)) if credit else -1
+
+
+def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "",
+                  features: Sequence[str] = FEATURES) -> list[list[float]]:
+    """One vector of the ``features`` (of :data:`ALL_FEATURES`, default :data:`FEATURES`) per
+    step. ``texts[i]`` is step i's text, ``speakers[i]`` who spoke it (any names: only which steps
+    share a speaker matters), ``task`` the run's task text."""
+    check_features(features)
     if len(texts) != len(speakers):
         raise ValueError(f"reading features: {len(texts)} step texts but {len(speakers)} speakers")
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
@@ -148,6 +206,14 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
         introduced[first_seen[w]][0 if is_number(w) else 1] += 1
     earlier = [i for i in range(answer) if any(introduced[i])]  # where the answer's content came from
     provenance = max(earlier, key=lambda i: (*introduced[i], -i)) if earlier else -1
+    results = result_turns(clean, [str(x) for x in speakers])
+    passed = [i - 1 if r > 0.5 else i for i, r in enumerate(results)]  # whose step a step's new content counts as
+    passed_provenance = _introducers(distinctive, first_seen, answer, passed)
+    source_of = passed_provenance  # -1 exactly when provenance is
+    inputs = {w for w in sets[source_of] - task_set - common if first_seen[w] < source_of} if source_of >= 0 else set()
+    inputs = {w for w in inputs if is_number(w)} or inputs  # the numbers it computed with, else its words
+    source = _introducers(inputs, first_seen, source_of, passed)
+    input_share = Counter(passed[first_seen[w]] for w in inputs)
     errors = [_cues(_ERROR, t) for t in clean]
     corrections = [_cues(_CORRECTION, t) for t in clean]
     longest = max(len(t) for t in toks) or 1
@@ -185,9 +251,18 @@ def step_features(texts: Sequence[str], speakers: Sequence[str], task: str = "")
             len(toks[i]) / longest,
             counts[speaker] / n,
             float(speaker not in spoken),
+            results[i],
+            results[i + 1] if i + 1 < n else 0.0,
+            float(i == passed_provenance),
+            input_share[i] / len(inputs) if inputs else 0.0,
+            float(i == source),
         ])
         seen |= s
         spoken.add(speaker)
         for w in s:
             before.setdefault(w, []).append(i)
-    return rows
+    columns = [_COLUMN[f] for f in features]
+    return [[row[c] for c in columns] for row in rows]
+
+
+_COLUMN = {name: i for i, name in enumerate(ALL_FEATURES)}

@@ -22,6 +22,7 @@ from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
 from .examples import Example, RowError
 from .losses import dcl_losses
+from .reading import FEATURES, check_features
 
 logger = logging.getLogger("aegis_probe.train")
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -47,6 +48,8 @@ class DCLConfig:
     reading_features: bool = field(default=True, metadata={"help": "feed each turn's name-free reading features "
                                                                    "(answer provenance, error cues, novelty, ...) to the "
                                                                    "step and agent scores"})
+    features: list[str] = field(default_factory=lambda: list(FEATURES), metadata={
+        "help": "the reading features read (names of training/dcl/reading.py's ALL_FEATURES)"})
     text_embeddings: bool = field(default=False, metadata={"help": "also feed the encoder's turn embeddings to the head "
                                                                    "(false: reading features only, nothing encoded and "
                                                                    "the encoder never loaded)"})
@@ -133,6 +136,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     check_fresh_run(out, found[-1] if found else None, resume)
     torch.manual_seed(cfg.seed)
     modes_known = any(m in cfg.modes for r in rows for m in r.get("label_modes") or [])  # modes of the bank
+    check_features(cfg.features)  # before the encoder is looked at, so the error names the features
     if encoder is not None and not Path(encoder).is_dir():  # else read as a Hub repo id; nothing is downloaded
         raise ValueError(f"--model {encoder}: no encoder directory there (nothing is downloaded)")
     if encoder is not None and not (cfg.text_embeddings or cfg.train_encoder) and not Path(encoder, "config.json").is_file():
@@ -141,7 +145,7 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
     try:
         model = DCLAttributor(cfg.modes, encoder, cfg.hidden_size, cfg.temperature, cfg.max_length, cfg.max_turns,
                               cfg.train_encoder, cfg.threshold, cfg.max_chunks, cfg.anonymise_agents, modes_known,
-                              cfg.reading_features, cfg.text_embeddings)
+                              cfg.reading_features, cfg.text_embeddings, features=cfg.features)
     except (OSError, ValueError) as exc:
         if encoder is None:
             raise
