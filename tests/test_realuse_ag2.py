@@ -64,12 +64,15 @@ def _speaker(body: dict[str, Any]) -> str:
 
 
 @needs_ag2
-def test_a_group_chat_of_300_messages_is_whole(model_server, tmp_path, caplog):
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["initiate_chat", "a_initiate_chat"])
+def test_a_group_chat_of_300_messages_is_whole(asynchronous, model_server, tmp_path, caplog):
     counter = itertools.count()
     server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     user, manager = _talk(server.base_url, STEPS)
     probe = aegis_probe.instrument(manager, store=tmp_path / "store")
-    result = user.initiate_chat(manager, message="count to 300", silent=True, summary_method="last_msg")
+    start = user.a_initiate_chat if asynchronous else user.initiate_chat
+    result = start(manager, message="count to 300", silent=True, summary_method="last_msg")
+    result = asyncio.run(result) if asynchronous else result
     said = result.chat_history[1:]
     assert len(said) == STEPS == len(server.requests) and result.summary == f"bob says {STEPS - 1}"
     traj = long_run_is_whole(probe, tmp_path / "store", [m["name"] for m in said], [m["content"] for m in said], STEPS)

@@ -63,7 +63,8 @@ def _speaker(body: dict[str, Any]) -> str:
 
 
 @needs_crewai
-def test_a_crew_of_300_tasks_is_whole(model_server, tmp_path, caplog):
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["kickoff", "akickoff"])
+def test_a_crew_of_300_tasks_is_whole(asynchronous, model_server, tmp_path, caplog):
     from crewai import Crew, Task
 
     counter = itertools.count()
@@ -72,7 +73,7 @@ def test_a_crew_of_300_tasks_is_whole(model_server, tmp_path, caplog):
     tasks = [Task(description=f"Say line {i}.", expected_output="One line", agent=agents[i % 2]) for i in range(STEPS)]
     crew = Crew(name="talk", agents=agents, tasks=tasks)
     probe = aegis_probe.instrument(crew, store=tmp_path / "store")
-    output = crew.kickoff()
+    output = asyncio.run(crew.akickoff()) if asynchronous else crew.kickoff()
     said = [t.raw for t in output.tasks_output]
     assert len(said) == STEPS == len(server.requests) and output.raw == f"bob says {STEPS - 1}"
     traj = long_run_is_whole(probe, tmp_path / "store", [t.agent for t in output.tasks_output], said, STEPS)

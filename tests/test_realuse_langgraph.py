@@ -69,12 +69,25 @@ def _speaker(body: dict[str, Any]) -> str:
     return body["messages"][0]["content"].removeprefix("You are ").rstrip(".")
 
 
-def test_a_run_of_300_steps_is_whole(model_server, tmp_path):
+@pytest.mark.parametrize("mode", ["invoke", "astream"])
+def test_a_run_of_300_steps_is_whole(mode, model_server, tmp_path):
+    """``invoke``, and ``astream`` of the model's tokens and the state (``stream_mode`` messages and
+    values) on a checkpointer thread."""
     counter = itertools.count()
     server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
-    app = _talk(server.base_url, STEPS)
+    app = _talk(server.base_url, STEPS, checkpointer=mode == "astream")
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
-    state = app.invoke({"messages": [("user", "count to 300")]}, {"recursion_limit": STEPS + 5})
+    start = {"messages": [("user", "count to 300")]}
+    if mode == "astream":
+        async def consume() -> Any:
+            config = {"recursion_limit": STEPS + 5, "configurable": {"thread_id": "long"}}
+            chunks = [c async for c in app.astream(start, config, stream_mode=["messages", "values"])]
+            assert sum(kind == "messages" for kind, _ in chunks) >= STEPS, "the model's tokens as they came"
+            return next(value for kind, value in reversed(chunks) if kind == "values")
+
+        state = asyncio.run(consume())
+    else:
+        state = app.invoke(start, {"recursion_limit": STEPS + 5})
     said = state["messages"][1:]
     assert len(said) == STEPS == len(server.requests)
     traj = long_run_is_whole(probe, tmp_path / "store", [m.name for m in said], [m.content for m in said], STEPS)

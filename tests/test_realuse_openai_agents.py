@@ -91,13 +91,23 @@ def _talk_policy(turns: int) -> Any:
 
 
 @needs_sdk
-def test_a_run_of_300_turns_is_whole(model_server, tmp_path, caplog):
+@pytest.mark.parametrize("streamed", [False, True], ids=["run_sync", "run_streamed"])
+def test_a_run_of_300_turns_is_whole(streamed, model_server, tmp_path, caplog):
     from agents import Runner
 
     server = fast_model_server(model_server, _talk_policy(STEPS))
     app = _pair(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
-    result = Runner.run_sync(app, "count to 300", max_turns=STEPS + 5)
+    if streamed:
+        async def consume() -> Any:
+            result = Runner.run_streamed(app, "count to 300", max_turns=STEPS + 5)
+            async for _ in result.stream_events():
+                pass
+            return result
+
+        result = asyncio.run(consume())
+    else:
+        result = Runner.run_sync(app, "count to 300", max_turns=STEPS + 5)
     assert result.final_output == f"bob ends at {STEPS - 1}" and len(server.requests) == STEPS
     agents = ["alice", "bob"] * (STEPS // 2)
     other = {"alice": "bob", "bob": "alice"}
