@@ -81,8 +81,8 @@ def test_a_group_chat_of_300_messages_is_whole(asynchronous, model_server, tmp_p
 
 
 def _pair(base_url: str, stream: bool = False) -> tuple[Any, Any]:
-    """A user and a writer whose model (streaming: ``stream``) calls ``list_files``, executed by the
-    user; the writer ends the chat on the tool's result (a file name that is not UTF-8), which never
+    """A user and a writer whose model (streaming: ``stream``) calls ``list_files`` (with lone surrogates
+    in its arguments: the tool gets them, the arguments' JSON is ASCII), executed by the user; the writer ends the chat on the tool's result (a file name that is not UTF-8), which never
     goes back to the model (the openai client could not send it)."""
     from autogen import AssistantAgent, UserProxyAgent, register_function
 
@@ -111,7 +111,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
     """The app's result is the uninstrumented one; the store's line is valid UTF-8 JSON; the
     trajectory holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
     def policy(body: dict[str, Any]) -> Reply:
-        return Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD})])
+        return Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD + LONE})])
 
     bare = _chat(*_pair(fast_model_server(model_server, policy).base_url, stream), task, asynchronous)
     user, writer = _pair(fast_model_server(model_server, policy).base_url, stream)  # a server of its own: the same call ids
@@ -127,7 +127,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
     (call,) = traj.steps[0].llm_calls
     assert call.output.startswith(escaped(reply) + "\n[tool_call list_files(")
     (tool,) = traj.steps[1].tool_calls
-    assert json.loads(tool.arguments) == {"pattern": ODD} and tool.result == escaped(FILES)
+    assert json.loads(tool.arguments) == {"pattern": ODD + LONE} and tool.result == escaped(FILES)
     assert [s.output for s in traj.steps][1] == escaped(FILES)
     assert traj.outcome.success and traj.outcome.answer == escaped(FILES)
     no_hook_errors(caplog.records)

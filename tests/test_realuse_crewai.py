@@ -82,7 +82,7 @@ def test_a_crew_of_300_tasks_is_whole(asynchronous, model_server, tmp_path, capl
 
 
 def _crew(base_url: str, stream: bool = False) -> Any:
-    """A lister whose model calls ``list_files``, the tool's result (a file name that is not UTF-8) its
+    """A lister whose model calls ``list_files`` (lone surrogates in its arguments, as JSON escapes), the tool's result (a file name that is not UTF-8) its
     task's answer as it is (``result_as_answer``), then a writer (given no context: the openai client
     could not send that name) whose model answers with the run's odd text, the crew's output."""
     from crewai import Crew, Task
@@ -112,7 +112,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
     trajectory holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
     def policy(body: dict[str, Any]) -> Reply:
         if _speaker(body) == "lister":
-            return Reply(tool_calls=[("list_files", {"pattern": ODD})])
+            return Reply(tool_calls=[("list_files", {"pattern": ODD + LONE})])
         return Reply(content=reply)
 
     server = fast_model_server(model_server, policy)
@@ -127,7 +127,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
     assert traj.task == task and [s.agent for s in traj.steps] == ["lister", "writer"]
     assert traj.steps[1].input_messages[0].content.startswith(f"Write about {task}")
     (tool,) = traj.steps[0].tool_calls
-    assert json.loads(tool.arguments) == {"pattern": ODD} and tool.result == escaped(FILES)
+    assert json.loads(tool.arguments) == {"pattern": ODD + LONE} and tool.result == escaped(FILES)
     assert [s.output for s in traj.steps] == [escaped(FILES), escaped(reply)]
     assert traj.steps[1].llm_calls[0].output == escaped(reply)
     assert traj.outcome.success and traj.outcome.answer == escaped(reply)
