@@ -82,6 +82,7 @@ from aegis_probe.spans import (
     start_run,
     start_step,
     start_tool,
+    when_no_run_is_open,
 )
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def _provider_of(name: str) -> str:
 _PROMPTS: dict[tuple[int, str], tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]] = {}
 _PROMPTS_MAX = 64
 _KEY_CHARS = slice(0, 100)
+when_no_run_is_open(_PROMPTS.clear)
 
 
 def _neutral(m: Mapping[str, Any]) -> dict[str, Any]:

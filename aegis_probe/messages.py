@@ -71,6 +71,14 @@ _PROMPTS_MAX = 64
 _PROMPT_MIN = 8  # shorter prompts are joined afresh
 
 
+def forget() -> None:
+    """Let go of every cached message JSON and text (the apps' messages they hold with them)."""
+    _PROMPTS.clear()
+    _FRAGMENTS.clear()
+    _TEXTS.clear()
+    _LONG.clear()
+
+
 def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str]) -> str:
     """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
 

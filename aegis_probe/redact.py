@@ -176,6 +176,13 @@ def _redact(text: str) -> str:
 _redact_cached = functools.lru_cache(maxsize=2048)(_redact)
 
 
+def forget() -> None:
+    """Let go of the texts remembered to redact repeated ones once (the apps' messages)."""
+    global _CLEAN
+    _CLEAN = ()
+    _redact_cached.cache_clear()
+
+
 def redact_secrets(text: str) -> str:
     """``text`` with API keys, tokens, passwords and private keys replaced by ``[REDACTED]``
     (and lone surrogates escaped: see :func:`encodable`)."""

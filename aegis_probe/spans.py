@@ -13,6 +13,7 @@ import logging
 import threading
 import traceback
 import uuid
+import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, TypeVar, Union
@@ -26,7 +27,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
 from .leanspans import LeanSpan
-from .messages import ChatMessage, encode_messages
+from .messages import ChatMessage, encode_messages, forget as forget_messages
+from .redact import forget as forget_redactions
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -226,6 +228,29 @@ def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], pare
     return span
 
 
+#: The runs open in this process (weakly: an abandoned run is not kept), and what to let go of
+#: each time the last of them ends (:func:`when_no_run_is_open`).
+_OPEN_RUNS: "weakref.WeakSet[RunScope]" = weakref.WeakSet()
+_WHEN_NONE_OPEN: list[Callable[[], None]] = [forget_messages, forget_redactions]
+
+
+def when_no_run_is_open(clear: Callable[[], None]) -> None:
+    """Call ``clear`` each time the last open run of the process ends: caches of the apps' messages
+    (kept so that a prompt costs only its new messages) let go of them then, rather than keep the
+    last big prompts of apps that are gone up to the caches' bounds."""
+    _WHEN_NONE_OPEN.append(clear)
+
+
+def _run_closed(run: "RunScope") -> None:
+    _OPEN_RUNS.discard(run)
+    if not _OPEN_RUNS:
+        for clear in _WHEN_NONE_OPEN:
+            try:
+                clear()
+            except Exception:
+                log_hook_error("message caches")
+
+
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
@@ -247,6 +272,7 @@ class RunScope(_Scope):
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
         span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id})
+        _OPEN_RUNS.add(self)
         try:  # in flight from now on (the probe holds it weakly: an abandoned run is not kept)
             probe._run_started(self)
         except Exception:
@@ -285,6 +311,7 @@ class RunScope(_Scope):
             self.probe._run_ending(self)
         except Exception:
             log_hook_error("judge")
+        _run_closed(self)
 
 
 class StepScope(_Scope):
