@@ -197,3 +197,60 @@ def no_hook_errors(records: list[Any]) -> None:
     """No instrumentation hook failed (each failure is logged as 'error in ... hook', and swallowed)."""
     failed = [r.getMessage() for r in records if r.name.startswith("aegis_probe") and "hook" in r.getMessage()]
     assert failed == []
+
+
+class SlowOrFast:
+    """A policy answering ``fast`` tasks at once; a request that mentions ``slow`` waits (its arrival
+    noted in :attr:`arrived`) until :attr:`release` is set, so its run can be cancelled mid-call."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.arrived, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        slow = "slow" in str(body.get("messages"))
+        if slow:
+            self.arrived.set()
+            self.release.wait(10)
+        return Reply(content="done " + ("slow" if slow else "fast"))
+
+
+async def cancel_one_beside_another(policy: SlowOrFast, run: Callable[[str], Any]) -> Any:
+    """Start ``run("slow task")``, run ``run("fast task")`` to its end beside it, then cancel the slow
+    one while its model call waits (as an app's timeout does); the fast one's result."""
+    import asyncio
+
+    slow = asyncio.ensure_future(run("slow task"))
+    fast = await run("fast task")
+    assert await asyncio.to_thread(policy.arrived.wait, 10)
+    slow.cancel()
+    try:
+        await slow
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the slow run was not cancelled")
+    policy.release.set()
+    return fast
+
+
+def cancelled_beside_whole(probe: Any, store_dir: Path) -> None:
+    """The store holds the two runs of :func:`cancel_one_beside_another`, each in a trace of its own:
+    the slow one ended cancelled (ERROR, ``CancelledError``), the fast one whole, neither holding the
+    other's content."""
+    import gc
+
+    gc.collect()  # a cancelled run's leftovers (a stream, a coroutine) go
+    probe.flush()
+    traces = TraceStore(store_dir).traces()
+    assert len(traces) == 2
+    roots = {}
+    for spans in traces.values():
+        (root,) = [s for s in spans if s.parent_span_id is None]
+        roots[root.attributes[sc.TASK]] = (root, spans)
+    slow, fast = roots["slow task"], roots["fast task"]
+    assert (slow[0].status, slow[0].attributes.get(sc.ERROR_TYPE)) == ("ERROR", "CancelledError")
+    assert all(s.status != "ERROR" for s in fast[1]) and _by_index(fast[1])
+    for (_, spans), other in ((slow, "fast"), (fast, "slow")):
+        assert not any(f"done {other}" in str(s.attributes) or f"{other} task" in str(s.attributes) for s in spans)

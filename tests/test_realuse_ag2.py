@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
+                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("autogen.agentchat")
@@ -81,9 +82,10 @@ def test_a_group_chat_of_300_messages_is_whole(asynchronous, model_server, tmp_p
 
 
 def _pair(base_url: str, stream: bool = False) -> tuple[Any, Any]:
-    """A user and a writer whose model (streaming: ``stream``) calls ``list_files`` (with lone surrogates
-    in its arguments: the tool gets them, the arguments' JSON is ASCII), executed by the user; the writer ends the chat on the tool's result (a file name that is not UTF-8), which never
-    goes back to the model (the openai client could not send it)."""
+    """A user and a writer whose model (streaming: ``stream``) calls ``list_files`` with lone surrogates
+    in its arguments (the tool gets them; the arguments' JSON is ASCII), executed by the user. The
+    writer ends the chat on the tool's result (a file name that is not UTF-8), which never goes back
+    to the model (the openai client could not send it)."""
     from autogen import AssistantAgent, UserProxyAgent, register_function
 
     user = UserProxyAgent("user", human_input_mode="NEVER", code_execution_config=False, default_auto_reply="")
@@ -114,8 +116,9 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
         return Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD + LONE})])
 
     bare = _chat(*_pair(fast_model_server(model_server, policy).base_url, stream), task, asynchronous)
-    user, writer = _pair(fast_model_server(model_server, policy).base_url, stream)  # a server of its own: the same call ids
-    probe = aegis_probe.instrument(writer, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
+    user, writer = _pair(fast_model_server(model_server, policy).base_url, stream)  # own server: the same call ids
+    probe = aegis_probe.instrument(writer, store=tmp_path / "store",
+                                   judge=lambda t, answer: t == task and answer == FILES)
     result = _chat(user, writer, task, asynchronous)
     assert result.chat_history == bare.chat_history and result.summary == FILES
     assert result.chat_history[1]["content"] == reply
@@ -207,4 +210,26 @@ def test_chats_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, c
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["assistant", f"user-{key}", "assistant"], key
+    no_hook_errors(caplog.records)
+
+
+@needs_ag2
+def test_a_chat_cancelled_beside_another_ends_alone(model_server, tmp_path, caplog):
+    """Two ``a_initiate_chat`` with one assistant as two asyncio tasks; the app cancels one mid-call (a
+    timeout): it ends cancelled in its own trace, the other is whole."""
+    from autogen import AssistantAgent, UserProxyAgent
+
+    policy = SlowOrFast()
+    llm_config = _llm_config(fast_model_server(model_server, policy).base_url)
+    assistant = AssistantAgent("assistant", system_message="You help.", llm_config=llm_config)
+    probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
+
+    def chat(task: str) -> Any:
+        user = UserProxyAgent(f"user-{task[:4]}", human_input_mode="NEVER", code_execution_config=False,
+                              default_auto_reply="more")
+        return user.a_initiate_chat(assistant, message=task, silent=True, max_turns=2)
+
+    result = asyncio.run(cancel_one_beside_another(policy, chat))
+    assert result.chat_history[-1]["content"] == "done fast"
+    cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)

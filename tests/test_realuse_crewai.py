@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
+                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 #: CrewAI 1.15's opt-outs (never OTEL_SDK_DISABLED: it would switch off aegis-probe's SDK too).
@@ -82,9 +83,10 @@ def test_a_crew_of_300_tasks_is_whole(asynchronous, model_server, tmp_path, capl
 
 
 def _crew(base_url: str, stream: bool = False) -> Any:
-    """A lister whose model calls ``list_files`` (lone surrogates in its arguments, as JSON escapes), the tool's result (a file name that is not UTF-8) its
-    task's answer as it is (``result_as_answer``), then a writer (given no context: the openai client
-    could not send that name) whose model answers with the run's odd text, the crew's output."""
+    """A lister whose model calls ``list_files`` (lone surrogates in its arguments, as JSON escapes),
+    the tool's result (a file name that is not UTF-8) its task's answer as it is
+    (``result_as_answer``); then a writer (given no context: the openai client could not send that
+    name) whose model answers with the run's odd text, the crew's output."""
     from crewai import Crew, Task
     from crewai.tools import tool
 
@@ -212,4 +214,21 @@ def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["alice", "bob"], key
+    no_hook_errors(caplog.records)
+
+
+@needs_crewai
+def test_a_kickoff_cancelled_beside_another_ends_alone(model_server, tmp_path, caplog):
+    """Two ``akickoff`` of copies of one crew as two asyncio tasks; the app cancels one mid-call (a
+    timeout): it ends cancelled in its own trace, the other is whole."""
+    from crewai import Crew, Task
+
+    policy = SlowOrFast()
+    solo = _agent("solo", fast_model_server(model_server, policy).base_url)
+    task = Task(description="Do the {task}.", expected_output="A line", agent=solo)
+    crew = Crew(name="solo", agents=[solo], tasks=[task])
+    probe = aegis_probe.instrument(crew, store=tmp_path / "store")
+    output = asyncio.run(cancel_one_beside_another(policy, lambda task: crew.copy().akickoff(inputs={"task": task})))
+    assert output.raw == "done fast"
+    cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)

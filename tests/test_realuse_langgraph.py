@@ -20,8 +20,8 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
-    LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
-    store_lines_are_valid)
+    LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped, fast_model_server,
+    long_run_is_whole, no_hook_errors, runs_stay_apart, store_lines_are_valid)
 
 STEPS = 300
 FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
@@ -243,3 +243,15 @@ def test_a_long_run_keeps_no_message_alive_after_the_app(model_server, tmp_path)
         run(instrumented)
         gc.collect()
         assert [r for r in refs if r() is not None] == [], f"instrumented={instrumented}"
+
+
+def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplog):
+    """Two ``ainvoke`` runs of one graph as two asyncio tasks; the app cancels one mid-call (a
+    timeout): it ends cancelled in its own trace, the other is whole."""
+    policy = SlowOrFast()
+    app = _talk(fast_model_server(model_server, policy).base_url, 2)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    state = asyncio.run(cancel_one_beside_another(policy, lambda task: app.ainvoke({"messages": [("user", task)]})))
+    assert state["messages"][-1].content == "done fast"
+    cancelled_beside_whole(probe, tmp_path / "store")
+    no_hook_errors(caplog.records)

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, escaped, fast_model_server, long_run_is_whole, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
+                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("agents.run")
@@ -151,7 +152,9 @@ async def _run(app: Any, task: str, streamed: bool) -> Any:
 def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streamed, model_server, tmp_path, caplog):
     """The app's result is the uninstrumented one; the store's line is valid UTF-8 JSON; the
     trajectory holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
-    server = fast_model_server(model_server, lambda body: Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD})]))
+    # no lone surrogate in the arguments: the SDK's tool-call fingerprint fails on them, uninstrumented too
+    answer = Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD})])
+    server = fast_model_server(model_server, lambda body: answer)
     bare = asyncio.run(_run(_writer(server.base_url), task, streamed))
     app = _writer(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
@@ -249,4 +252,19 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["alice", "bob"]
         assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
+    no_hook_errors(caplog.records)
+
+
+@needs_sdk
+def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplog):
+    """Two ``Runner.run`` of one agent as two asyncio tasks; the app cancels one mid-call (a timeout):
+    it ends cancelled in its own trace, the other is whole."""
+    from agents import Agent, Runner
+
+    policy = SlowOrFast()
+    app = Agent(name="solo", instructions="You are solo.", model=_model(fast_model_server(model_server, policy).base_url))
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    result = asyncio.run(cancel_one_beside_another(policy, lambda task: Runner.run(app, task)))
+    assert result.final_output == "done fast"
+    cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)
