@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import operator
 import sys
-import threading
 import weakref
 from asyncio import CancelledError
 from contextlib import nullcontext
@@ -106,6 +105,7 @@ from aegis_probe.spans import (
     start_run,
     start_step,
     start_tool,
+    when_no_run_is_open,
 )
 
 if TYPE_CHECKING:
@@ -373,26 +373,8 @@ class AutogenCodec:
 
 
 # -- wrappers ------------------------------------------------------------------------------------
-_active_runs = 0
-_active_lock = threading.Lock()
-
-
-def _run_started() -> None:
-    global _active_runs
-    with _active_lock:
-        _active_runs += 1
-
-
-def _run_ended() -> None:
-    """Once no run is active, let go of the message caches: they hold the apps' messages (and each
-    message's encoded JSON), which a long-lived app would otherwise keep up to the caches' bounds."""
-    global _active_runs
-    with _active_lock:
-        _active_runs -= 1
-        if _active_runs <= 0:
-            _active_runs = 0
-            _SHARED.clear()
-            _PROMPTS.clear()
+when_no_run_is_open(_SHARED.clear)  # the message caches hold the apps' messages and their JSON
+when_no_run_is_open(_PROMPTS.clear)
 
 
 #: Each team's run in progress (its own, or the run a nested team is part of) and the context to
@@ -428,7 +410,6 @@ class _RunHooks:
     def __init__(self, run: "RunScope", team: Any = None) -> None:
         self.run, self.team_id = run, _team_run_started(team, run, run.ctx) if team is not None else None
         self.completed = self.ended = False
-        _run_started()
 
     def item(self, item: Any) -> None:
         if isinstance(item, TaskResult):
@@ -442,11 +423,8 @@ class _RunHooks:
         self.ended = True
         if exc is None and not self.completed:
             exc = CancelledError("the app closed the run's stream before its result")
-        try:
-            _team_run_ended(self.team_id, self.run.ctx)
-            self.run.finish(exc)
-        finally:
-            _run_ended()
+        _team_run_ended(self.team_id, self.run.ctx)
+        self.run.finish(exc)
 
     def __del__(self) -> None:
         if not self.ended:
