@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -254,4 +255,49 @@ def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplo
     state = asyncio.run(cancel_one_beside_another(policy, lambda task: app.ainvoke({"messages": [("user", task)]})))
     assert state["messages"][-1].content == "done fast"
     cancelled_beside_whole(probe, tmp_path / "store")
+    no_hook_errors(caplog.records)
+
+
+def test_a_state_json_cannot_hold_as_it_is_keeps_every_step(tmp_path, caplog):
+    """A graph whose state has no messages and holds what JSON cannot encode as it is (tuple and date
+    keys, a dict that holds itself): every node execution is a step, its input the state and its
+    output its writes as JSON (a step was lost and its writer's output left empty, each a hook error)."""
+    import datetime
+
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        scores: dict
+        note: str
+
+    def scorer(state: State) -> dict[str, Any]:
+        looped: dict[str, Any] = {"name": "loop"}
+        looped["self"] = looped
+        return {"scores": {("alice", 1): 0.5, datetime.date(2026, 12, 1): 0.7, "loop": looped}}
+
+    def judge(state: State) -> dict[str, Any]:
+        return {"note": f"best {max(v for v in state['scores'].values() if isinstance(v, float))}"}
+
+    def build() -> Any:
+        graph = StateGraph(State)
+        graph.add_node("scorer", scorer)
+        graph.add_node("judge", judge)
+        graph.add_edge(START, "scorer")
+        graph.add_edge("scorer", "judge")
+        graph.add_edge("judge", END)
+        return graph.compile(name="scores")
+
+    bare = build().invoke({"scores": {}, "note": ""})
+    app = build()
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    state = app.invoke({"scores": {}, "note": ""})
+    assert state["note"] == bare["note"] == "best 0.7"
+    probe.flush()
+    steps = probe.trajectory().steps
+    assert [s.agent for s in steps] == ["scorer", "judge"]
+    written = {"scores": {"('alice', 1)": 0.5, "2026-12-01": 0.7, "loop": {"name": "loop", "self": "{...}"}}}
+    assert json.loads(steps[0].output) == written, "keys by their text, the dict inside itself as Python shows it"
+    assert json.loads(steps[1].input_messages[0].content) == {**written, "note": ""}
+    assert steps[1].output == '{"note": "best 0.7"}'
     no_hook_errors(caplog.records)
