@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.messages import content_text
 from aegis_probe.spans import (
     RunScope,
     StepScope,
@@ -65,11 +66,31 @@ if TYPE_CHECKING:
 FRAMEWORK = "openai-agents"
 
 
+#: Responses-format content parts that carry text, and the field that holds it.
+_TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
+
+
 def _text(content: Any) -> str:
-    """Text of a Responses-format content (a string or a list of input/output text parts)."""
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(getattr(p, "text", "")) for p in content)
-    return "" if content is None else str(content)
+    """Text of a Responses-format content: a string, or a list of parts read by the rule every adapter
+    shares (:func:`~aegis_probe.messages.content_text`: one part per line, a part without text, an
+    image or a file, as ``[its type]``); text parts (``input_text``, ``output_text``) and a refusal
+    by their text."""
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+            continue
+        kind = _field(part, "type")
+        field = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+        parts.append({"type": "text", "text": str(_field(part, field) or "")} if field else {"type": kind or type(part).__name__})
+    return content_text(parts)
+
+
+def _field(part: Any, name: str) -> Any:
+    """A field of a content part, a dict or the SDK's pydantic object."""
+    return part.get(name) if isinstance(part, dict) else getattr(part, name, None)
 
 
 def item_message(item: Any) -> dict[str, Any] | None:

@@ -268,3 +268,29 @@ def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplo
     assert result.final_output == "done fast"
     cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)
+
+
+@needs_sdk
+def test_a_task_of_several_parts_is_read_as_the_model_gets_it(model_server, tmp_path, caplog):
+    """A user input of several parts (two texts and an image, Responses format): the run's task and the
+    step's input are its texts one per line and the image as ``[input_image]``, as the chat span reads
+    the same prompt (the texts were glued together and the image left out)."""
+    from agents import Runner
+
+    server = fast_model_server(model_server, lambda body: Reply(content="seen"))
+    app = _writer(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    image = "data:image/png;base64,iVBORw0KGgo="
+    task = [{"role": "user", "content": [{"type": "input_text", "text": "Compare these."},
+                                         {"type": "input_text", "text": f"First: {ODD}"},
+                                         {"type": "input_image", "image_url": image, "detail": "auto"}]}]
+    assert Runner.run_sync(app, task).final_output == "seen"
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.task == f"Compare these.\nFirst: {ODD}\n[input_image]"
+    assert [m.content for m in traj.steps[0].input_messages] == [traj.task]
+    (chat,) = [s for s in aegis_probe.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
+               if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
+    prompt = json.loads(chat.attributes[sc.INPUT_MESSAGES])[-1]["parts"][0]["content"]
+    assert prompt.split("\n")[:-1] == traj.task.split("\n")[:-1], "the texts as the chat span has them"
+    no_hook_errors(caplog.records)
