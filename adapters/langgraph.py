@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, call_llm
-from aegis_probe.messages import SharedMessage
+from aegis_probe.messages import SharedMessage, content_text
 from aegis_probe.spans import (
     ChatMessage,
     RunScope,
@@ -64,11 +64,16 @@ if TYPE_CHECKING:
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 
 
+#: Content parts a message's ``tool_calls`` carry already (Anthropic's ``tool_use`` blocks, ...).
+_CALL_PARTS = frozenset({"tool_use", "tool_call", "tool_call_chunk", "function_call"})
+
+
 def _text(content: Any) -> str:
-    """Text of a LangChain message content (a string or a list of parts)."""
+    """Text of a LangChain message content: a string, or a list of parts read by the rule every
+    adapter shares (:func:`~aegis_probe.messages.content_text`: one part per line, an image or a
+    file as ``[its type]``), leaving out the tool-call parts its ``tool_calls`` hold."""
     if isinstance(content, list):
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
-                       if isinstance(p, (str, dict)))
+        return content_text([p for p in content if not (isinstance(p, dict) and p.get("type") in _CALL_PARTS)])
     return "" if content is None else str(content)
 
 

@@ -301,3 +301,25 @@ def test_a_state_json_cannot_hold_as_it_is_keeps_every_step(tmp_path, caplog):
     assert json.loads(steps[1].input_messages[0].content) == {**written, "note": ""}
     assert steps[1].output == '{"note": "best 0.7"}'
     no_hook_errors(caplog.records)
+
+
+def test_a_task_of_several_parts_is_read_by_the_shared_rule(model_server, tmp_path, caplog):
+    """A user message of several parts (two texts and an image): the run's task, the step's input and
+    the chat span's prompt read it as every adapter does, one part per line and the image as
+    ``[image_url]`` (the texts were glued together and the image left out)."""
+    from langchain_core.messages import HumanMessage
+
+    server = fast_model_server(model_server, lambda body: Reply(content="seen"))
+    app = _odd_app(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    parts = [{"type": "text", "text": "Compare these."}, {"type": "text", "text": f"First: {ODD}"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    app.invoke({"messages": [HumanMessage(content=parts)]})
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.task == f"Compare these.\nFirst: {ODD}\n[image_url]"
+    assert [m.content for m in traj.steps[0].input_messages] == [traj.task]
+    (chat,) = [s for s in aegis_probe.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
+               if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert json.loads(chat.attributes["gen_ai.input.messages"])[-1]["parts"][0]["content"] == traj.task
+    no_hook_errors(caplog.records)
