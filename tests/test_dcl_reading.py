@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from aegis_probe.train.dcl.inputs import DEFAULT_ENSEMBLE
 from aegis_probe.train.dcl.reading import ALL_FEATURES, FEATURES, ROUND3, step_features
 
 pytestmark = pytest.mark.train
@@ -211,7 +212,7 @@ def test_benchmark_with_reading_features_end_to_end(tmp_path, capsys):
     assert "| DCL (trained on the training sets) |" in capsys.readouterr().out
     report = json.loads((out / "benchmark.json").read_text())
     assert report["inputs"] == {"reading_features": True, "features": list(FEATURES), "text_embeddings": False,
-                                "anonymise_agents": True}
+                                "anonymise_agents": True, "members": DEFAULT_ENSEMBLE}
     dcl = report["tests"][str(test)]["results"]["DCL (trained on the training sets)"]
     assert dcl["step"]["value"] >= 0.75 and dcl["agent"]["value"] >= dcl["step"]["value"]
     assert not (tmp_path / "emb.safetensors").exists()  # nothing was encoded

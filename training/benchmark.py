@@ -22,7 +22,7 @@ from aegis_probe.trajectory import Trajectory
 from .answers import Attribution, gold_attribution
 from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
 from .builders import build_dcl, dcl_row, row_id
-from .dcl.inputs import INPUTS, input_fields
+from .dcl.inputs import DEFAULT_ENSEMBLE, INPUTS, input_fields
 from .evaluate import unreachable_steps
 from .metrics import Metric, accuracy_ci, agent_accuracy, bootstrap_ci, step_accuracy
 
@@ -169,13 +169,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = DCLConfig(epochs=args.epochs, seed=args.seed, anonymise_agents=not args.keep_agent_names,
                         **input_fields(args.inputs), features=args.features or list(FEATURES),
-                        train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "")
+                        train_encoder=args.train_encoder, embedding_cache=args.embedding_cache or "",
+                        ensemble=args.ensemble)
         with replacing_dir(out / "model") as partial:  # out/model appears only once complete
             model = fit(build_dcl(train), partial, cfg, progress=not args.no_progress)
     report: dict[str, Any] = {"train": {p: len(ts) for p, ts in train_sets.items()},
                               "model": str(args.model or out / "model"), "seed": args.seed,
                               "inputs": {k: model.spec.get(k) for k in ("reading_features", "features", "text_embeddings",
-                                                                         "anonymise_agents")}, "tests": {}}
+                                                                         "anonymise_agents", "members")},
+                              "tests": {}}
     for path, test in tests.items():
         preds, turns_read = dcl_predictions(model, test, progress=not args.no_progress)
         if args.embedding_cache:
@@ -212,6 +214,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                                        "%(default)s); one holding an earlier run is refused")
     p.add_argument("--epochs", type=positive_int, default=30, help="DCL training epochs (default: %(default)s)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of training, the random draw and the bootstrap (default: %(default)s)")
+    p.add_argument("--ensemble", type=positive_int, default=DEFAULT_ENSEMBLE, metavar="K",
+                   help="train K models, seeds seed .. seed+K-1, and average their joint (agent, step) log-scores "
+                        "(default: %(default)s)")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--inputs", default="features", choices=list(INPUTS),
                    help="what the model reads of each turn: " + "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))

@@ -6,7 +6,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from safetensors import safe_open
@@ -24,6 +24,8 @@ SPEC_FILE = "dcl_config.json"
 #: the packaged encoder's width: a features-only head is built with it (its text input stays zeros),
 #: so no encoder is loaded to train or attribute
 FEATURES_ONLY_DIM = 384
+#: the state-dict prefixes of the trained heads (an ensemble's first head, then the others)
+HEAD_KEYS = ("head.", "extra_heads.")
 
 
 def unlabelled(row: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +53,9 @@ class DCLAttributor(nn.Module):
     ``reading_features``: each turn's reading features (:mod:`.reading`) feed the step and agent
     scores (``features``: which of them, default :data:`.reading.FEATURES`); ``text_embeddings``
     false: the head sees no encoder output at all (reading features only: nothing is encoded, so
-    nothing domain-specific in the wording can be learnt).
+    nothing domain-specific in the wording can be learnt). ``members`` > 1: a seed ensemble of that
+    many heads over the same inputs (:func:`.ensemble.combine`); a prediction averages their joint
+    (agent, step) log-scores. Training (:meth:`forward`) uses the first head only.
     """
 
     def __init__(self, modes: Sequence[str], encoder: str | None = None, hidden_size: int = 256,
@@ -59,24 +63,33 @@ class DCLAttributor(nn.Module):
                  train_encoder: bool = False, threshold: float = 0.5, max_chunks: int = 8,
                  anonymise_agents: bool = True, modes_trained: bool = True, reading_features: bool = True,
                  text_embeddings: bool = False, encoder_dim: int | None = None,
-                 features: Sequence[str] | None = None) -> None:
+                 features: Sequence[str] | None = None, members: int = 1) -> None:
         super().__init__()
         features = check_features(FEATURES if features is None else features)
+        if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+            raise ValueError(f"members must be a whole number >= 1, not {members!r}")
         self.spec: dict[str, Any] = {"modes": list(modes), "encoder": encoder, "hidden_size": hidden_size,
                      "temperature": temperature, "max_length": max_length, "max_turns": max_turns,
                      "train_encoder": train_encoder, "threshold": threshold, "max_chunks": max_chunks,
                      "anonymise_agents": anonymise_agents, "modes_trained": modes_trained,
                      "reading_features": reading_features, "text_embeddings": text_embeddings,
-                     "features": features}
+                     "features": features, "members": members}
         self.modes = list(modes)
         if text_embeddings or train_encoder:
             encoder_dim = self.encoder.dim  # loads it: a features-only model never does
         elif encoder_dim is None:
             encoder_dim = FEATURES_ONLY_DIM
-        self.head = DCLHead(encoder_dim, hidden_size, len(self.modes), temperature,
-                            len(features) if reading_features else 0)
+        n_features = len(features) if reading_features else 0
+        self.head = DCLHead(encoder_dim, hidden_size, len(self.modes), temperature, n_features)
+        self.extra_heads = nn.ModuleList(DCLHead(encoder_dim, hidden_size, len(self.modes), temperature, n_features)
+                                         for _ in range(members - 1))
         self.cache: dict[str, torch.Tensor] = {}
         self._stored: dict[str, torch.Tensor] = {}  # embeddings read by load_cache, by key
+
+    @property
+    def heads(self) -> list[DCLHead]:
+        """The ensemble's heads, the first one :attr:`head` (a single model: just that one)."""
+        return [self.head, *self.extra_heads]  # type: ignore[list-item]
 
     @property
     def train_encoder(self) -> bool:
@@ -179,19 +192,31 @@ class DCLAttributor(nn.Module):
         features = ex.features if self.spec["reading_features"] else None
         return self.head(self.embed(ex.turn_texts), ex.turn_agent, self.embed(ex.agent_texts), features)
 
+    def outputs(self, ex: Example) -> list[DCLOutput]:
+        """Every head's output for ``ex`` (its turns embedded once)."""
+        features = ex.features if self.spec["reading_features"] else None
+        turns, names = self.embed(ex.turn_texts), self.embed(ex.agent_texts)
+        return [head(turns, ex.turn_agent, names, features) for head in self.heads]
+
     @torch.no_grad()
     def predict(self, row: dict[str, Any]) -> dict[str, Any]:
         """(agent, step, modes) with scores for one DCL row (labels, if any, are ignored).
 
         Agent and step are decoded jointly: the step maximises p(step) * p(agent of that step),
         and the agent is the one acting at it. ``top_pair`` is that agent with its best mode
-        (mode ``None`` and no ``modes``/``pairs`` when the model never saw mode labels).
+        (mode ``None`` and no ``modes``/``pairs`` when the model never saw mode labels). An
+        ensemble averages its heads' joint log-scores (and their probabilities for the rest).
         """
         self.eval()
         ex = self.example(unlabelled(row))
-        out = self(ex)
-        agent_p, mode_p, pair_p = out.agent_logits.sigmoid(), out.mode_logits.sigmoid(), out.pair_logits.sigmoid()
-        joint = joint_logits(out, ex.turn_agent).softmax(0)
+        outs = self.outputs(ex)
+
+        def mean(part: Callable[[DCLOutput], torch.Tensor]) -> torch.Tensor:
+            return torch.stack([part(o) for o in outs]).mean(0)
+
+        agent_p, mode_p = mean(lambda o: o.agent_logits.sigmoid()), mean(lambda o: o.mode_logits.sigmoid())
+        pair_p = mean(lambda o: o.pair_logits.sigmoid())
+        joint = mean(lambda o: joint_logits(o, ex.turn_agent)).softmax(0)
         t = int(joint.argmax())
         a = int(ex.turn_agent[t])
         best = int(pair_p[a].argmax())  # the predicted agent's most likely mode
@@ -212,7 +237,7 @@ class DCLAttributor(nn.Module):
             "pairs": [{"agent": x, "mode": m, "score": round(p, 4)} for x, m, p in sorted(pairs, key=lambda x: -x[2])]
             if with_modes else [],
             "agents": {name: round(float(p), 4) for name, p in zip(ex.agents, agent_p)},
-            "fault_score": float(out.fault_logit.sigmoid()),
+            "fault_score": float(mean(lambda o: o.fault_logit.sigmoid())),
             "turns_read": len(ex.turn_texts),
         }
 
@@ -232,7 +257,7 @@ class DCLAttributor(nn.Module):
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained tensors: the head, plus the encoder when it was fine-tuned."""
         return {k: v.detach().contiguous() for k, v in self.state_dict().items()
-                if k.startswith("head.") or self.train_encoder}
+                if k.startswith(HEAD_KEYS) or self.train_encoder}
 
     def save(self, directory: str | Path) -> Path:
         """Write the weights, then the config that makes ``directory`` loadable, each file whole or
@@ -255,7 +280,7 @@ class DCLAttributor(nn.Module):
             shapes = str(exc).split("size mismatch for ", 2)
             first = f": {shapes[1].strip().rstrip('.')}" if len(shapes) > 1 else ""
             raise ValueError(f"{weights}: the weights do not fit this configuration{first}") from None
-        missing = [k for k in missing if k.startswith("head.") or self.train_encoder]
+        missing = [k for k in missing if k.startswith(HEAD_KEYS) or self.train_encoder]
         if missing or unexpected:
             raise ValueError(f"checkpoint {directory} does not fit: missing {missing}, unexpected {unexpected}")
 

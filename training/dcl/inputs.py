@@ -12,6 +12,10 @@ INPUTS = {
     "text": "the encoder's turn embeddings only (the earlier DCL)",
 }
 
+#: models in a seed ensemble by default (``dcl --ensemble``, ``benchmark --ensemble``), chosen on
+#: training data only (docs/results.md, round 4)
+DEFAULT_ENSEMBLE = 5
+
 
 class InputFields(TypedDict):
     """The ``DCLConfig`` fields an ``INPUTS`` choice sets."""

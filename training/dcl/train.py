@@ -21,6 +21,7 @@ from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_confi
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
 from .examples import Example, RowError
+from .inputs import DEFAULT_ENSEMBLE
 from .losses import dcl_losses
 from .reading import FEATURES, check_features
 
@@ -64,6 +65,9 @@ class DCLConfig:
     save_total_limit: int = field(default=2, metadata={"help": "epoch checkpoints kept"})
     embedding_cache: str = field(default="", metadata={"help": "safetensors file of turn-window embeddings reused "
                                                                   "across runs (frozen encoder; created if missing)"})
+    ensemble: int = field(default=DEFAULT_ENSEMBLE, metadata={"help": "models trained, with seeds seed .. seed+K-1 (each in "
+                                                       "OUT/members/seed-N), kept as one model that averages their "
+                                                       "joint (agent, step) log-scores"})
 
 
 def _optimizer(model: DCLAttributor, cfg: DCLConfig) -> torch.optim.Optimizer:
@@ -130,7 +134,14 @@ def _batches(groups: list[list[Example]], cfg: DCLConfig, epoch: int) -> list[li
 def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: str | None = None,
         resume: bool = False, progress: bool = True) -> DCLAttributor:
     """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at
-    the top); a progress bar on stderr unless ``progress`` is false."""
+    the top); a progress bar on stderr unless ``progress`` is false. ``cfg.ensemble`` > 1: that many
+    models, seeds ``cfg.seed ..``, saved as one (:func:`.ensemble.fit_ensemble`)."""
+    if not isinstance(cfg.ensemble, int) or cfg.ensemble < 1:
+        raise ValueError(f"--ensemble must be a whole number >= 1, not {cfg.ensemble!r}")
+    if cfg.ensemble > 1:
+        from .ensemble import fit_ensemble
+
+        return fit_ensemble(rows, out, cfg, encoder, resume, progress)
     out = Path(out)
     found = checkpoints(out)
     check_fresh_run(out, found[-1] if found else None, resume)
