@@ -93,6 +93,28 @@ def _field(part: Any, name: str) -> Any:
     return part.get(name) if isinstance(part, dict) else getattr(part, name, None)
 
 
+#: The types of the content parts a tool may return (``ToolOutputText``, ``ToolOutputImage``,
+#: ``ToolOutputFileContent``) and of the input items the SDK makes of them.
+_PART_TYPES = frozenset({"text", "image", "file", "input_text", "input_image", "input_file"})
+
+
+def _parts(output: Any) -> bool:
+    """Whether a tool's output is a list of content parts, not other data that is a list."""
+    if not isinstance(output, (list, tuple)) or not output:
+        return False
+    kinds = [_field(p, "type") for p in output]
+    return all(isinstance(k, str) and k in _PART_TYPES for k in kinds)
+
+
+def _output_text(output: Any) -> str:
+    """Text of a tool's output: a string as it is, content parts by :func:`_text`, other data as JSON."""
+    if isinstance(output, str):
+        return output
+    if _parts(output):
+        return _text(list(output))
+    return json.dumps(output, default=str, ensure_ascii=False)
+
+
 def item_message(item: Any) -> dict[str, Any] | None:
     """A neutral message of one Responses-format input item (a dict), or None for other kinds."""
     if not isinstance(item, dict):
@@ -102,9 +124,7 @@ def item_message(item: Any) -> dict[str, Any] | None:
         return {"role": "assistant", "content": "", "tool_calls": [
             {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}]}
     if kind == "function_call_output":
-        output = item.get("output")
-        return {"role": "tool", "content": output if isinstance(output, str) else json.dumps(output, default=str),
-                "tool_call_id": item.get("call_id")}
+        return {"role": "tool", "content": _output_text(item.get("output")), "tool_call_id": item.get("call_id")}
     if "role" in item:
         role = "system" if item["role"] == "developer" else item["role"]
         return {"role": role, "content": _text(item.get("content"))}
@@ -445,7 +465,8 @@ class OpenAIAgentsAdapter(Adapter):
                 _TOOL_CALL.reset(token)
 
         def finish(result: Any) -> None:
-            call.scope.finish(getattr(result, "output", None), is_error=call.failed)
+            output: Any = getattr(result, "output", None)
+            call.scope.finish(_text(list(output)) if _parts(output) else output, is_error=call.failed)
 
         return await await_in_scope(call.scope, invoke, finish, "openai-agents tool")
 

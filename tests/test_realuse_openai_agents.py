@@ -294,3 +294,34 @@ def test_a_task_of_several_parts_is_read_as_the_model_gets_it(model_server, tmp_
     prompt = json.loads(chat.attributes[sc.INPUT_MESSAGES])[-1]["parts"][0]["content"]
     assert prompt.split("\n")[:-1] == traj.task.split("\n")[:-1], "the texts as the chat span has them"
     no_hook_errors(caplog.records)
+
+
+@needs_sdk
+def test_a_tool_output_of_several_parts_is_read_by_the_shared_rule(model_server, tmp_path, caplog):
+    """A function tool returning a text and an image (``ToolOutputText``, ``ToolOutputImage``): its span's
+    result and the next turn's input are the text, then ``[image]``/``[input_image]``, as every
+    adapter reads parts (they were a Python repr and ASCII-escaped JSON, each with the image's whole
+    data URL)."""
+    from agents import Agent, Runner, ToolOutputImage, ToolOutputText, function_tool
+
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 1000
+
+    @function_tool
+    def look(city: str) -> list:
+        """Look at the weather in ``city``."""
+        return [ToolOutputText(text=f"Weather in {city}: {ODD}"), ToolOutputImage(image_url=image)]
+
+    def policy(body: dict[str, Any]) -> Reply:
+        return Reply(content="done") if body["messages"][-1]["role"] == "tool" else Reply(tool_calls=[("look", {"city": "Zürich"})])
+
+    app = Agent(name="solo", instructions="You are solo.", model=_model(fast_model_server(model_server, policy).base_url),
+                tools=[look])
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    assert Runner.run_sync(app, "weather?").final_output == "done"
+    probe.flush()
+    steps = probe.trajectory().steps
+    text = f"Weather in Zürich: {ODD}"
+    assert [t.result for t in steps[0].tool_calls] == [f"{text}\n[image]"]
+    assert [m.content for m in steps[1].input_messages] == [f"[tool_result {text}\n[input_image]]"]
+    assert b"iVBORw0KGgo" not in (tmp_path / "store").joinpath("spans.jsonl").read_bytes()
+    no_hook_errors(caplog.records)
