@@ -64,16 +64,19 @@ if TYPE_CHECKING:
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 
 
-#: Content parts a message's ``tool_calls`` carry already (Anthropic's ``tool_use`` blocks, ...).
-_CALL_PARTS = frozenset({"tool_use", "tool_call", "tool_call_chunk", "function_call"})
+#: Content parts that are not the message's text: the tool calls its ``tool_calls`` carry already
+#: (Anthropic's ``tool_use`` blocks, ...) and a model's reasoning (kept out of its answer, as before,
+#: so a replayed answer is the text the app got).
+_NOT_TEXT = frozenset({"tool_use", "tool_call", "tool_call_chunk", "function_call", "reasoning", "thinking",
+                       "redacted_thinking"})
 
 
 def _text(content: Any) -> str:
     """Text of a LangChain message content: a string, or a list of parts read by the rule every
     adapter shares (:func:`~aegis_probe.messages.content_text`: one part per line, an image or a
-    file as ``[its type]``), leaving out the tool-call parts its ``tool_calls`` hold."""
+    file as ``[its type]``), leaving out tool-call and reasoning parts."""
     if isinstance(content, list):
-        return content_text([p for p in content if not (isinstance(p, dict) and p.get("type") in _CALL_PARTS)])
+        return content_text([p for p in content if not (isinstance(p, dict) and str(p.get("type")) in _NOT_TEXT)])
     return "" if content is None else str(content)
 
 

@@ -323,3 +323,23 @@ def test_a_task_of_several_parts_is_read_by_the_shared_rule(model_server, tmp_pa
                if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert json.loads(chat.attributes["gen_ai.input.messages"])[-1]["parts"][0]["content"] == traj.task
     no_hook_errors(caplog.records)
+
+
+def test_reasoning_and_tool_call_parts_are_not_a_message_text(tmp_path, caplog):
+    """A node writing a message of reasoning, text and a tool-use part (as Anthropic's and OpenAI's
+    reasoning models answer): its step's output is the text alone, as the app reads the answer."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    parts = [{"type": "thinking", "thinking": "Let me think."}, {"type": "reasoning", "reasoning": "Hm."},
+             {"type": "text", "text": "The answer."}, {"type": "tool_use", "id": "t1", "name": "look", "input": {}}]
+    graph = StateGraph(MessagesState)
+    graph.add_node("thinker", lambda state: {"messages": [AIMessage(content=parts, name="thinker")]})
+    graph.add_edge(START, "thinker")
+    graph.add_edge("thinker", END)
+    app = graph.compile(name="thinking")
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    app.invoke({"messages": [("user", "think")]})
+    probe.flush()
+    assert [s.output for s in probe.trajectory().steps] == ["The answer."]
+    no_hook_errors(caplog.records)
