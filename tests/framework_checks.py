@@ -109,14 +109,6 @@ def escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
-def fast_model_server(model_server: Callable[[Policy], Any], policy: Policy) -> Any:
-    """``model_server(policy)`` answering without Nagle's delay: its handler writes the headers and the
-    body apart, so each reply otherwise waits ~40 ms for the client's delayed ACK (hundreds of calls)."""
-    server = model_server(policy)
-    server._server.RequestHandlerClass.disable_nagle_algorithm = True
-    return server
-
-
 def _by_index(spans: list[Any]) -> list[Any]:
     steps = [s for s in spans if s.attributes.get(sc.STEP_INDEX) is not None]
     return sorted(steps, key=lambda s: s.attributes[sc.STEP_INDEX])
@@ -254,3 +246,22 @@ def cancelled_beside_whole(probe: Any, store_dir: Path) -> None:
     assert all(s.status != "ERROR" for s in fast[1]) and _by_index(fast[1])
     for (_, spans), other in ((slow, "fast"), (fast, "slow")):
         assert not any(f"done {other}" in str(s.attributes) or f"{other} task" in str(s.attributes) for s in spans)
+
+
+def memory_held_after(run: Callable[[], None]) -> float:
+    """MiB still allocated after ``run()`` (which builds an app, instruments it, runs it and lets both
+    go) once its objects are collected: what the instrumentation keeps of an app that is gone. ``run``
+    runs once before, unmeasured (imports, lazy set-up)."""
+    import gc
+    import tracemalloc
+
+    run()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run()
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held / 2**20

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
                               store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
@@ -68,7 +68,7 @@ def _speaker(body: dict[str, Any]) -> str:
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["initiate_chat", "a_initiate_chat"])
 def test_a_group_chat_of_300_messages_is_whole(asynchronous, model_server, tmp_path, caplog):
     counter = itertools.count()
-    server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
+    server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     user, manager = _talk(server.base_url, STEPS)
     probe = aegis_probe.instrument(manager, store=tmp_path / "store")
     start = user.a_initiate_chat if asynchronous else user.initiate_chat
@@ -115,8 +115,8 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
     def policy(body: dict[str, Any]) -> Reply:
         return Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD + LONE})])
 
-    bare = _chat(*_pair(fast_model_server(model_server, policy).base_url, stream), task, asynchronous)
-    user, writer = _pair(fast_model_server(model_server, policy).base_url, stream)  # own server: the same call ids
+    bare = _chat(*_pair(model_server(policy).base_url, stream), task, asynchronous)
+    user, writer = _pair(model_server(policy).base_url, stream)  # own server: the same call ids
     probe = aegis_probe.instrument(writer, store=tmp_path / "store",
                                    judge=lambda t, answer: t == task and answer == FILES)
     result = _chat(user, writer, task, asynchronous)
@@ -140,7 +140,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
 def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server, tmp_path, caplog):
     """The openai client refuses to send a lone surrogate: the app gets that same error, and the
     failed run is stored with its task escaped."""
-    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    server = model_server(lambda body: Reply(content="never"))
     with pytest.raises(UnicodeEncodeError) as bare:
         _chat(*_pair(server.base_url), LONE, False)
     user, writer = _pair(server.base_url)
@@ -180,7 +180,7 @@ def test_chats_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, c
     from autogen import AssistantAgent, UserProxyAgent
 
     barrier = threading.Barrier(4)
-    server = fast_model_server(model_server, _by_task(barrier))
+    server = model_server(_by_task(barrier))
     assistant = AssistantAgent("assistant", system_message="You help.", llm_config=_llm_config(server.base_url))
     probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
@@ -220,7 +220,7 @@ def test_a_chat_cancelled_beside_another_ends_alone(model_server, tmp_path, capl
     from autogen import AssistantAgent, UserProxyAgent
 
     policy = SlowOrFast()
-    llm_config = _llm_config(fast_model_server(model_server, policy).base_url)
+    llm_config = _llm_config(model_server(policy).base_url)
     assistant = AssistantAgent("assistant", system_message="You help.", llm_config=llm_config)
     probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
 
@@ -233,3 +233,23 @@ def test_a_chat_cancelled_beside_another_ends_alone(model_server, tmp_path, capl
     assert result.chat_history[-1]["content"] == "done fast"
     cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)
+
+
+@needs_ag2
+def test_a_dropped_chat_leaves_no_memory_behind(model_server, tmp_path):
+    """A server-style app: chats of 1 MiB replies, each with an assistant built, instrumented and let
+    go. Nothing of them stays allocated (the message caches held the last prompts of 64 conversations)."""
+    from autogen import AssistantAgent, UserProxyAgent
+
+    server = model_server(lambda body: Reply(content="y" * (1 << 20) + str(len(body["messages"]))))
+
+    def run() -> None:
+        user = UserProxyAgent("user", human_input_mode="NEVER", code_execution_config=False, default_auto_reply="more")
+        assistant = AssistantAgent("assistant", system_message="You help.", llm_config=_llm_config(server.base_url))
+        probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
+        assert len(user.initiate_chat(assistant, message="hi", silent=True, max_turns=4).chat_history) == 8
+        probe.flush()
+        probe.uninstrument()
+        server.requests.clear()
+
+    assert memory_held_after(run) < 1.0

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
                               store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
@@ -69,7 +69,7 @@ def test_a_crew_of_300_tasks_is_whole(asynchronous, model_server, tmp_path, capl
     from crewai import Crew, Task
 
     counter = itertools.count()
-    server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
+    server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     agents = [_agent("alice", server.base_url), _agent("bob", server.base_url)]
     tasks = [Task(description=f"Say line {i}.", expected_output="One line", agent=agents[i % 2]) for i in range(STEPS)]
     crew = Crew(name="talk", agents=agents, tasks=tasks)
@@ -117,7 +117,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
             return Reply(tool_calls=[("list_files", {"pattern": ODD + LONE})])
         return Reply(content=reply)
 
-    server = fast_model_server(model_server, policy)
+    server = model_server(policy)
     bare = _kickoff(_crew(server.base_url, stream), task, asynchronous)
     crew = _crew(server.base_url, stream)
     probe = aegis_probe.instrument(crew, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == reply)
@@ -140,7 +140,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, asynchronous, st
 def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server, tmp_path, caplog):
     """The openai client refuses to send a lone surrogate: the app gets the error it gets
     uninstrumented, and the failed run is stored with its task escaped."""
-    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    server = model_server(lambda body: Reply(content="never"))
     with pytest.raises(Exception) as bare:
         _kickoff(_crew(server.base_url), LONE, False)
     crew = _crew(server.base_url)
@@ -183,7 +183,7 @@ def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path
     from crewai import Crew, Task
 
     barrier = threading.Barrier(4)
-    server = fast_model_server(model_server, _by_task(barrier))
+    server = model_server(_by_task(barrier))
     agents = [_agent("alice", server.base_url), _agent("bob", server.base_url)]
     crew = Crew(name="pair", agents=agents, tasks=[
         Task(description="Start on {task}.", expected_output="A line", agent=agents[0]),
@@ -224,7 +224,7 @@ def test_a_kickoff_cancelled_beside_another_ends_alone(model_server, tmp_path, c
     from crewai import Crew, Task
 
     policy = SlowOrFast()
-    solo = _agent("solo", fast_model_server(model_server, policy).base_url)
+    solo = _agent("solo", model_server(policy).base_url)
     task = Task(description="Do the {task}.", expected_output="A line", agent=solo)
     crew = Crew(name="solo", agents=[solo], tasks=[task])
     probe = aegis_probe.instrument(crew, store=tmp_path / "store")
@@ -232,3 +232,25 @@ def test_a_kickoff_cancelled_beside_another_ends_alone(model_server, tmp_path, c
     assert output.raw == "done fast"
     cancelled_beside_whole(probe, tmp_path / "store")
     no_hook_errors(caplog.records)
+
+
+@needs_crewai
+def test_a_dropped_crew_leaves_no_memory_behind(model_server, tmp_path):
+    """A server-style app: crews of 6 tasks with 1 MiB replies, each built, instrumented and let go.
+    Nothing of them stays allocated (the seam's prompt cache held the last prompts)."""
+    from crewai import Crew, Task
+
+    server = model_server(lambda body: Reply(content="y" * (1 << 20)))
+
+    def run() -> None:
+        agents = [_agent("alice", server.base_url), _agent("bob", server.base_url)]
+        tasks = [Task(description=f"Say line {i}.", expected_output="One line", agent=agents[i % 2], context=[])
+                 for i in range(6)]
+        crew = Crew(name="talk", agents=agents, tasks=tasks)
+        probe = aegis_probe.instrument(crew, store=tmp_path / "store")
+        assert len(crew.kickoff().tasks_output) == 6
+        probe.flush()
+        probe.uninstrument()
+        server.requests.clear()
+
+    assert memory_held_after(run) < 1.0

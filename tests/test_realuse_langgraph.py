@@ -21,7 +21,7 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
-    LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped, fast_model_server,
+    LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
     long_run_is_whole, no_hook_errors, runs_stay_apart, store_lines_are_valid)
 
 STEPS = 300
@@ -75,7 +75,7 @@ def test_a_run_of_300_steps_is_whole(mode, model_server, tmp_path):
     """``invoke``, and ``astream`` of the model's tokens and the state (``stream_mode`` messages and
     values) on a checkpointer thread."""
     counter = itertools.count()
-    server = fast_model_server(model_server, lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
+    server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     app = _talk(server.base_url, STEPS, checkpointer=mode == "astream")
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     start = {"messages": [("user", "count to 300")]}
@@ -127,7 +127,7 @@ def _said(state: Any) -> list[tuple[str, Any, Any]]:
 def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streaming, model_server, tmp_path, caplog):
     """The app's result is the uninstrumented one; the store's line is valid UTF-8 JSON; the trajectory
     holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
-    server = fast_model_server(model_server, lambda body: Reply(content=reply))
+    server = model_server(lambda body: Reply(content=reply))
     bare = _odd_app(server.base_url, streaming).invoke({"messages": [("user", task)]})
     app = _odd_app(server.base_url, streaming)
     probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
@@ -147,7 +147,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streaming, model
 def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server, tmp_path, caplog):
     """The openai client refuses to send a lone surrogate: the app gets that same error, and the
     failed run is stored with its task escaped."""
-    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    server = model_server(lambda body: Reply(content="never"))
     with pytest.raises(UnicodeEncodeError) as bare:
         _odd_app(server.base_url).invoke({"messages": [("user", LONE)]})
     app = _odd_app(server.base_url)
@@ -187,7 +187,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     from aegis_probe import semconv as sc
 
     barrier = threading.Barrier(4)
-    server = fast_model_server(model_server, _by_task(barrier))
+    server = model_server(_by_task(barrier))
     app = _talk(server.base_url, 4, checkpointer=True)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
@@ -227,7 +227,7 @@ def test_a_long_run_keeps_no_message_alive_after_the_app(model_server, tmp_path)
     import gc
     import weakref
 
-    server = fast_model_server(model_server, lambda body: Reply(content="x" * 100_000 + str(len(body["messages"]))))
+    server = model_server(lambda body: Reply(content="x" * 100_000 + str(len(body["messages"]))))
     refs: list[Any] = []
 
     def run(instrumented: bool) -> None:
@@ -250,7 +250,7 @@ def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplo
     """Two ``ainvoke`` runs of one graph as two asyncio tasks; the app cancels one mid-call (a
     timeout): it ends cancelled in its own trace, the other is whole."""
     policy = SlowOrFast()
-    app = _talk(fast_model_server(model_server, policy).base_url, 2)
+    app = _talk(model_server(policy).base_url, 2)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     state = asyncio.run(cancel_one_beside_another(policy, lambda task: app.ainvoke({"messages": [("user", task)]})))
     assert state["messages"][-1].content == "done fast"
@@ -309,7 +309,7 @@ def test_a_task_of_several_parts_is_read_by_the_shared_rule(model_server, tmp_pa
     ``[image_url]`` (the texts were glued together and the image left out)."""
     from langchain_core.messages import HumanMessage
 
-    server = fast_model_server(model_server, lambda body: Reply(content="seen"))
+    server = model_server(lambda body: Reply(content="seen"))
     app = _odd_app(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     parts = [{"type": "text", "text": "Compare these."}, {"type": "text", "text": f"First: {ODD}"},

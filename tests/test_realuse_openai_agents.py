@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              fast_model_server, long_run_is_whole, no_hook_errors, runs_stay_apart,
+                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
                               store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
@@ -96,7 +96,7 @@ def _talk_policy(turns: int) -> Any:
 def test_a_run_of_300_turns_is_whole(streamed, model_server, tmp_path, caplog):
     from agents import Runner
 
-    server = fast_model_server(model_server, _talk_policy(STEPS))
+    server = model_server(_talk_policy(STEPS))
     app = _pair(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     if streamed:
@@ -154,7 +154,7 @@ def test_odd_bytes_pass_unchanged_and_are_recorded(task, reply, streamed, model_
     trajectory holds the texts as they were, lone surrogates escaped (``\\ud800``, as documented)."""
     # no lone surrogate in the arguments: the SDK's tool-call fingerprint fails on them, uninstrumented too
     answer = Reply(content=reply, tool_calls=[("list_files", {"pattern": ODD})])
-    server = fast_model_server(model_server, lambda body: answer)
+    server = model_server(lambda body: answer)
     bare = asyncio.run(_run(_writer(server.base_url), task, streamed))
     app = _writer(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda t, answer: t == task and answer == FILES)
@@ -178,7 +178,7 @@ def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server
     failed run is stored with its task escaped."""
     from agents import Runner
 
-    server = fast_model_server(model_server, lambda body: Reply(content="never"))
+    server = model_server(lambda body: Reply(content="never"))
     with pytest.raises(UnicodeEncodeError) as bare:
         Runner.run_sync(_writer(server.base_url), LONE)
     app = _writer(server.base_url)
@@ -220,7 +220,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     from agents import RunConfig, Runner, SQLiteSession
 
     barrier = threading.Barrier(4)
-    server = fast_model_server(model_server, _by_task(barrier))
+    server = model_server(_by_task(barrier))
     app = _pair(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
@@ -262,7 +262,7 @@ def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplo
     from agents import Agent, Runner
 
     policy = SlowOrFast()
-    app = Agent(name="solo", instructions="You are solo.", model=_model(fast_model_server(model_server, policy).base_url))
+    app = Agent(name="solo", instructions="You are solo.", model=_model(model_server(policy).base_url))
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     result = asyncio.run(cancel_one_beside_another(policy, lambda task: Runner.run(app, task)))
     assert result.final_output == "done fast"
@@ -277,7 +277,7 @@ def test_a_task_of_several_parts_is_read_as_the_model_gets_it(model_server, tmp_
     the same prompt (the texts were glued together and the image left out)."""
     from agents import Runner
 
-    server = fast_model_server(model_server, lambda body: Reply(content="seen"))
+    server = model_server(lambda body: Reply(content="seen"))
     app = _writer(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     image = "data:image/png;base64,iVBORw0KGgo="
@@ -314,7 +314,7 @@ def test_a_tool_output_of_several_parts_is_read_by_the_shared_rule(model_server,
     def policy(body: dict[str, Any]) -> Reply:
         return Reply(content="done") if body["messages"][-1]["role"] == "tool" else Reply(tool_calls=[("look", {"city": "Zürich"})])
 
-    app = Agent(name="solo", instructions="You are solo.", model=_model(fast_model_server(model_server, policy).base_url),
+    app = Agent(name="solo", instructions="You are solo.", model=_model(model_server(policy).base_url),
                 tools=[look])
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     assert Runner.run_sync(app, "weather?").final_output == "done"
@@ -325,3 +325,30 @@ def test_a_tool_output_of_several_parts_is_read_by_the_shared_rule(model_server,
     assert [m.content for m in steps[1].input_messages] == [f"[tool_result {text}\n[input_image]]"]
     assert b"iVBORw0KGgo" not in (tmp_path / "store").joinpath("spans.jsonl").read_bytes()
     no_hook_errors(caplog.records)
+
+
+@needs_sdk
+def test_a_dropped_team_leaves_no_memory_behind(model_server, tmp_path):
+    """A server-style app: runs of 8 turns with 1 MiB replies, each with a team built, instrumented and
+    let go. Nothing of them stays allocated (the seam's prompt cache held the last prompts)."""
+    from agents import Runner
+
+    big, turns = "y" * (1 << 20), {"done": itertools.count()}
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if next(turns["done"]) >= 7:
+            return Reply(content=big)
+        return Reply(content=big, tool_calls=[(f"transfer_to_{'bob' if _speaker(body) == 'alice' else 'alice'}", {})])
+
+    server = model_server(policy)
+
+    def run() -> None:
+        turns["done"] = itertools.count()
+        app = _pair(server.base_url)
+        probe = aegis_probe.instrument(app, store=tmp_path / "store")
+        assert Runner.run_sync(app, "talk", max_turns=10).final_output == big
+        probe.flush()
+        probe.uninstrument()
+        server.requests.clear()
+
+    assert memory_held_after(run) < 1.0
