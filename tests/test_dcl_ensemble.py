@@ -101,6 +101,18 @@ def test_bad_ensembles_are_one_clear_error(tmp_path, capsys):
     assert main(["dcl", *tiny, "--out", str(tmp_path / "b"), "--ensemble", "1", "--hidden_size", "8"]) == 0
     with pytest.raises(ValueError, match="made of single models"):
         combine([combine([DCLAttributor.load(tmp_path / "a")] * 2)])
+    capsys.readouterr()
+    ens = tmp_path / "ens"
+    assert main(["dcl", *tiny, "--out", str(ens), "--ensemble", "2"]) == 0
+    before = {p: p.read_bytes() for p in ens.rglob("*") if p.is_file()}
+    for out, k, what in ((ens, "1", "holds a seed ensemble's models (members/)"),
+                         (tmp_path / "a", "2", "holds the checkpoints of a single model's run")):
+        assert main(["dcl", *tiny, "--out", str(out), "--ensemble", k]) == 2
+        assert what in capsys.readouterr().err
+    assert main(["dcl", *tiny, "--out", str(ens), "--ensemble", "2"]) == 2  # its members' runs: --resume
+    assert "members/seed-0 holds the checkpoints of an earlier run" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in ens.rglob("*") if p.is_file()} == before  # nothing written was lost
+    assert not (tmp_path / "a" / "members").exists()
     with pytest.raises(ValueError, match="must share every setting"):
         combine([DCLAttributor.load(tmp_path / "a"), DCLAttributor.load(tmp_path / "b")])
     spec_file = tmp_path / "a" / SPEC_FILE

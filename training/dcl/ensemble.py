@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
+from .inputs import MEMBERS_DIR
 
 if TYPE_CHECKING:
     from .train import DCLConfig
-
-MEMBERS_DIR = "members"
 
 
 def combine(models: Sequence[DCLAttributor]) -> DCLAttributor:
@@ -47,8 +46,11 @@ def fit_ensemble(rows: list[dict[str, Any]], out: str | Path, cfg: "DCLConfig", 
     """Train ``cfg.ensemble`` models with seeds ``cfg.seed ..`` (each a whole DCL run, with its
     checkpoints, in ``OUT/members/seed-N``; ``resume`` continues each), then save them as one
     model at ``out``."""
-    from .train import fit
+    from .train import checkpoints, fit
 
+    if checkpoints(Path(out)):
+        raise ValueError(f"{out} holds the checkpoints of a single model's run: train the ensemble into another "
+                         "directory (or remove them)")
     if cfg.train_encoder:
         raise ValueError("--ensemble > 1 needs a frozen encoder (the models share it): drop --train_encoder")
     seeds = [cfg.seed + i for i in range(cfg.ensemble)]

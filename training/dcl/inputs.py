@@ -15,6 +15,8 @@ INPUTS = {
 #: models in a seed ensemble by default (``dcl --ensemble``, ``benchmark --ensemble``), chosen on
 #: training data only (docs/results.md, round 4)
 DEFAULT_ENSEMBLE = 5
+#: the folder of an ensemble's model directory that holds each seed's own run
+MEMBERS_DIR = "members"
 
 
 class InputFields(TypedDict):

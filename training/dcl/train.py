@@ -21,7 +21,7 @@ from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_confi
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
 from .examples import Example, RowError
-from .inputs import DEFAULT_ENSEMBLE
+from .inputs import DEFAULT_ENSEMBLE, MEMBERS_DIR
 from .losses import dcl_losses
 from .reading import FEATURES, check_features
 
@@ -143,6 +143,9 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
 
         return fit_ensemble(rows, out, cfg, encoder, resume, progress)
     out = Path(out)
+    if (out / MEMBERS_DIR).is_dir():  # its model would replace the ensemble's
+        raise ValueError(f"{out} holds a seed ensemble's models ({MEMBERS_DIR}/): train one model into another "
+                         "directory (or remove it), or an ensemble with --ensemble")
     found = checkpoints(out)
     check_fresh_run(out, found[-1] if found else None, resume)
     torch.manual_seed(cfg.seed)
