@@ -13,6 +13,7 @@ from aegis_probe.train import importers
 from aegis_probe.train.baselines import MostFrequentAgent, acting_agents, expected_random
 from aegis_probe.train.answers import gold_attribution
 from aegis_probe.train.dcl.examples import example_from_row
+from aegis_probe.train.dcl.reading import FEATURES
 from aegis_probe.train.modes import MODE_IDS
 
 pytestmark = pytest.mark.train
@@ -33,7 +34,8 @@ def test_dcl_reads_two_spellings_as_one_agent():
     assert ex.agent_target is not None and ex.agent_target.tolist() == [1.0, 0.0, 0.0]
     assert ex.turn_texts[1] == "agent 2: turn 1: ask agent 1 or agent 1"  # both spellings hidden, as one agent
     assert ex.features is not None
-    share, first_turn = ex.features[:, -2].tolist(), ex.features[:, -1].tolist()
+    share = ex.features[:, FEATURES.index("speaker_share")].tolist()
+    first_turn = ex.features[:, FEATURES.index("speaker_first_turn")].tolist()
     assert share[0] == share[2] == pytest.approx(0.5) and first_turn == [1.0, 1.0, 0.0, 1.0]  # was 0.25 and a 'first' turn at 2
 
 
