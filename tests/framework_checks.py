@@ -5,6 +5,7 @@ patched original, and a policy whose calculator tool raises. Against the loopbac
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -265,3 +266,22 @@ def memory_held_after(run: Callable[[], None]) -> float:
     finally:
         tracemalloc.stop()
     return held / 2**20
+
+
+def all_in_flight(runs: int, key_of: Callable[[dict[str, Any]], str],
+                  reply: Callable[[str, dict[str, Any]], Reply]) -> Policy:
+    """A model policy for ``runs`` runs at once: a request belongs to the run ``key_of(body)`` names,
+    each run's first call waits for the other runs' first calls (so all are in flight together),
+    and every call is answered ``reply(key, body)``."""
+    barrier, started, lock = threading.Barrier(runs), set(), threading.Lock()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        key = key_of(body)
+        with lock:
+            first = key not in started
+            started.add(key)
+        if first:
+            barrier.wait(10)
+        return reply(key, body)
+
+    return policy

@@ -13,14 +13,13 @@ import asyncio
 import itertools
 import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
-                              store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+                              cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
+                              runs_stay_apart, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("autogen.agentchat")
@@ -155,32 +154,14 @@ def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server
     no_hook_errors(caplog.records)
 
 
-def _by_task(barrier: threading.Barrier) -> Any:
-    """A policy answering each chat by its task (``task of KEY``); each chat's first call waits for
-    the others', so all four chats are in flight at once."""
-    started: set[str] = set()
-    lock = threading.Lock()
-
-    def policy(body: dict[str, Any]) -> Reply:
-        key = body["messages"][1]["content"].removeprefix("task of ")
-        with lock:
-            first = key not in started
-            started.add(key)
-        if first:
-            barrier.wait(10)
-        return Reply(content=f"{key} says {len(body['messages'])}")
-
-    return policy
-
-
 @needs_ag2
 def test_chats_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
     """One assistant, one probe, a user per chat: two chats in two threads and two in two asyncio
     tasks, all four at once. Each chat's spans and outcome label are its own trace's."""
     from autogen import AssistantAgent, UserProxyAgent
 
-    barrier = threading.Barrier(4)
-    server = model_server(_by_task(barrier))
+    server = model_server(all_in_flight(4, lambda body: body["messages"][1]["content"].removeprefix("task of "),
+                                        lambda key, body: Reply(content=f"{key} says {len(body['messages'])}")))
     assistant = AssistantAgent("assistant", system_message="You help.", llm_config=_llm_config(server.base_url))
     probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}

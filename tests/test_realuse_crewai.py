@@ -13,14 +13,13 @@ import asyncio
 import itertools
 import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
-                              store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+                              cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
+                              runs_stay_apart, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 #: CrewAI 1.15's opt-outs (never OTEL_SDK_DISABLED: it would switch off aegis-probe's SDK too).
@@ -156,25 +155,6 @@ def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server
     no_hook_errors(caplog.records)
 
 
-def _by_task(barrier: threading.Barrier) -> Any:
-    """A policy answering each kickoff by its task (``task of KEY`` in the prompt); each kickoff's first
-    call waits for the others', so all four kickoffs are in flight at once."""
-    started: set[str] = set()
-    lock = threading.Lock()
-
-    def policy(body: dict[str, Any]) -> Reply:
-        prompt = json.dumps(body["messages"], ensure_ascii=False)
-        key = prompt.split("task of ")[1].split(".")[0]
-        with lock:
-            first = key not in started
-            started.add(key)
-        if first:
-            barrier.wait(10)
-        return Reply(content=f"{key} from {_speaker(body)}")
-
-    return policy
-
-
 @needs_crewai
 def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
     """One crew, one probe, a copy of the crew per request (as ``kickoff_for_each`` makes): two kickoffs
@@ -182,8 +162,9 @@ def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path
     outcome label are its own trace's."""
     from crewai import Crew, Task
 
-    barrier = threading.Barrier(4)
-    server = model_server(_by_task(barrier))
+    server = model_server(all_in_flight(
+        4, lambda body: json.dumps(body["messages"], ensure_ascii=False).split("task of ")[1].split(".")[0],
+        lambda key, body: Reply(content=f"{key} from {_speaker(body)}")))
     agents = [_agent("alice", server.base_url), _agent("bob", server.base_url)]
     crew = Crew(name="pair", agents=agents, tasks=[
         Task(description="Start on {task}.", expected_output="A line", agent=agents[0]),

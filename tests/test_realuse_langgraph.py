@@ -9,7 +9,6 @@ import asyncio
 import itertools
 import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +20,7 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
-    LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
+    LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another, cancelled_beside_whole, escaped,
     long_run_is_whole, no_hook_errors, runs_stay_apart, store_lines_are_valid)
 
 STEPS = 300
@@ -162,22 +161,9 @@ def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server
     no_hook_errors(caplog.records)
 
 
-def _by_task(barrier: threading.Barrier) -> Any:
-    """A policy answering each run by its task (``task of KEY``): ``KEY says N``; each run's first
-    call waits for the others', so all four runs are in flight at once."""
-    started: set[str] = set()
-    lock = threading.Lock()
-
-    def policy(body: dict[str, Any]) -> Reply:
-        key = next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
-        with lock:
-            first = key not in started
-            started.add(key)
-        if first:
-            barrier.wait(10)
-        return Reply(content=f"{key} says {len(body['messages'])}")
-
-    return policy
+def _task_key(body: dict[str, Any]) -> str:
+    """The run a request belongs to: its task, ``task of KEY``."""
+    return next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
 
 
 def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
@@ -186,8 +172,8 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     own trace's."""
     from aegis_probe import semconv as sc
 
-    barrier = threading.Barrier(4)
-    server = model_server(_by_task(barrier))
+    server = model_server(all_in_flight(
+        4, _task_key, lambda key, body: Reply(content=f"{key} says {len(body['messages'])}")))
     app = _talk(server.base_url, 4, checkpointer=True)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}

@@ -13,14 +13,13 @@ import asyncio
 import itertools
 import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, cancel_one_beside_another, cancelled_beside_whole, escaped,
-                              long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart,
-                              store_lines_are_valid)
+from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+                              cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
+                              runs_stay_apart, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("agents.run")
@@ -193,24 +192,16 @@ def test_lone_surrogates_in_the_task_fail_the_app_as_uninstrumented(model_server
     no_hook_errors(caplog.records)
 
 
-def _by_task(barrier: threading.Barrier) -> Any:
-    """A policy answering each run by its task (``task of KEY``): alice hands over to bob, who ends;
-    each run's first call waits for the others', so all four runs are in flight at once."""
-    started: set[str] = set()
-    lock = threading.Lock()
+def _task_key(body: dict[str, Any]) -> str:
+    """The run a request belongs to: its task, ``task of KEY``."""
+    return next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
 
-    def policy(body: dict[str, Any]) -> Reply:
-        key = next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
-        with lock:
-            first = key not in started
-            started.add(key)
-        if first:
-            barrier.wait(10)
-        if _speaker(body) == "alice":
-            return Reply(content=f"{key} from alice", tool_calls=[("transfer_to_bob", {})])
-        return Reply(content=f"{key} from bob")
 
-    return policy
+def _hand_over(key: str, body: dict[str, Any]) -> Reply:
+    """alice hands the run over to bob, who ends it."""
+    if _speaker(body) == "alice":
+        return Reply(content=f"{key} from alice", tool_calls=[("transfer_to_bob", {})])
+    return Reply(content=f"{key} from bob")
 
 
 @needs_sdk
@@ -219,8 +210,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     tasks, all four at once, each in its own session. Each run's spans, conversation id and outcome label are its own."""
     from agents import RunConfig, Runner, SQLiteSession
 
-    barrier = threading.Barrier(4)
-    server = model_server(_by_task(barrier))
+    server = model_server(all_in_flight(4, _task_key, _hand_over))
     app = _pair(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
     tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
