@@ -5,10 +5,12 @@ patched original, and a policy whose calculator tool raises. Against the loopbac
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import aegis_probe
 from aegis_probe import semconv as sc
@@ -285,3 +287,21 @@ def all_in_flight(runs: int, key_of: Callable[[dict[str, Any]], str],
         return reply(key, body)
 
     return policy
+
+
+#: The four runs of the at-once tests: two in threads, two as asyncio tasks; "ok" ones succeed.
+AT_ONCE = ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")
+
+
+def run_at_once(one: Callable[[str], str], one_async: Callable[[str], Awaitable[str]]) -> list[str]:
+    """Run :data:`AT_ONCE`'s thread runs with ``one`` in two threads while an event loop runs its
+    task runs with ``one_async`` (all four at once, with :func:`all_in_flight`); their answers in
+    :data:`AT_ONCE`'s order."""
+
+    async def both() -> list[str]:
+        return list(await asyncio.gather(*(one_async(key) for key in AT_ONCE[2:])))
+
+    with ThreadPoolExecutor(2) as pool:
+        threaded = pool.map(one, AT_ONCE[:2])
+        in_loop = asyncio.run(both())
+        return [*threaded, *in_loop]

@@ -13,13 +13,12 @@ import asyncio
 import itertools
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+from framework_checks import (AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
                               cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+                              runs_stay_apart, run_at_once, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("autogen.agentchat")
@@ -164,7 +163,7 @@ def test_chats_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, c
                                         lambda key, body: Reply(content=f"{key} says {len(body['messages'])}")))
     assistant = AssistantAgent("assistant", system_message="You help.", llm_config=_llm_config(server.base_url))
     probe = aegis_probe.instrument(assistant, store=tmp_path / "store")
-    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+    tasks = {key: f"task of {key}" for key in AT_ONCE}
     users = {key: UserProxyAgent(f"user-{key}", human_input_mode="NEVER", code_execution_config=False,
                                  default_auto_reply="go on") for key in tasks}
 
@@ -179,13 +178,7 @@ def test_chats_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, c
         probe.set_outcome(key.endswith("ok"), answer=key)
         return str(result.chat_history[-1]["content"])
 
-    async def both() -> list[str]:
-        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
-
-    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
-        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
-        in_loop = asyncio.run(both())
-        answers = [*threaded, *in_loop]
+    answers = run_at_once(one, one_async)
     assert answers == [f"{key} says 4" for key in tasks]
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})

@@ -13,13 +13,12 @@ import asyncio
 import itertools
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+from framework_checks import (AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
                               cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+                              runs_stay_apart, run_at_once, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 #: CrewAI 1.15's opt-outs (never OTEL_SDK_DISABLED: it would switch off aegis-probe's SDK too).
@@ -170,7 +169,7 @@ def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path
         Task(description="Start on {task}.", expected_output="A line", agent=agents[0]),
         Task(description="Finish {task}.", expected_output="A line", agent=agents[1])])
     probe = aegis_probe.instrument(crew, store=tmp_path / "store")
-    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+    tasks = {key: f"task of {key}" for key in AT_ONCE}
 
     def one(key: str) -> str:
         output = crew.copy().kickoff(inputs={"task": tasks[key]})
@@ -183,13 +182,7 @@ def test_kickoffs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path
         probe.set_outcome(key.endswith("ok"), answer=key)
         return str(output.raw)
 
-    async def both() -> list[str]:
-        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
-
-    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
-        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
-        in_loop = asyncio.run(both())
-        answers = [*threaded, *in_loop]
+    answers = run_at_once(one, one_async)
     assert answers == [f"{key} from bob" for key in tasks]
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})

@@ -9,7 +9,6 @@ import asyncio
 import itertools
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -20,8 +19,8 @@ pytest.importorskip("langchain_openai")
 import aegis_probe  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
-    LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another, cancelled_beside_whole, escaped,
-    long_run_is_whole, no_hook_errors, runs_stay_apart, store_lines_are_valid)
+    AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another, cancelled_beside_whole, escaped,
+    long_run_is_whole, no_hook_errors, runs_stay_apart, run_at_once, store_lines_are_valid)
 
 STEPS = 300
 FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
@@ -176,7 +175,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
         4, _task_key, lambda key, body: Reply(content=f"{key} says {len(body['messages'])}")))
     app = _talk(server.base_url, 4, checkpointer=True)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
-    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+    tasks = {key: f"task of {key}" for key in AT_ONCE}
 
     def one(key: str) -> str:
         state = app.invoke({"messages": [("user", tasks[key])]}, {"configurable": {"thread_id": key}})
@@ -189,13 +188,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
         probe.set_outcome(key.endswith("ok"), answer=key)
         return str(state["messages"][-1].content)
 
-    async def both() -> list[str]:
-        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
-
-    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
-        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
-        in_loop = asyncio.run(both())
-        answers = [*threaded, *in_loop]
+    answers = run_at_once(one, one_async)
     assert [a.split()[0] for a in answers] == list(tasks)
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})

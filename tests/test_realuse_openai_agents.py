@@ -13,13 +13,12 @@ import asyncio
 import itertools
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from framework_checks import (LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
+from framework_checks import (AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
                               cancelled_beside_whole, escaped, long_run_is_whole, memory_held_after, no_hook_errors,
-                              runs_stay_apart, store_lines_are_valid)
+                              runs_stay_apart, run_at_once, store_lines_are_valid)
 from own_env import INSIDE, importable, run_in_own_env
 
 HERE = importable("agents.run")
@@ -213,7 +212,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     server = model_server(all_in_flight(4, _task_key, _hand_over))
     app = _pair(server.base_url)
     probe = aegis_probe.instrument(app, store=tmp_path / "store")
-    tasks = {key: f"task of {key}" for key in ("thread-a-ok", "thread-b-no", "async-c-ok", "async-d-no")}
+    tasks = {key: f"task of {key}" for key in AT_ONCE}
 
     def one(key: str) -> str:
         # an AsyncOpenAI client serves one event loop: each thread's run_sync gets a model of its own
@@ -228,13 +227,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
         probe.set_outcome(key.endswith("ok"), answer=key)
         return str(result.final_output)
 
-    async def both() -> list[str]:
-        return await asyncio.gather(one_async("async-c-ok"), one_async("async-d-no"))
-
-    with ThreadPoolExecutor(2) as pool:  # all four at once: the threads' runs and the event loop's tasks
-        threaded = pool.map(one, ["thread-a-ok", "thread-b-no"])
-        in_loop = asyncio.run(both())
-        answers = [*threaded, *in_loop]
+    answers = run_at_once(one, one_async)
     assert answers == [f"{key} from bob" for key in tasks]
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
