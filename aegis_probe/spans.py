@@ -383,7 +383,8 @@ class ToolScope(_Scope):
     def finish(self, result: Any = None, *, is_error: bool = False) -> None:
         """End the span with the tool's ``result``; ``is_error``: status ERROR, described by the result
         text when content is captured, else by :attr:`FAILED` (the result is content)."""
-        text = self.probe.redact(_result_text(result)) if result is not None and self.records_content else None
+        text = (self.probe.redact(result if type(result) is str else _result_text(result))
+                if result is not None and self.records_content else None)
         if text is not None:
             self.span.set_attribute(sc.TOOL_CALL_RESULT, text)
         if is_error:

@@ -18,7 +18,7 @@ from test_train_data import whowhen_record, write_json
 pytestmark = pytest.mark.train
 ROW = {"id": "r1", "turns": [{"agent": "Coder", "text": "x = 1"}, {"agent": "Tester", "text": "fails"}],
        "label_agents": ["Coder"], "label_modes": [], "label_step": 0, "positive": False}
-TINY = ["--text_embeddings", "false", "--hidden_size", "8", "--no-progress"]
+TINY = ["--text_embeddings", "false", "--hidden_size", "8", "--ensemble", "1", "--no-progress"]  # one model's checkpoints
 
 
 def one_error(capsys: pytest.CaptureFixture[str]) -> str:

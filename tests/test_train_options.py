@@ -89,10 +89,12 @@ def test_dcl_config_file_values_are_read_as_their_options(config, message, tmp_p
 
 
 def test_dcl_config_file_values_as_text_train_as_the_options_would(tmp_path, capsys):
-    """``"epochs": "1"`` and ``"anonymise_agents": "false"`` read as ``--epochs 1 --anonymise_agents false``."""
+    """``"epochs": "1"``, ``"ensemble": "1"`` and ``"anonymise_agents": "false"`` read as ``--epochs 1
+    --ensemble 1 --anonymise_agents false``."""
     data, cfg = tmp_path / "rows.jsonl", tmp_path / "cfg.yaml"
     data.write_text(json.dumps(ROW) + "\n")
-    cfg.write_text('epochs: "1"\nanonymise_agents: "false"\ntext_embeddings: false\nhidden_size: 8\nmodes: [FM-1.1]\n')
+    cfg.write_text('epochs: "1"\nensemble: "1"\nanonymise_agents: "false"\ntext_embeddings: false\nhidden_size: 8\n'
+                   'modes: [FM-1.1]\n')
     assert cli.main(["dcl", "--data", str(data), "--out", str(tmp_path / "m"), "--config", str(cfg), "--no-progress"]) == 0
     spec = json.loads((tmp_path / "m" / "dcl_config.json").read_text())
     assert (spec["anonymise_agents"], spec["hidden_size"], spec["modes"]) == (False, 8, ["FM-1.1"])

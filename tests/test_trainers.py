@@ -183,7 +183,9 @@ def dcl_rows() -> list[dict]:
     return rows
 
 
-DCL_ARGS = ("--groups_per_batch", "2", "--hidden_size", "64", "--text_embeddings", "true")  # the toy set differs in wording only
+# The toy set differs in wording only (a text model); one model, not the default 5-seed ensemble:
+# these tests are about a single model's training, checkpoints and resume (ensembles: test_dcl_ensemble.py).
+DCL_ARGS = ("--groups_per_batch", "2", "--hidden_size", "64", "--text_embeddings", "true", "--ensemble", "1")
 
 
 @pytest.fixture(scope="module")
