@@ -15,7 +15,7 @@ Class- and module-level patches, installed once:
   told by id once messages were removed; on a checkpointer thread, since its last step in any of
   the thread's runs in this process, an interrupted step not counting;
   a state without ``messages``: the state itself), its output the messages the node wrote
-  (else its writes); a state or writes as JSON text whatever they hold (:func:`_as_text`);
+  (else its writes); a state or writes as JSON text whatever they hold (:func:`~aegis_probe.jsontext.json_text`);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
   model, streaming or not) through :func:`~aegis_probe.interception.call_llm` with
   :class:`LangChainCodec`;
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.jsontext import json_text
 from aegis_probe.messages import SharedMessage, content_text
 from aegis_probe.spans import (
     ChatMessage,
@@ -237,34 +238,6 @@ class LangChainCodec:
         return ChatResult(generations=[ChatGeneration(message=message)], llm_output=getattr(raw, "llm_output", None))
 
 
-def _as_text(value: Any) -> str:
-    """``value`` (a graph state, a node's writes) as JSON text, never failing: keys JSON cannot have
-    (a tuple, a date) by their text, a container inside itself as ``{...}``/``[...]`` (as Python
-    shows it), other values by ``str``; one too deep for that as Python's text of it."""
-    try:
-        return json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):  # keys JSON cannot have, a cycle
-        pass
-    try:
-        return json.dumps(_plain_json(value, frozenset()), default=str, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
-
-
-def _plain_json(value: Any, above: frozenset[int]) -> Any:
-    """``value`` with every dict key JSON cannot have replaced by its text, and every dict or list
-    inside itself (``above``: the ids of those it is in) by ``{...}``/``[...]``."""
-    if not isinstance(value, (dict, list, tuple)):
-        return value
-    if id(value) in above:
-        return "{...}" if isinstance(value, dict) else "[...]"
-    above = above | {id(value)}
-    if isinstance(value, dict):
-        return {k if k is None or isinstance(k, (str, int, float)) else str(k): _plain_json(v, above)
-                for k, v in value.items()}
-    return [_plain_json(v, above) for v in value]
-
-
 def _stream_args(args: tuple, kwargs: dict) -> tuple[Any, dict[str, Any]]:
     """``(input, config)`` of a ``Pregel.stream/astream`` call."""
     graph_input = kwargs["input"] if "input" in kwargs else args[0] if args else None
@@ -309,7 +282,7 @@ def _step_output(task: Any, seen: set[str]) -> tuple[list[dict[str, Any]], list[
             other[channel] = value
     if messages or not other:
         return messages, written
-    return [{"role": "assistant", "content": _as_text(other)}], written
+    return [{"role": "assistant", "content": json_text(other)}], written
 
 
 @dataclass
@@ -557,7 +530,7 @@ class LangGraphAdapter(Adapter):
         try:
             messages = _messages_of(task.input)
             if messages is None:
-                shown = [{"role": "user", "content": _as_text(task.input)}]
+                shown = [{"role": "user", "content": json_text(task.input)}]
                 return _NodeStep(start_step(run.probe, task.name, run=run, input_messages=shown), task, set(), 0)
             ids = [getattr(m, "id", None) for m in messages]
             seen = self._seen.setdefault(run.run_id, {}).get(task.name)

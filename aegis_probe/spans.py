@@ -27,6 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
 from .leanspans import LeanSpan
+from .jsontext import json_text
 from .messages import ChatMessage, encode_messages, forget as forget_messages
 from .redact import forget as forget_redactions
 
@@ -383,25 +384,14 @@ class ToolScope(_Scope):
     def finish(self, result: Any = None, *, is_error: bool = False) -> None:
         """End the span with the tool's ``result``; ``is_error``: status ERROR, described by the result
         text when content is captured, else by :attr:`FAILED` (the result is content)."""
-        text = (self.probe.redact(result if type(result) is str else _result_text(result))
+        text = (self.probe.redact(result if type(result) is str else
+                                  json_text(result) if isinstance(result, (dict, list, tuple)) else str(result))
                 if result is not None and self.records_content else None)
         if text is not None:
             self.span.set_attribute(sc.TOOL_CALL_RESULT, text)
         if is_error:
             self.span.set_status(Status(StatusCode.ERROR, text[:200] if text else self.FAILED))
         self.end()
-
-
-def _result_text(result: Any) -> str:
-    """A tool's result as text: a string as it is; a dict, list or tuple as JSON (as the model is
-    shown a tool's structured result), values JSON cannot hold by their ``str``; anything else (or
-    what is not JSON, e.g. a dict holding itself) by its ``str``."""
-    if isinstance(result, (dict, list, tuple)):
-        try:
-            return json.dumps(result, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):  # keys JSON cannot hold, a circular value
-            return str(result)
-    return result if type(result) is str else str(result)
 
 
 def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def weather(city: str) -> dict:
 
 
 def unusual(city: str) -> dict:
-    """A result JSON cannot hold as it is.
+    """A result JSON cannot hold as it is: a tuple key, and itself inside it.
 
     Args:
         city (str): the city.
@@ -44,7 +44,7 @@ def unusual(city: str) -> dict:
 
 @pytest.mark.parametrize("tool, expected", [
     (weather, json.dumps(RESULT, ensure_ascii=False)),
-    (unusual, "{('a', 1): 'tuple key', 'self': {...}}"),
+    (unusual, '{"(\'a\', 1)": "tuple key", "self": "{...}"}'),
 ])
 def test_a_camel_tools_dict_result_is_recorded_as_json(model_server, provider, exporter, tmp_path, tool, expected):
     from camel.agents import ChatAgent
