@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -118,6 +119,20 @@ def in_app_floor(plan: Plan, calls: int, provider: TracerProvider | None = None)
             made.pop(span_id).end()
 
     return tick
+
+
+@contextmanager
+def floor_in_app(spans: Sequence[ReadableSpan], calls: int) -> Iterator[None]:
+    """While inside, the benchmark apps' models make ``spans`` again at their ``calls`` model calls
+    (:func:`in_app_floor`): an uninstrumented run then costs its own work plus the in-app floor."""
+    from apps import MODEL_CALL_HOOKS
+
+    tick = in_app_floor(floor_plan(spans), calls)
+    MODEL_CALL_HOOKS.append(tick)
+    try:
+        yield
+    finally:
+        MODEL_CALL_HOOKS.remove(tick)
 
 
 def measure(configs: Mapping[str, Config], repeats: int) -> dict[str, dict[str, Any]]:

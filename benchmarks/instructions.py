@@ -58,8 +58,8 @@ def _child(framework: str, mode: str, repeats: int) -> None:
     import logging
 
     import aegis_probe
-    from _harness import floor_cost, floor_plan, in_app_floor, memory_provider
-    from apps import APPS, MODEL_CALL_HOOKS
+    from _harness import floor_cost, floor_in_app, memory_provider
+    from apps import APPS
     from opentelemetry.sdk.trace import TracerProvider
 
     from aegis_probe import exporting
@@ -118,14 +118,8 @@ def _child(framework: str, mode: str, repeats: int) -> None:
         toggle("off")
 
     def in_app() -> None:
-        target = app.build(STEPS)
-        MODEL_CALL_HOOKS.append(in_app_floor(floor_plan(spans), STEPS))
-        try:
-            toggle("on")
-            app.play(target, None, STEPS)
-            toggle("off")
-        finally:
-            MODEL_CALL_HOOKS.clear()
+        with floor_in_app(spans, STEPS):
+            uninstrumented()
 
     runs = {"uninstrumented": uninstrumented, "default": default, "default, SDK spans": sdk_default,
             "spans only": spans_only, "floor": floor, "in-app floor": in_app}

@@ -39,8 +39,8 @@ from functools import partial
 from typing import Any
 
 import aegis_probe
-from _harness import Config, Result, elapsed, floor_cost, floor_plan, in_app_floor, measure, memory_provider, parse_args, spread, start
-from apps import APPS, MODEL_CALL_HOOKS, App, installed
+from _harness import Config, Result, elapsed, floor_cost, floor_in_app, measure, memory_provider, parse_args, spread, start
+from apps import APPS, App, installed
 
 STEPS = 50
 _STORE_DIR = tempfile.mkdtemp(prefix="aegis-bench-")
@@ -73,15 +73,8 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
         return times, exporter.get_finished_spans()
 
     def in_app() -> Result:
-        target = app.build(steps)
-        tick = in_app_floor(floor_plan(last_spans), steps)
-        MODEL_CALL_HOOKS.append(tick)
-        try:
-            begin = start()
-            app.play(target, None, steps)
-            return elapsed(begin), ()
-        finally:
-            MODEL_CALL_HOOKS.remove(tick)
+        with floor_in_app(last_spans, steps):
+            return uninstrumented()
 
     def default() -> Result:
         target = app.build(steps)
