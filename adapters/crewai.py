@@ -25,7 +25,6 @@ Class-level patches, installed once:
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -33,6 +32,7 @@ from opentelemetry import context as otel_context
 
 from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.jsontext import json_text
 from aegis_probe.spans import (
     RunScope,
     StepScope,
@@ -61,7 +61,7 @@ def run_task(crew: Any, inputs: Any) -> str | None:
         values = list(inputs.values())
         if len(values) == 1 and isinstance(values[0], str):
             return values[0]
-        return json.dumps(inputs, default=str, ensure_ascii=False)
+        return json_text(inputs)
     return crew.tasks[0].description if crew.tasks else None
 
 

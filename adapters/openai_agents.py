@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.jsontext import json_text
 from aegis_probe.messages import content_text
 from aegis_probe.spans import (
     RunScope,
@@ -112,7 +113,7 @@ def _output_text(output: Any) -> str:
         return output
     if _parts(output):
         return _text(list(output))
-    return json.dumps(output, default=str, ensure_ascii=False)
+    return json_text(output)
 
 
 def item_message(item: Any) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ is enough, also inside async generators and threads that copy the context.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import threading
 import traceback
@@ -403,7 +402,7 @@ def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> dict[
 
 
 def _text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
+    return arguments if isinstance(arguments, str) else json_text(arguments)
 
 
 def start_run(

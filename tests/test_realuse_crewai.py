@@ -228,3 +228,38 @@ def test_a_dropped_crew_leaves_no_memory_behind(model_server, tmp_path):
         server.requests.clear()
 
     assert memory_held_after(run) < 1.0
+
+
+@needs_crewai
+def test_kickoff_inputs_json_cannot_hold_are_a_recorded_run(model_server, tmp_path, caplog):
+    """Inputs with a key JSON cannot have (a tuple) and a value holding itself: the app gets what it
+    gets uninstrumented, and the run is recorded with those inputs as its task (a hook error and no
+    run before)."""
+    from crewai import Crew, Task
+
+    server = model_server(lambda body: Reply(content=f"{_speaker(body)} done"))
+
+    def kickoff() -> Any:
+        agent = _agent("alice", server.base_url)
+        crew = Crew(name="odd inputs", agents=[agent], tasks=[Task(description="Say it.", expected_output="A line",
+                                                                     agent=agent)])
+        loop: dict[Any, Any] = {("a", 1): "tuple key"}
+        loop["self"] = loop
+        return crew, lambda: crew.kickoff(inputs={"first": loop, "second": "two"})
+
+    _, bare = kickoff()
+    try:
+        expected: Any = bare().raw
+    except Exception as exc:  # noqa: BLE001  (whatever CrewAI does with such inputs, the app gets it)
+        expected = type(exc)
+    crew, run = kickoff()
+    probe = aegis_probe.instrument(crew, store=tmp_path / "store")
+    try:
+        got: Any = run().raw
+    except Exception as exc:  # noqa: BLE001
+        got = type(exc)
+    assert got == expected
+    probe.flush()
+    traj = probe.trajectory()
+    assert traj.task == '{"first": {"(\'a\', 1)": "tuple key", "self": "{...}"}, "second": "two"}'
+    no_hook_errors(caplog.records)
