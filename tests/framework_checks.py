@@ -12,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Awaitable, Callable
 
+import pytest
+
 import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
@@ -132,6 +134,26 @@ def store_lines_are_valid(store_dir: Path) -> None:
     for path in sorted(Path(store_dir).rglob("*.jsonl")):
         for line in path.read_bytes().splitlines():
             json.loads(line.decode("utf-8"))
+
+
+def lone_surrogate_task_fails_as_uninstrumented(build: Callable[[], Any], run: Callable[[Any], Any], server: Any,
+                                                store_dir: Path, target: Callable[[Any], Any] = lambda app: app) -> Any:
+    """``run(build())`` with :data:`LONE` as its task, bare and then instrumented (``target(app)``
+    instrumented): the openai client refuses to send it, so the app gets the same
+    ``UnicodeEncodeError`` and no request reaches ``server``; the store stays readable and the
+    failed run is stored with its task escaped. Returns its trajectory."""
+    with pytest.raises(UnicodeEncodeError) as bare:
+        run(build())
+    app = build()
+    probe = aegis_probe.instrument(target(app), store=store_dir)
+    with pytest.raises(UnicodeEncodeError) as instrumented:
+        run(app)
+    assert str(instrumented.value) == str(bare.value) and not server.requests
+    probe.flush()
+    store_lines_are_valid(store_dir)
+    traj = probe.trajectory()
+    assert traj.task == escaped(LONE) and traj.error
+    return traj
 
 
 def long_run_is_whole(probe: Any, store_dir: Path, agents: list[str], outputs: list[str], llm_calls: int) -> Any:
