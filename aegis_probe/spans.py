@@ -383,9 +383,10 @@ class ToolScope(_Scope):
     def finish(self, result: Any = None, *, is_error: bool = False) -> None:
         """End the span with the tool's ``result``; ``is_error``: status ERROR, described by the result
         text when content is captured, else by :attr:`FAILED` (the result is content)."""
-        text = (self.probe.redact(result if type(result) is str else
-                                  json_text(result) if isinstance(result, (dict, list, tuple)) else str(result))
-                if result is not None and self.records_content else None)
+        text = None
+        if result is not None and self.records_content:  # a dict, list or tuple as JSON, anything else as text
+            structured = isinstance(result, (dict, list, tuple))
+            text = self.probe.redact(json_text(result) if structured else result if type(result) is str else str(result))
         if text is not None:
             self.span.set_attribute(sc.TOOL_CALL_RESULT, text)
         if is_error:
