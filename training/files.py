@@ -72,6 +72,10 @@ def write_rows(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str
     return Path(path)
 
 
+#: The ending of :func:`replacing_dir`'s directory while it is filled (``.<name>.partial``).
+PARTIAL = "partial"
+
+
 def _temp_beside(out: Path, kind: str) -> Path:
     """``.<name>.<kind>`` beside ``out``: one fixed name, so that what an interrupted run left there
     (killed before its cleanup) is replaced by the next run, not piled up."""
@@ -99,6 +103,11 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+def partial_dir(path: str | os.PathLike[str]) -> Path:
+    """Where :func:`replacing_dir` fills ``path`` before it takes its place."""
+    return _temp_beside(Path(path), PARTIAL)
+
+
 @contextmanager
 def replacing_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary directory beside ``path`` to fill; it takes the place of ``path`` (an earlier
@@ -106,7 +115,7 @@ def replacing_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     so ``path`` is never a half-written directory."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = _temp_beside(out, "partial"), _temp_beside(out, "old")
+    tmp, old = partial_dir(out), _temp_beside(out, "old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:

@@ -11,10 +11,10 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, get_peft_config
 
-from ..files import replacing_dir
+from ..files import partial_dir, replacing_dir
 from .config import check_fresh_run
 from .logs import JsonlLog, JsonlLogCallback
-from .modelio import FINAL_MODEL, load_causal_lm, partial_path
+from .modelio import FINAL_MODEL, load_causal_lm
 
 logger = logging.getLogger("aegis_probe.train")
 
@@ -70,7 +70,7 @@ def save_final_model(trainer: Any, out: str | Path) -> Path:
     it, and loading refuses it (:func:`~.modelio.resolve_model_path`). Returns ``<out>/model``."""
     final = Path(out) / FINAL_MODEL
     saver = trainer.args.should_save  # the main process (of each node with save_on_each_node)
-    with replacing_dir(final) if saver else nullcontext(partial_path(final)) as partial:
+    with replacing_dir(final) if saver else nullcontext(partial_dir(final)) as partial:
         trainer.accelerator.wait_for_everyone()  # the folder is made afresh before anyone writes into it
         trainer.save_model(str(partial))
         trainer.accelerator.wait_for_everyone()  # every process wrote its part (DeepSpeed ZeRO-3 shards)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..files import replacing_dir
+from ..files import PARTIAL, partial_dir, replacing_dir
 from .logs import LOG_FILE
 
 logger = logging.getLogger("aegis_probe.train")
@@ -54,24 +54,17 @@ def gguf_cache_dir(gguf_file: str | os.PathLike[str]) -> Path:
 
 #: The folder of an ``sft``/``grpo`` output directory (``--out``) that holds its final model.
 FINAL_MODEL = "model"
-#: How a folder written beside its place and renamed when complete ends while it is written.
-PARTIAL_SUFFIX = ".partial"
-
-
-def partial_path(final: Path) -> Path:
-    """Where ``final`` is written before it is renamed into place (as :func:`..files.replacing_dir` names it)."""
-    return final.with_name(f".{final.name}{PARTIAL_SUFFIX}")
 
 
 def _model_dir(path: Path) -> Path:
     """The model directory ``path`` stands for: itself, or the final model of a training run's
     ``--out`` (``<out>/model``). A partly saved model (a save that failed or was killed) is a
     ``ValueError`` naming it, as is a run's ``--out`` that has no final model yet."""
-    if path.name.endswith(PARTIAL_SUFFIX):
+    if path.name.endswith("." + PARTIAL):
         raise ValueError(f"{path}: a partly saved model (a save that failed or was stopped left it), never loaded")
     if not path.is_dir():
         return path
-    final, partial = path / FINAL_MODEL, partial_path(path / FINAL_MODEL)
+    final, partial = path / FINAL_MODEL, partial_dir(path / FINAL_MODEL)
     if final.is_dir():
         if partial.exists():
             logger.warning("%s: loading the final model saved earlier; %s is a later save that did not finish",
