@@ -65,8 +65,29 @@ def plain(text: str) -> str:
     return _REST.sub(_unrest, text)
 
 
+#: The first line of a command's ``--help`` examples (its epilog, kept line by line).
+EXAMPLES = "examples:"
+
+
+def add_examples(parser: argparse.ArgumentParser, *lines: str) -> argparse.ArgumentParser:
+    """End ``parser``'s ``--help`` with example command lines (each after the command's name, as
+    typed: ``python -m aegis_probe demo`` or ``aegis-probe demo``); returns ``parser``."""
+    parser.epilog = "\n".join([EXAMPLES, *(f"  %(prog)s {line}".rstrip() for line in lines)])
+    return parser
+
+
+def example_lines(parser: argparse.ArgumentParser) -> list[str]:
+    """The example command lines of ``parser``'s ``--help``, after its name (``[]`` when it has none)."""
+    epilog = parser.epilog or ""
+    if not epilog.startswith(EXAMPLES):
+        return []
+    return [line.strip().removeprefix("%(prog)s").strip() for line in epilog.splitlines()[1:]]
+
+
 class _PlainHelp(argparse.HelpFormatter):
     def _format_text(self, text: str) -> str:
+        if text.startswith(EXAMPLES):  # command lines: one a line, never re-wrapped
+            return text % {"prog": self._prog} + "\n\n"
         return super()._format_text(plain(text))
 
     def _expand_help(self, action: argparse.Action) -> str:
@@ -334,8 +355,13 @@ def build_parser(prog: str = "aegis-probe") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="aegis-probe: trace, inject faults into, replay and debug LLM multi-agent apps, "
-                    "and train failure-attribution models on the traces.",
+                    "and train failure-attribution models on the traces. COMMAND --help: a command's options, "
+                    "their defaults and examples.",
     )
+    add_examples(parser, "demo                    # an instrumented AutoGen team on a scripted model; prints its trace",
+                 "demo --inject FM-2.6    # a failed run, to blame",
+                 "traces ls               # the runs in ./aegis-traces",
+                 "train --help            # datasets, training rows, attributors")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output of aegis-probe; tracebacks of errors")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

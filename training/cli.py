@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
-from aegis_probe.cli import configure_logging, plain_help, run_command
+from aegis_probe.cli import add_examples, configure_logging, plain_help, run_command
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -48,6 +48,27 @@ SUMMARIES: dict[str, str] = {
 }
 
 
+#: Example command lines of each command's ``--help`` (after the command's name).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "import": ("inject-out/traces extra.jsonl.gz -o all.jsonl --errors errors.json",
+               "whowhen/Algorithm-Generated -o ww.jsonl"),
+    "build": ("sft all.jsonl -o sft.jsonl --target agent_step --reasoning",
+              "grpo all.jsonl -o grpo.jsonl --hf-dir grpo_ds", "dcl all.jsonl -o dcl.jsonl"),
+    "eval": ("test.jsonl --method majority --fit-on train.jsonl --out-dir eval-out",
+             "ww.jsonl --predictions preds.jsonl",
+             "ww.jsonl --method all-at-once --base-url http://127.0.0.1:8000/v1 --model qwen"),
+    "sft": ("--data sft.jsonl --model BASE_DIR --out runs/sft --num_train_epochs 1",
+            "--data sft.jsonl --model BASE_DIR --out runs/sft --config cfg.yaml --resume"),
+    "grpo": ("--data grpo.jsonl --model runs/sft --out runs/grpo --num_generations 4",),
+    "dcl": ("--data dcl.jsonl --out runs/dcl", "--data dcl.jsonl --out runs/dcl --epochs 40 --text_embeddings true"),
+    "attribute": ("--model runs/dcl --trace 3f2a    # the verdict is written onto the trace",
+                  "--model runs/dcl --data dcl.jsonl --output preds.jsonl"),
+    "export": ("./aegis-traces --format whowhen -o ww-out",),
+    "benchmark": ("--train ww.jsonl --test inject-out/traces --out runs/benchmark",
+                  "--train ww.jsonl --test inject-out/traces --out runs/benchmark-text --inputs features+text"),
+}
+
+
 def _register(subparsers: Any, name: str) -> None:
     module, func = COMMANDS[name].split(":")
     try:
@@ -55,6 +76,7 @@ def _register(subparsers: Any, name: str) -> None:
     except ImportError as exc:  # a command whose extras are missing still shows in --help
         sub = subparsers.add_parser(name, help=f"(unavailable: {exc})")
         sub.set_defaults(func=lambda args, error=exc: _unavailable(name, error))
+    add_examples(subparsers.choices[name], *EXAMPLES.get(name, ()))
 
 
 def _unavailable(name: str, exc: Exception) -> int:
@@ -66,7 +88,10 @@ def _unavailable(name: str, exc: Exception) -> int:
 def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train") -> argparse.ArgumentParser:
     """The CLI parser with the given commands registered (default: all, listed from :data:`SUMMARIES`)."""
     p = argparse.ArgumentParser(prog=prog, description="Import datasets, build training rows, train and evaluate "
-                                                       "failure-attribution models.")
+                                                       "failure-attribution models. COMMAND --help: a command's "
+                                                       "options, their defaults and examples.")
+    add_examples(p, "import inject-out/traces -o all.jsonl", "build dcl all.jsonl -o dcl.jsonl",
+                 "dcl --data dcl.jsonl --out runs/dcl", "attribute --model runs/dcl --trace 3f2a")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
     subparsers = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in names if names is not None else COMMANDS:

@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, check_signature, load_module
-from ..cli import http_url, quiet_frameworks, quiet_imports
+from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from .traces import store_at, stored
@@ -28,23 +28,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
     p.add_argument("--base-url", help="live model endpoint for the steps after the correction "
                                       "(default: the app's embedded scripted policy, when it has one)")
-    p.add_argument("--model", default="aegis-scripted", help="live model name")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="environment variable with the API key")
+    p.add_argument("--model", default="aegis-scripted", help="live model name (default: aegis-scripted)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable with the API key (default: OPENAI_API_KEY; unset: no key)")
     fix = p.add_mutually_exclusive_group(required=True)
     fix.add_argument("--fixer", metavar="MODULE:FUNC",
                      help="fixer(trajectory, step) -> corrected text; MODULE may be a file.py (e.g. examples/fixers.py:recompute)")
     fix.add_argument("--analyzer-url", metavar="URL", help="OpenAI-compatible endpoint of an analyzer LLM that proposes fixes")
-    p.add_argument("--analyzer-model", default="gpt-4o-mini", help="analyzer model name (with --analyzer-url)")
+    p.add_argument("--analyzer-model", default="gpt-4o-mini",
+                   help="analyzer model name (with --analyzer-url; default: gpt-4o-mini)")
     p.add_argument("--show-expected", action="store_true", help="let the analyzer see the expected answer")
     p.add_argument("--expected", help="expected answer for the default judge (default: the one recorded on the trace)")
     p.add_argument("--mode", choices=("scan", "bisect"), default="scan",
-                   help="scan: exact, t = 0, 1, ...; bisect: heuristic binary search (see docs/replay.md)")
+                   help="scan: exact, t = 0, 1, ...; bisect: heuristic binary search (see docs/replay.md; "
+                        "default: scan)")
     p.add_argument("--max-replays", type=int, default=20, help="replay budget (default 20)")
-    p.add_argument("--max-tokens", type=int, default=None, help="budget of live model tokens")
+    p.add_argument("--max-tokens", type=int, default=None, help="budget of live model tokens (default: no limit)")
     p.add_argument("--concurrency", type=int, metavar="N",
                    help="scan: replays at a time (default 1; with --executor ray, the cluster's CPUs)")
     add_executor_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_examples(p, "--trace 3f2a --app aegis_probe.demos.autogen --fixer examples/fixers.py:recompute",
+                 "--trace 3f2a --app myapp --base-url http://127.0.0.1:8000/v1 --model qwen "
+                 "--analyzer-url http://127.0.0.1:8000/v1 --analyzer-model qwen --mode bisect")
     p.set_defaults(func=run)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..cli import check_place, http_url, quiet_frameworks, quiet_imports
+from ..cli import add_examples, check_place, http_url, quiet_frameworks, quiet_imports
 from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
 from ..store import SPANS_FILE
@@ -36,8 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--team", choices=sorted(TEAMS),
                    help="an AutoGen team type's own demo instead (magentic-one, a MagenticOneGroupChat; selector, "
                         "a SelectorGroupChat; nested, a team and a SocietyOfMindAgent inside a team); "
-                        "with --framework, only autogen")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint to use instead of the embedded scripted server")
+                        "with --framework, only autogen (default: the framework's 3-agent team)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint to use instead of the embedded scripted server "
+                                      "(default: the scripted server, on a free port of 127.0.0.1)")
     p.add_argument("--model", default="aegis-scripted", help="model name sent to the endpoint (default: aegis-scripted)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key for --base-url (default: OPENAI_API_KEY; "
@@ -47,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default agent: the one doing the work), to get a failed run")
     p.add_argument("--trace-dir", help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
     p.add_argument("--report-dir", help="where to write the HTML report (default: the trace store directory)")
+    add_examples(p, "", "--framework langgraph", "--team magentic-one", "--inject FM-2.6    # a failed run, to blame",
+                 "--base-url http://127.0.0.1:8000/v1 --model qwen    # a real model (key: $OPENAI_API_KEY)")
     p.set_defaults(func=run)
 
 

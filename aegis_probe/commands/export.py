@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
-from ..cli import http_url, seconds
+from ..cli import add_examples, http_url, seconds
 from ..otlp_encode import encode_request
 from ..otlp_json import SpanRecord
 from ..report import write_atomically
@@ -46,6 +46,8 @@ def add_parser(actions: argparse._SubParsersAction, common: argparse.ArgumentPar
                                                           "(e.g. http://localhost:4318)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long to try sending each batch, retries included (default 10)")
+    add_examples(p, "3f2a    # one trace to standard output", "--all --out traces.jsonl",
+                 "--all --otlp-endpoint http://localhost:4318")
     return p
 
 

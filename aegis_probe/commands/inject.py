@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..cli import http_url, quiet_frameworks, quiet_imports, seconds
+from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports, seconds
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 
@@ -36,15 +36,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", help="comma-separated FM ids to sample from (default: all 14)")
     p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
     p.add_argument("--base-url", help="the app's OpenAI-compatible endpoint (default: embedded server with the module's policy)")
-    p.add_argument("--model", default="aegis-scripted", help="the app's model name")
+    p.add_argument("--model", default="aegis-scripted", help="the app's model name (default: aegis-scripted)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                   help="env var with the API key for --base-url (unset: no key, for a keyless local server)")
+                   help="env var with the API key for --base-url (default: OPENAI_API_KEY; unset: no key, for a "
+                        "keyless local server)")
     p.add_argument("--operator", choices=("deterministic", "llm"), default="deterministic", help="manipulator kind (default deterministic)")
     p.add_argument("--manipulator-base-url", help="OpenAI-compatible endpoint of the LLM manipulator (for --operator llm)")
     p.add_argument("--manipulator-model", help="model of the LLM manipulator")
-    p.add_argument("--manipulator-api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="env var with its API key")
+    p.add_argument("--manipulator-api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="env var with its API key (default: OPENAI_API_KEY)")
     p.add_argument("--manipulator-temperature", type=float, default=0.7, help="LLM manipulator temperature (default 0.7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_examples(p, "--app aegis_probe.demos.autogen:build_app --tasks examples/injection/math_tasks.jsonl "
+                    "--plans-per-run 2 --out inject-out",
+                 "--app examples/injection/autogen_math.py:build_app --tasks examples/injection/math_tasks.jsonl "
+                 "--out inject-out --modes FM-2.6,FM-3.3 --concurrency 4")
     p.set_defaults(func=run)
 
 
@@ -71,13 +77,17 @@ def run(args: argparse.Namespace) -> int:
                                              os.environ.get(args.manipulator_api_key_env, "not-needed"),
                                              temperature=args.manipulator_temperature)
     modes, strategies = _csv(args.modes, tuple(MODES)), _csv(args.strategies, STRATEGIES)
-    unknown = [m for m in modes if m not in MODES] + [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        raise ValueError(f"unknown mode/strategy: {', '.join(unknown)}")
+    for option, given, known in (("--modes", modes, tuple(MODES)), ("--strategies", strategies, STRATEGIES)):
+        unknown = [v for v in given if v not in known]
+        if unknown:
+            raise ValueError(f"unknown mode/strategy: {', '.join(unknown)} ({option} takes a comma-separated list "
+                             f"of {', '.join(known)})")
     if not modes or not strategies:
         raise ValueError(f"--{'modes' if not modes else 'strategies'} names none: give a comma-separated list, or leave it out for all")
-    if args.plans_per_run < 0 or (args.concurrency is not None and args.concurrency < 1):
-        raise ValueError("--plans-per-run must be >= 0 and --concurrency >= 1")
+    if args.plans_per_run < 0:
+        raise ValueError(f"--plans-per-run must be >= 0 (0: the baselines only), not {args.plans_per_run}")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise ValueError(f"--concurrency must be >= 1, not {args.concurrency}")
     if args.run_timeout is not None:
         seconds("--run-timeout", args.run_timeout)
     if not 0 <= args.manipulator_temperature < float("inf"):

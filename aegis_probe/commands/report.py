@@ -13,7 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ..cli import http_url
+from ..cli import add_examples, http_url
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
 from ..store import SPANS_FILE
 from ..trajectory import Trajectory, load_trajectories
@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", metavar="ID", help="which trace of a FILE holding several (id or unique prefix)")
     p.add_argument("--jaeger-url", help=f"Jaeger UI base URL for a trace link (default: ${ENV_JAEGER_URL})")
     p.add_argument("--phoenix-url", help=f"Phoenix UI base URL for a trace link (default: ${ENV_PHOENIX_URL})")
+    add_examples(p, "3f2a --out report.html", "run.jsonl --trace 13a1 --out r.html",
+                 "3f2a --jaeger-url http://localhost:16686")
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 from datetime import datetime, timezone
 
+from ..cli import add_examples
 from ..config import ProbeConfig
 from ..errors import one_line
 from ..otlp_json import SpanRecord
@@ -24,16 +25,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("traces", help="list, show and export traces of the embedded trace store",
                        description="Browse and export the embedded trace store (AEGIS_TRACE_DIR or ./aegis-traces).")
     p.add_argument("--dir", default=None, help=_DIR_HELP)
+    add_examples(p, "ls", "show 3f2a", "export --all --out traces.jsonl")
     # also accepted after the action; SUPPRESS keeps the sub-parser from resetting a --dir given before it
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=argparse.SUPPRESS, help=_DIR_HELP)
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
-    ls = tsub.add_parser("ls", parents=[common], help="one line per trace: trace id, started (UTC), framework, steps, outcome, app")
+    ls_help = "one line per trace: trace id, started (UTC), framework, steps, outcome, app"
+    ls = tsub.add_parser("ls", parents=[common], help=ls_help, description=f"traces ls: {ls_help}; newest first.")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
+    add_examples(ls, "", "--limit 0", "--dir inject-out/traces")
     ls.set_defaults(func=_ls)
-    show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)")
-    show.add_argument("trace_id", metavar="ID")
+    show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)",
+                           description="traces show ID: a trace's summary (task, outcome, injected faults, blamed "
+                                       "steps, an attributor's verdict) and its step table.")
+    show.add_argument("trace_id", metavar="ID", help="trace id, or a unique prefix of one")
     show.add_argument("--json", action="store_true", help="print the Trajectory as JSON instead")
+    add_examples(show, "3f2a", "3f2a --json")
     show.set_defaults(func=_show)
     export.add_parser(tsub, common).set_defaults(func=_export)
 
