@@ -1,5 +1,5 @@
 """Every ``python -m aegis_probe ...`` and ``python -m aegis_probe.train ...`` command line in
-README.md and docs/*.md names a command that exists and only options it has, with values its
+README.md and docs/*.md (and in the docstrings of examples/) names a command that exists and only options it has, with values its
 choices accept: each is parsed by the real parsers (nothing is run).
 
 Doc notation understood: ``[...]`` marks optional parts (checked as if given), ``A|B`` alternatives
@@ -10,6 +10,7 @@ placeholders, ``# ...`` a comment, a trailing ``\\`` continues the line.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import functools
 import io
@@ -26,6 +27,7 @@ from aegis_probe.train import cli as train_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
 #: ``python -m aegis_probe`` or ``python -m aegis_probe.train`` (also after ``accelerate launch ... -m``),
 #: not another module under them (``aegis_probe.train.dcl.whowhen``).
 INVOCATION = re.compile(r"(?:python3?\s+)?-m\s+(aegis_probe(?:\.train)?)(?![\w.])")
@@ -69,15 +71,34 @@ def _code_lines(text: str) -> list[tuple[int, str, bool]]:
 
 def invocations(name: str, text: str) -> list[Invocation]:
     """The invocations in the markdown ``text`` of the file ``name``."""
+    return [Invocation(f"{name}:{number}", module, words, fenced)
+            for number, line, fenced in _code_lines(text) for module, words in _commands(line)]
+
+
+def docstring_invocations(name: str, source: str) -> list[Invocation]:
+    """The invocations in the module docstring of the Python ``source`` of the file ``name``: in
+    ````...```` (wrapped lines joined) and in indented lines; each is a command line to run."""
+    doc = ast.get_docstring(ast.parse(source), clean=False) or ""
+    start = source.find(doc)
     found = []
-    for number, line, fenced in _code_lines(text):
-        for match in INVOCATION.finditer(line):
-            rest = INVOCATION.split(line[match.end():])[0]  # up to the next invocation on the line
-            rest = re.split(r"\s(?:&&|\|\||;|>|2>)\s", rest)[0]
-            rest = re.sub(r"\](?=\s|$)", "", re.sub(r"(^|\s)\[", r"\1", rest))  # [optional] parts
-            words = tuple(shlex.split(rest.replace("[", "").replace("]", "")))
-            if words:
-                found.append(Invocation(f"{name}:{number}", match.group(1), words, fenced))
+    spans = [*re.finditer(r"``(.+?)``", doc, re.S), *re.finditer(r"^ {4}(\S.*)$", doc, re.M)]
+    for match in sorted(spans, key=lambda m: m.start()):
+        number = source.count("\n", 0, start + match.start()) + 1
+        line = " ".join(match.group(1).split())
+        found += [Invocation(f"{name}:{number}", module, words, True) for module, words in _commands(line)]
+    return found
+
+
+def _commands(line: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, words) of each invocation on one command line."""
+    found = []
+    for match in INVOCATION.finditer(line):
+        rest = INVOCATION.split(line[match.end():])[0]  # up to the next invocation on the line
+        rest = re.split(r"\s(?:&&|\|\||;|>|2>)\s", rest)[0]
+        rest = re.sub(r"\](?=\s|$)", "", re.sub(r"(^|\s)\[", r"\1", rest))  # [optional] parts
+        words = tuple(shlex.split(rest.replace("[", "").replace("]", "")))
+        if words:
+            found.append((match.group(1), words))
     return found
 
 
@@ -162,7 +183,9 @@ def parse_error(inv: Invocation, parser: argparse.ArgumentParser) -> str | None:
     return None
 
 
-ALL = [inv for path in DOCS for inv in invocations(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))]
+ALL = [*(inv for path in DOCS for inv in invocations(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))),
+       *(inv for path in EXAMPLES for inv in docstring_invocations(str(path.relative_to(ROOT)),
+                                                                   path.read_text(encoding="utf-8")))]
 
 
 def test_the_docs_show_the_command_lines() -> None:
@@ -171,6 +194,7 @@ def test_the_docs_show_the_command_lines() -> None:
     assert any(line.startswith("python -m aegis_probe demo --inject FM-2.6") for line in shown)
     assert any(line.startswith("python -m aegis_probe.train build sft") for line in shown)
     assert any(line.startswith("python -m aegis_probe.train sft --data") for line in shown)
+    assert any(inv.where.startswith("examples/injection/autogen_math.py:") and "--tasks" in inv.words for inv in ALL)
     assert len(ALL) >= 40, "\n".join(map(str, ALL))
 
 
@@ -213,3 +237,13 @@ def test_a_documented_option_that_does_not_exist_fails() -> None:
     missing = parse_error(found[3], _parser("aegis_probe"))
     assert missing is not None and "--tasks" in missing
     assert not concrete(found[4]) and concrete(found[3]) and not concrete(found[0])  # alternatives; inline
+
+
+def test_every_example_app_is_listed_in_the_docs_and_its_docstring_says_how_to_run_it() -> None:
+    """docs/injection.md listed 4 of the 8 example apps; camel_math.py and metagpt_math.py had no command line."""
+    section = (ROOT / "docs" / "injection.md").read_text(encoding="utf-8").split("## Examples", 1)[1]
+    apps = [p for p in sorted((ROOT / "examples" / "injection").glob("*.py")) if p.stem.endswith(("_math", "_code"))]
+    assert len(apps) >= 8, apps
+    assert [p.name for p in apps if f"`{p.name}`" not in section] == [], "apps docs/injection.md does not list"
+    run_lines = {inv.where.split(":")[0] for inv in ALL if inv.words[:1] == ("inject",) and concrete(inv)}
+    assert [p.name for p in apps if str(p.relative_to(ROOT)) not in run_lines] == [], "apps without an inject command line"

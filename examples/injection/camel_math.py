@@ -1,6 +1,9 @@
 """CAMEL example app for injection campaigns: a RolePlaying society (Customer instructs, Calculator
 computes with its tool) built per task, with a scripted model that solves every task of
 math_tasks.jsonl. The demo's ``run_app`` drives it.
+
+``python -m aegis_probe inject --app examples/injection/camel_math.py:build_app
+--tasks examples/injection/math_tasks.jsonl --plans-per-run 4 --out inject-out``
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """MetaGPT example app for injection campaigns: the demo team (Planner, Calculator, Reviewer)
 with a scripted model that solves every task of math_tasks.jsonl.
+
+``python -m aegis_probe inject --app examples/injection/metagpt_math.py:build_app
+--tasks examples/injection/math_tasks.jsonl --plans-per-run 4 --out inject-out``
 """
 
 from __future__ import annotations
