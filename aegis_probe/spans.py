@@ -27,7 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from . import semconv as sc
 from .leanspans import LeanSpan
 from .jsontext import json_text
-from .messages import ChatMessage, encode_messages, forget as forget_messages
+from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_run as forget_run_messages
 from .redact import forget as forget_redactions
 
 if TYPE_CHECKING:
@@ -204,11 +204,12 @@ class _Scope:
     def content(self, key: str, messages: Content) -> None:
         """Set a message-content attribute when content capture is on and the span records."""
         if messages is not None and self.probe.config.capture_content and self.span.is_recording():  # records_content
-            self.span.set_attribute(key, _encoded(self.probe, messages))
+            self.span.set_attribute(key, _encoded(self.probe, messages, self.ctx.get(_RUN_KEY)))
 
 
-def _encoded(probe: "Probe", messages: Content) -> str:
-    return encode_messages(messages() if callable(messages) else messages, probe.redact)  # type: ignore[arg-type]
+def _encoded(probe: "Probe", messages: Content, run: "RunScope | None") -> str:
+    """``messages`` as JSON, remembered for ``run`` (let go of when it ends)."""
+    return encode_messages(messages() if callable(messages) else messages, probe.redact, id(run))  # type: ignore[arg-type]
 
 
 def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], parent: otel_context.Context,
@@ -243,6 +244,10 @@ def when_no_run_is_open(clear: Callable[[], None]) -> None:
 
 def _run_closed(run: "RunScope") -> None:
     _OPEN_RUNS.discard(run)
+    try:
+        forget_run_messages(id(run))
+    except Exception:
+        log_hook_error("message caches")
     if not _OPEN_RUNS:
         for clear in _WHEN_NONE_OPEN:
             try:
@@ -329,7 +334,7 @@ class StepScope(_Scope):
     def finish(self, output: Content = None) -> None:
         span = self.span
         if output is not None and self.probe.config.capture_content and span.is_recording():  # self.content(...)
-            span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output))
+            span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output, self.run))
         if not self._ended:  # self.end()
             self._ended = True
             span.end()
@@ -367,7 +372,7 @@ class LLMScope(_Scope):
         if finish_reasons:
             attrs[sc.RESPONSE_FINISH_REASONS] = list(finish_reasons)
         if output is not None and self.probe.config.capture_content:
-            attrs[sc.OUTPUT_MESSAGES] = _encoded(self.probe, output)
+            attrs[sc.OUTPUT_MESSAGES] = _encoded(self.probe, output, self.ctx.get(_RUN_KEY))
         self.span.set_attributes(attrs)  # one lock and one pass, not one per attribute
         self.end()
 
@@ -456,7 +461,7 @@ def start_step(
         attrs[sc.AGENT_ROLE] = role
     late = None
     if input_messages is not None and probe.config.capture_content:
-        late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages)}  # noqa: E731
+        late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages, run)}  # noqa: E731
     parent = current_context()
     span = _open(probe, sc.span_name(sc.OP_AGENT, agent), SpanKind.INTERNAL, attrs, parent, late)
     return StepScope(probe, span, parent, run, agent, index)
@@ -488,7 +493,7 @@ def start_llm(
     parent = current_context()
     late = None
     if input_messages is not None and probe.config.capture_content:  # content, then the conversation id
-        late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages)}, parent)  # noqa: E731
+        late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages, parent.get(_RUN_KEY))}, parent)  # noqa: E731
     else:
         _add_conversation(attrs, parent)
     span = _open(probe, sc.span_name(sc.OP_CHAT, model), SpanKind.CLIENT, attrs, parent, late)

@@ -115,3 +115,30 @@ def test_a_run_still_open_keeps_its_conversation_cached(tmp_path: Any) -> None:
     finally:
         other_done.set()
         probe.uninstrument()
+
+
+def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open() -> None:
+    """A long-lived process always has some run open: the prompts remembered for a run that is over
+    (its messages and their JSON) are dropped when it ends, the open run's are kept."""
+    from aegis_probe.messages import _PROMPTS, SharedMessage, encode_messages, forget_run
+
+    def prompt(tag: str) -> list[SharedMessage]:
+        return [SharedMessage(role="user", content=f"{tag} {i} " + "x" * MIB) for i in range(8)]
+
+    def same(text: str) -> str:
+        return text
+
+    open_run, finished_run = 1001, 1002
+    kept = prompt("open")
+    encode_messages(kept, same, open_run)
+
+    def finished() -> None:
+        encode_messages(prompt("over"), same, finished_run)
+        forget_run(finished_run)
+
+    try:
+        assert _held_after(finished) < MIB
+        owners = {key[2] for key in _PROMPTS}
+        assert open_run in owners and finished_run not in owners
+    finally:
+        forget_run(open_run)
