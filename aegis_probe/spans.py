@@ -207,8 +207,8 @@ class _Scope:
             self.span.set_attribute(key, _encoded(self.probe, messages, self.ctx.get(_RUN_KEY)))
 
 
-def _encoded(probe: "Probe", messages: Content, run: "RunScope | None") -> str:
-    """``messages`` as JSON, remembered for ``run`` (let go of when it ends)."""
+def _encoded(probe: "Probe", messages: Content, run: object) -> str:
+    """``messages`` as JSON, remembered for ``run`` (a :class:`RunScope` or None; let go of when it ends)."""
     return encode_messages(messages() if callable(messages) else messages, probe.redact, id(run))  # type: ignore[arg-type]
 
 
