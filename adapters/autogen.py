@@ -156,50 +156,73 @@ def _convert(m: LLMMessage) -> list[dict[str, Any]]:
 
 
 # A model context hands the same message objects to every call, so the neutral form of a text
-# message is kept per object (checked by identity of its content and source) and shared.
-_SHARED: dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]] = {}
+# message is kept per object (checked by identity of its content and source) and shared; and the
+# last prompt of each conversation (keyed by its first message): a prompt that extends it, same
+# objects with the same contents (compared in C), converts only its new messages. Both are kept
+# per run and go when it ends, so a busy process (some run always open) keeps nothing of apps gone.
+_Shared = dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]]
+_Prompts = dict[int, tuple[list[LLMMessage], list[Any], list[dict[str, Any]]]]
+#: Per open run (weakly held, dropped when its stream ends): message id -> (message, content, source, neutral form).
+_SHARED: "weakref.WeakKeyDictionary[RunScope, _Shared]" = weakref.WeakKeyDictionary()
 _SHARED_MAX = 4096
-_NO_FIELDS: dict[str, Any] = {}
-
-
-# The last prompt of each conversation (keyed by its first message): a prompt that extends it,
-# same objects with the same contents (compared in C), converts only its new messages.
-_PROMPTS: dict[int, tuple[list[LLMMessage], list[Any], list[dict[str, Any]]]] = {}
+#: Per open run: first message id -> (messages, contents, neutral form) of each conversation's last prompt.
+_PROMPTS: "weakref.WeakKeyDictionary[RunScope, _Prompts]" = weakref.WeakKeyDictionary()
 _PROMPTS_MAX = 64
+_NO_FIELDS: dict[str, Any] = {}
 _content = operator.attrgetter("content")
+
+
+def _run_caches() -> tuple[_Shared, _Prompts]:
+    """The calling run's message caches (a call outside runs gets empty ones, kept by nothing)."""
+    run = current_run()
+    if run is None:
+        return {}, {}
+    shared, prompts = _SHARED.get(run), _PROMPTS.get(run)
+    if shared is None:
+        shared = _SHARED[run] = {}
+    if prompts is None:
+        prompts = _PROMPTS[run] = {}
+    return shared, prompts
+
+
+def _forget_run(run: "RunScope") -> None:
+    """Let go of ``run``'s message caches (it ended)."""
+    _SHARED.pop(run, None)
+    _PROMPTS.pop(run, None)
 
 
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
     msgs = list(messages)
     contents = list(map(_content, msgs))
-    hit = _PROMPTS.get(id(msgs[0])) if msgs else None
+    shared, prompts = _run_caches()
+    hit = prompts.get(id(msgs[0])) if msgs else None
     done = 0
     if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] and contents[: len(hit[0])] == hit[1]:
         done = len(hit[0])
     known = hit[2][:] if done else []  # type: ignore[index]
     start = len(known)
-    out = _neutral(msgs[done:], known)
+    out = _neutral(msgs[done:], known, shared)
     if msgs and all(type(m) is SharedMessage for m in out[start:]):
-        if len(_PROMPTS) >= _PROMPTS_MAX and id(msgs[0]) not in _PROMPTS:
-            _PROMPTS.clear()
-        _PROMPTS[id(msgs[0])] = (msgs, contents, out[:])
+        if len(prompts) >= _PROMPTS_MAX and id(msgs[0]) not in prompts:
+            prompts.clear()
+        prompts[id(msgs[0])] = (msgs, contents, out[:])
     return out
 
 
-def _neutral(messages: Sequence[LLMMessage], out: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` converted and appended to ``out`` (text messages shared, see ``_SHARED``)."""
+def _neutral(messages: Sequence[LLMMessage], out: list[dict[str, Any]], shared: _Shared) -> list[dict[str, Any]]:
+    """``messages`` converted and appended to ``out`` (text messages kept in ``shared`` and shared)."""
     for m in messages:
         # (a field read from __dict__: a missing one would go through pydantic's slow __getattr__)
         content, source = m.content, getattr(m, "__dict__", _NO_FIELDS).get("source")
         if not isinstance(content, str):  # tool calls and results: converted every time
             out.extend(_convert(m))
             continue
-        entry = _SHARED.get(id(m))
+        entry = shared.get(id(m))
         if entry is None or entry[0] is not m or entry[1] is not content or entry[2] is not source:
-            if len(_SHARED) >= _SHARED_MAX:
-                _SHARED.clear()
-            entry = _SHARED[id(m)] = (m, content, source, [SharedMessage(d) for d in _convert(m)])
+            if len(shared) >= _SHARED_MAX:
+                shared.clear()
+            entry = shared[id(m)] = (m, content, source, [SharedMessage(d) for d in _convert(m)])
         out.extend(entry[3])
     return out
 
@@ -373,7 +396,8 @@ class AutogenCodec:
 
 
 # -- wrappers ------------------------------------------------------------------------------------
-when_no_run_is_open(_SHARED.clear)  # the message caches hold the apps' messages and their JSON
+# (an autogen run's caches go when it ends; these also let go of those of runs autogen did not open)
+when_no_run_is_open(_SHARED.clear)
 when_no_run_is_open(_PROMPTS.clear)
 
 
@@ -424,6 +448,7 @@ class _RunHooks:
         if exc is None and not self.completed:
             exc = CancelledError("the app closed the run's stream before its result")
         _team_run_ended(self.team_id, self.run.ctx)
+        _forget_run(self.run)  # the run's messages go with it
         self.run.finish(exc)
 
     def __del__(self) -> None:
@@ -1183,6 +1208,7 @@ class AutogenAdapter(Adapter):
         self._patched.clear()
         self.own_runtimes = False
         _SHARED.clear()  # let go of the apps' messages
+        _PROMPTS.clear()
 
     def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""
