@@ -64,9 +64,11 @@ _TEXTS_MAX = 4096  # texts per redactor
 _REDACTORS_MAX = 8
 
 
-#: Last JSON per conversation of :class:`SharedMessage`s: (first message id, redactor, owning run
-#: id) -> (messages, JSON). A prompt that extends it is that JSON plus the new messages'.
-_PROMPTS: dict[tuple[int, Any, int], tuple[list[Any], str]] = {}
+#: Last JSON per conversation of :class:`SharedMessage`s: (first message id, redactor) ->
+#: (messages, JSON). A prompt that extends it is that JSON plus the new messages'. This table is
+#: for prompts outside any run; a run's are remembered in a table of its own (see encode_messages).
+Prompts = dict[tuple[int, Any], tuple[list[Any], str]]
+_PROMPTS: Prompts = {}
 _PROMPTS_MAX = 64
 _PROMPT_MIN = 8  # shorter prompts are joined afresh
 
@@ -79,30 +81,27 @@ def forget() -> None:
     _LONG.clear()
 
 
-def forget_run(owner: int) -> None:
-    """Let go of the prompts remembered for one run (``owner`` as given to :func:`encode_messages`)
-    and of the recent long texts, so that a process whose other runs stay open does not keep the
-    last prompts of a run that is over."""
-    for key in [key for key in list(_PROMPTS) if key[2] == owner]:  # a copy: other threads may add meanwhile
-        _PROMPTS.pop(key, None)
+def forget_long_texts() -> None:
+    """Let go of the recent long texts (a run ended: they may be its prompts)."""
     _LONG.clear()
 
 
-def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str], owner: int = 0) -> str:
+def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str], prompts: Prompts | None = None) -> str:
     """GenAI-convention JSON (``[{role, parts: [...]}]``) for neutral chat messages.
 
     Each LLM call's prompt repeats the conversation so far, so the JSON of a message without tool
     calls is cached and reused: on a :class:`SharedMessage` itself, else in a bounded table keyed
     by content; and a prompt of shared messages that extends the last one of its conversation
     reuses that prompt's JSON whole (a list comparison that stops at identical objects), so a
-    step costs its new messages, not the conversation so far. ``owner`` (the run's id) is whose
-    prompt is remembered, for :func:`forget_run`.
+    step costs its new messages, not the conversation so far. The prompt is remembered in
+    ``prompts`` (a run's own table, let go of with the run), else in a table of this module.
     """
     msgs = messages if type(messages) is list else list(messages)
     if len(msgs) < _PROMPT_MIN or type(msgs[0]) is not SharedMessage:
         return _join(msgs, redact)
-    key = (id(msgs[0]), redact, owner)
-    hit = _PROMPTS.get(key)
+    table = _PROMPTS if prompts is None else prompts
+    key = (id(msgs[0]), redact)
+    hit = table.get(key)
     done = len(hit[0]) if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] else 0
     tail = msgs[done:]
     if not done:
@@ -113,9 +112,9 @@ def encode_messages(messages: Iterable[ChatMessage], redact: Callable[[str], str
         text = hit[1][:-1] + ", " + _join(tail, redact)[1:]  # type: ignore[index]
         note_extension(text, hit[1], len(hit[1]) - 1)  # type: ignore[index]  # the store's delta: no prefix scan
     if all(type(m) is SharedMessage for m in tail):  # only messages that never change are remembered
-        if len(_PROMPTS) >= _PROMPTS_MAX and key not in _PROMPTS:
-            _PROMPTS.clear()
-        _PROMPTS[key] = (msgs[:], text)
+        if len(table) >= _PROMPTS_MAX and key not in table:
+            table.clear()
+        table[key] = (msgs[:], text)
     return text
 
 

@@ -183,6 +183,12 @@ def forget() -> None:
     _redact_cached.cache_clear()
 
 
+def forget_long_texts() -> None:
+    """Let go of the recent long texts known to be clean (a run ended: they may be its prompts)."""
+    global _CLEAN
+    _CLEAN = ()
+
+
 def redact_secrets(text: str) -> str:
     """``text`` with API keys, tokens, passwords and private keys replaced by ``[REDACTED]``
     (and lone surrogates escaped: see :func:`encodable`)."""

@@ -27,8 +27,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from . import semconv as sc
 from .leanspans import LeanSpan
 from .jsontext import json_text
-from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_run as forget_run_messages
-from .redact import forget as forget_redactions
+from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_long_texts as forget_long_encoded_texts
+from .redact import forget as forget_redactions, forget_long_texts as forget_long_clean_texts
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -204,12 +204,16 @@ class _Scope:
     def content(self, key: str, messages: Content) -> None:
         """Set a message-content attribute when content capture is on and the span records."""
         if messages is not None and self.probe.config.capture_content and self.span.is_recording():  # records_content
-            self.span.set_attribute(key, _encoded(self.probe, messages, self.ctx.get(_RUN_KEY)))
+            self.span.set_attribute(key, _encoded(self.probe, messages, self.ctx))
 
 
-def _encoded(probe: "Probe", messages: Content, run: object) -> str:
-    """``messages`` as JSON, remembered for ``run`` (a :class:`RunScope` or None; let go of when it ends)."""
-    return encode_messages(messages() if callable(messages) else messages, probe.redact, id(run))  # type: ignore[arg-type]
+def _encoded(probe: "Probe", messages: Content, ctx: otel_context.Context) -> str:
+    """``messages`` as JSON; a prompt is remembered for the run of ``ctx`` (let go of when it ends)."""
+    run: RunScope | None = ctx.get(_RUN_KEY)  # type: ignore[assignment]
+    prompts = None if run is None else run.caches.get("prompts")
+    if prompts is None and run is not None:
+        prompts = run.caches["prompts"] = {}
+    return encode_messages(messages() if callable(messages) else messages, probe.redact, prompts)  # type: ignore[arg-type]
 
 
 def _open(probe: "Probe", name: str, kind: SpanKind, attrs: dict[str, Any], parent: otel_context.Context,
@@ -244,10 +248,9 @@ def when_no_run_is_open(clear: Callable[[], None]) -> None:
 
 def _run_closed(run: "RunScope") -> None:
     _OPEN_RUNS.discard(run)
-    try:
-        forget_run_messages(id(run))
-    except Exception:
-        log_hook_error("message caches")
+    run.caches.clear()  # what was remembered for the run alone, and the long texts it may have
+    forget_long_encoded_texts()
+    forget_long_clean_texts()
     if not _OPEN_RUNS:
         for clear in _WHEN_NONE_OPEN:
             try:
@@ -259,7 +262,7 @@ def _run_closed(run: "RunScope") -> None:
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
-    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "_steps", "_calls", "_lock", "__weakref__")
+    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "caches", "_steps", "_calls", "_lock", "__weakref__")
 
     _KEY = _RUN_KEY
 
@@ -273,6 +276,9 @@ class RunScope(_Scope):
         self.conversation_id = conversation_id or self.run_id
         self.framework, self.task = framework, task
         self.answer: str | None = None
+        #: What the core and adapters remember for this run only (e.g. its last prompts, to convert
+        #: and encode only a prompt's new messages), by owner; emptied when the run ends.
+        self.caches: dict[str, Any] = {}
         self._steps = itertools.count()
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
@@ -334,7 +340,7 @@ class StepScope(_Scope):
     def finish(self, output: Content = None) -> None:
         span = self.span
         if output is not None and self.probe.config.capture_content and span.is_recording():  # self.content(...)
-            span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output, self.run))
+            span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output, self.ctx))
         if not self._ended:  # self.end()
             self._ended = True
             span.end()
@@ -372,7 +378,7 @@ class LLMScope(_Scope):
         if finish_reasons:
             attrs[sc.RESPONSE_FINISH_REASONS] = list(finish_reasons)
         if output is not None and self.probe.config.capture_content:
-            attrs[sc.OUTPUT_MESSAGES] = _encoded(self.probe, output, self.ctx.get(_RUN_KEY))
+            attrs[sc.OUTPUT_MESSAGES] = _encoded(self.probe, output, self.ctx)
         self.span.set_attributes(attrs)  # one lock and one pass, not one per attribute
         self.end()
 
@@ -459,10 +465,10 @@ def start_step(
         attrs[sc.AGENT_DESCRIPTION] = description
     if role:
         attrs[sc.AGENT_ROLE] = role
+    parent = current_context()
     late = None
     if input_messages is not None and probe.config.capture_content:
-        late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages, run)}  # noqa: E731
-    parent = current_context()
+        late = lambda: {sc.INPUT_MESSAGES: _encoded(probe, input_messages, parent)}  # noqa: E731
     span = _open(probe, sc.span_name(sc.OP_AGENT, agent), SpanKind.INTERNAL, attrs, parent, late)
     return StepScope(probe, span, parent, run, agent, index)
 
@@ -493,7 +499,7 @@ def start_llm(
     parent = current_context()
     late = None
     if input_messages is not None and probe.config.capture_content:  # content, then the conversation id
-        late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages, parent.get(_RUN_KEY))}, parent)  # noqa: E731
+        late = lambda: _add_conversation({sc.INPUT_MESSAGES: _encoded(probe, input_messages, parent)}, parent)  # noqa: E731
     else:
         _add_conversation(attrs, parent)
     span = _open(probe, sc.span_name(sc.OP_CHAT, model), SpanKind.CLIENT, attrs, parent, late)

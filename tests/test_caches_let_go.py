@@ -117,28 +117,35 @@ def test_a_run_still_open_keeps_its_conversation_cached(tmp_path: Any) -> None:
         probe.uninstrument()
 
 
-def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open() -> None:
-    """A long-lived process always has some run open: the prompts remembered for a run that is over
-    (its messages and their JSON) are dropped when it ends, the open run's are kept."""
-    from aegis_probe.messages import _PROMPTS, SharedMessage, encode_messages, forget_run
 
-    def prompt(tag: str) -> list[SharedMessage]:
-        return [SharedMessage(role="user", content=f"{tag} {i} " + "x" * MIB) for i in range(8)]
+def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open(tmp_path: Any) -> None:
+    """A long-lived process may always have some run open: what was remembered for a run that is
+    over (its last prompt's messages and JSON, its long texts) goes when it ends."""
+    from aegis_probe.messages import SharedMessage
+    from aegis_probe.spans import start_llm
 
-    def same(text: str) -> str:
-        return text
+    society = _society()
+    probe = aegis_probe.instrument(society, store=tmp_path / "store")
+    opened, release = threading.Event(), threading.Event()
 
-    open_run, finished_run = 1001, 1002
-    kept = prompt("open")
-    encode_messages(kept, same, open_run)
+    def stay_open() -> None:
+        with probe.run("stays open"):
+            opened.set()
+            release.wait(60)
 
-    def finished() -> None:
-        encode_messages(prompt("over"), same, finished_run)
-        forget_run(finished_run)
-
+    other = threading.Thread(target=stay_open)
+    other.start()
     try:
+        assert opened.wait(60)
+
+        def finished() -> None:
+            with probe.run("over"):
+                prompt = [SharedMessage(role="user", content=f"turn {i} " + "x" * MIB) for i in range(8)]
+                start_llm(probe, "big", provider="test", input_messages=prompt).finish([{"role": "assistant", "content": "ok"}])
+            assert probe.store.flush()
+
         assert _held_after(finished) < MIB
-        owners = {key[2] for key in _PROMPTS}
-        assert open_run in owners and finished_run not in owners
     finally:
-        forget_run(open_run)
+        release.set()
+        other.join()
+        probe.uninstrument()
