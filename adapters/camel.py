@@ -7,8 +7,9 @@ Class-level patches, installed once:
   ends after the step whose response is ``terminated``, after the assistant's step of the round in
   which the user agent said ``CAMEL_TASK_DONE`` (with a critic in the loop, once the critic has
   chosen among the assistant's messages, its steps included), at an agent's error, when ``init_chat`` starts a
-  new conversation, or when the probe is released (after the step in flight, if any; wrap the loop
-  in ``with probe.run(task):`` for explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
+  new conversation, when the probe is released (after the step in flight, if any), or when the
+  society is garbage-collected with its conversation open (an app that stops at a turn limit and
+  drops it; wrap the loop in ``with probe.run(task):`` for explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
   ``ChatAgent.step/astep`` of a lone agent (one run per call);
 - agent step: ``ChatAgent.step/astep`` -> ``invoke_agent {role_name}``. Workforce clones its
   agents, so any ``ChatAgent`` stepping inside a current run counts as part of it;
@@ -41,20 +42,24 @@ calls it itself (after the same checks, in the same order) and the walk is as de
 Streaming (``stream=True`` in the model config): ``step``/``astep`` return a lazy
 ``(Async)StreamingChatAgentResponse``; it is handed back wrapped, so the step span (and a lone
 agent's run) stays open until the app has consumed the stream, the step current while each partial
-response is produced; the step's output is the whole streamed text. ``ModelManager.run/arun`` then
+response is produced; the step's output is the whole streamed text. A stream the app leaves before
+its end (closed, dropped, or dropped unread) ends the step, and a lone agent's run or the
+conversation's, cancelled (ERROR, ``error.type`` ``CancelledError``), its output what was streamed. ``ModelManager.run/arun`` then
 return a chunk stream, traced by :func:`~aegis_probe.interception.call_llm_chunks` (content, tool
 calls, usage of the last chunk, finish reason); replayed and injected responses reach camel as
 chunks too. Tools camel runs while streaming: ``_execute_tool_from_stream_data`` (in the pool
 threads of ``_execute_tools_sync_with_status_accumulator``, which hands them the step like
 ``step_timeout`` does, keyed by each tool call's data) and ``_aexecute_tool_from_stream_data``. Not covered: structured output
 (``response_format``) streams get a ``chat`` span without content; a streaming step whose response
-is never consumed never ends (and holds its conversation's run open past ``uninstrument()``).
+the app keeps unread stays open until the response is dropped (and holds its conversation's run
+open past ``uninstrument()``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from asyncio import CancelledError
 import threading
 import time
 import weakref
@@ -357,6 +362,53 @@ class _StreamedOutput:
         return [*msgs[:-1], dataclasses.replace(msgs[-1], content="".join(self.pieces))]
 
 
+class _Stream:
+    """A streamed step's partial responses (an iterator or async iterator) noting whether they were read to their end."""
+
+    __slots__ = ("items", "exhausted")
+
+    def __init__(self, items: Any) -> None:
+        self.items, self.exhausted = items, False
+
+    def __iter__(self) -> "_Stream":
+        return self
+
+    def __aiter__(self) -> "_Stream":
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self.items)
+        except StopIteration:
+            self.exhausted = True
+            raise
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.items.__anext__()
+        except StopAsyncIteration:
+            self.exhausted = True
+            raise
+
+    def close(self) -> None:
+        close = getattr(self.items, "close", None)
+        if close is not None:
+            close()
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.items, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _end_dropped(end: Callable[..., None], *args: Any) -> None:
+    """``end(*args)`` for an object garbage-collected with its run or step open (hook errors logged)."""
+    try:
+        end(*args)
+    except Exception:
+        log_hook_error("camel run end")
+
+
 class _Opened(NamedTuple):
     """What a step wrapper opened: a lone agent's own run, the step, and the ``RolePlaying`` whose
     conversation's run the step joined (with the stepping agent)."""
@@ -411,6 +463,8 @@ class CamelAdapter(Adapter):
         self.codec = CamelCodec()
         self._lone: "WeakSet[Any]" = WeakSet()
         self._sessions: "WeakKeyDictionary[Any, RunScope]" = WeakKeyDictionary()  # open RolePlaying runs
+        # society -> what ends its open run if the society is garbage-collected first
+        self._dropping: "WeakKeyDictionary[Any, weakref.finalize]" = WeakKeyDictionary()
         self._societies: "WeakKeyDictionary[Any, weakref.ref[Any]]" = WeakKeyDictionary()  # agent -> its RolePlaying
         self._said_done: "WeakSet[Any]" = WeakSet()  # societies whose run ends with this round's assistant step
         self._ending: "WeakSet[Any]" = WeakSet()  # societies whose run ends when their critic has chosen
@@ -590,6 +644,8 @@ class CamelAdapter(Adapter):
                 task = society.specified_task_prompt or society.task_prompt
                 run = start_run(probe, _society_name(society), framework=self.name, task=str(task) if task else None)
                 self._sessions[society] = run
+                ending = self._dropping[society] = weakref.finalize(society, _end_dropped, run.finish)
+                ending.atexit = False
             return run
         except Exception:
             log_hook_error("camel run start")
@@ -598,6 +654,9 @@ class CamelAdapter(Adapter):
     def _end_session(self, society: Any, run: RunScope, exc: BaseException | None = None) -> None:
         if self._sessions.get(society) is run:
             self._sessions.pop(society, None)
+            ending = self._dropping.pop(society, None)
+            if ending is not None:
+                ending.detach()
         self._said_done.discard(society)
         self._ending.discard(society)
         self._released.discard(society)
@@ -741,6 +800,8 @@ class CamelAdapter(Adapter):
         own_run, step, society, agent = opened
         try:
             if exc is not None:
+                if result is not None:  # a stream left before its end: what it said until then
+                    step.content(sc.OUTPUT_MESSAGES, lambda: [_message(m, "assistant") for m in result.msgs])
                 step.fail(exc)
             else:
                 said = getattr(result, "msgs", None) or ()
@@ -824,15 +885,29 @@ class CamelAdapter(Adapter):
 
     def _streamed(self, opened: _Opened, agent: Any, result: Any) -> Any:
         """A streaming step's response, rebuilt over the same stream: the step (and a lone agent's
-        run) ends when the app has consumed it; the step is current while each item is produced."""
+        run) ends when the app has consumed it; the step is current while each item is produced. A
+        stream left before its end (closed, dropped, or never read) ends them cancelled."""
         output = _StreamedOutput(agent)
+        sync = isinstance(result, self._streaming[0])
+        items = _Stream(iter(result) if sync else result.__aiter__())
+        ended = False
 
         def done(exc: BaseException | None) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            if exc is None and not items.exhausted:
+                exc = CancelledError("the app left the step's stream before its end")
             self._close_step(opened, output, exc)
 
-        if isinstance(result, self._streaming[0]):
-            return type(result)(iterate_sync_in_scope(iter(result), opened[1], on_item=output.add, on_done=done))
-        return type(result)(iterate_in_scope(result.__aiter__(), opened[1], on_item=output.add, on_done=done))
+        if sync:
+            response = type(result)(iterate_sync_in_scope(items, opened[1], on_item=output.add, on_done=done))
+        else:
+            response = type(result)(iterate_in_scope(items, opened[1], on_item=output.add, on_done=done))
+        # Never read, its generator never starts, so its end never runs: end the step when it goes.
+        weakref.finalize(response, _end_dropped, done, CancelledError("the step's stream was dropped unread")).atexit = False
+        return response
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``_step_impl`` in ``step_timeout``'s pool thread: attach the step handed over by ``step``."""
