@@ -164,6 +164,15 @@ def seconds(option: str, value: float) -> float:
     return value
 
 
+def on_terminal() -> bool:
+    """Whether progress bars are drawn: standard error is a terminal (a log or a pipe gets the
+    summary lines only)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by a caller, or closed
+        return False
+
+
 def _is_store_dir(path: Path, stores: set[Path]) -> bool:
     return path in stores or (path.is_dir() and (path / "spans.jsonl").is_file())
 

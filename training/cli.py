@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
-from aegis_probe.cli import add_examples, configure_logging, plain_help, run_command
+from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, run_command
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -108,6 +108,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     args = parser([command] if command in COMMANDS else None, prog=prog).parse_args(argv)
     verbose = verbose or args.verbose
     configure_logging(verbose)
+    if hasattr(args, "no_progress") and not on_terminal():  # a log or a pipe: the summary lines only
+        args.no_progress = True
     if getattr(args, "no_progress", False):
         quiet_libraries()
     return run_command(args.func, args, verbose=verbose)
@@ -146,7 +148,7 @@ def seed_int(text: str) -> int:
 
 def add_progress_arg(p: argparse.ArgumentParser) -> None:
     """``--no-progress``: the convention of the commands with a progress bar on stderr."""
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (drawn on a terminal only)")
 
 
 def add_source_args(p: argparse.ArgumentParser, many: bool = False) -> None:

@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, check_signature, load_module
-from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports
+from ..cli import add_examples, http_url, on_terminal, quiet_frameworks, quiet_imports
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from .traces import store_at, stored
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, metavar="N",
                    help="scan: replays at a time (default 1; with --executor ray, the cluster's CPUs)")
     add_executor_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (drawn on a terminal only)")
     add_examples(p, "--trace 3f2a --app aegis_probe.demos.autogen --fixer examples/fixers.py:recompute",
                  "--trace 3f2a --app myapp --base-url http://127.0.0.1:8000/v1 --model qwen "
                  "--analyzer-url http://127.0.0.1:8000/v1 --analyzer-model qwen --mode bisect")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         fixer = (_load_fixer(args.fixer) if args.fixer
                  else AnalyzerFixer(args.analyzer_url, args.analyzer_model, api_key, show_expected=args.show_expected))
         bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay",
-                                               disable=args.no_progress))
+                                               disable=args.no_progress or not on_terminal()))
         parallel = executor_from_args(args) if args.executor == "ray" or (args.concurrency or 1) > 1 else None
         try:
             report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports, seconds
+from ..cli import add_examples, http_url, on_terminal, quiet_frameworks, quiet_imports, seconds
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--manipulator-api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="env var with its API key (default: OPENAI_API_KEY)")
     p.add_argument("--manipulator-temperature", type=float, default=0.7, help="LLM manipulator temperature (default 0.7)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (drawn on a terminal only)")
     add_examples(p, "--app aegis_probe.demos.autogen:build_app --tasks examples/injection/math_tasks.jsonl "
                     "--plans-per-run 2 --out inject-out",
                  "--app examples/injection/autogen_math.py:build_app --tasks examples/injection/math_tasks.jsonl "
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     with quiet_frameworks(not getattr(args, "verbose", False)):
         rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
                             executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
-                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress,
+                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress and on_terminal(),
                             run_timeout=args.run_timeout)
     base = baselines(args.out, tasks)
     print(format_baselines(base))
