@@ -592,10 +592,11 @@ def _big_messages_alive() -> int:
                if isinstance(o, (AssistantMessage, UserMessage)) and len(o.content) >= 1 << 20)
 
 
-def test_a_dropped_team_leaves_no_message_behind_while_another_run_goes_on(model_server, tmp_path):
+def test_a_dropped_team_leaves_no_memory_behind_while_another_run_goes_on(model_server, tmp_path):
     """The same server-style app while another team's run stays open all along (a busy server always
-    has one): none of the dropped teams' model messages stays alive (the adapter's message caches,
-    cleared only when no run was open, held the last 4096 messages and 64 prompts)."""
+    has one): none of the dropped teams' model messages stays alive and nothing of them stays
+    allocated (the adapter's message caches, cleared only when no run was open, held the last 4096
+    messages and 64 prompts; the core's, the last prompts' JSON)."""
     import threading
 
     server = model_server(lambda body: Reply(content="y" * (1 << 20) + str(len(body["messages"]))))
@@ -604,18 +605,21 @@ def test_a_dropped_team_leaves_no_message_behind_while_another_run_goes_on(model
     busy_probe = aegis_probe.instrument(busy, store=tmp_path / "busy")
     other = threading.Thread(target=lambda: asyncio.run(busy.run(task="slow task")))
     other.start()
+
+    def run() -> None:
+        app = _talk(server.base_url, 4)
+        probe = aegis_probe.instrument(app, store=tmp_path / "store")
+        assert len(_said(asyncio.run(app.run(task="hi")))) == 4
+        probe.flush()
+        probe.uninstrument()
+        server.requests.clear()
+
     try:
         assert policy.arrived.wait(10)
-        for _ in range(2):
-            app = _talk(server.base_url, 4)
-            probe = aegis_probe.instrument(app, store=tmp_path / "store")
-            assert len(_said(asyncio.run(app.run(task="hi")))) == 4
-            probe.flush()
-            probe.uninstrument()
-            del app, probe
+        held = memory_held_after(run)
         alive = _big_messages_alive()
     finally:
         policy.release.set()
         other.join(10)
     busy_probe.flush()
-    assert alive == 0
+    assert alive == 0 and held < 1.0
