@@ -202,6 +202,35 @@ def _magentic_policy(rounds: int) -> Any:
     return policy
 
 
+def _replanning_policy(ledgers: int, stalled: range, retried: set[int]) -> Any:
+    """The orchestrator answered by its prompts over ``ledgers`` progress ledgers (counted as asked):
+    alice and bob in turn, no progress on the ``stalled`` ones (three in a row make it re-plan: new
+    facts, a new plan, a new task ledger), text that is not JSON on the ``retried`` ones (it asks
+    again), done on the last."""
+    asked, answers = itertools.count(), itertools.count()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = str(messages[-1].get("content"))
+        if LEDGER_PROMPT in last:
+            n = next(asked)
+            if n in retried:
+                return Reply(content=f"not a ledger ({n})")
+            speaker = ("alice", "bob")[n % 2]
+            entry = json.loads(ledger(done=n >= ledgers - 1, speaker=speaker, instruction=f"{speaker}, go on ({n})"))
+            entry["is_progress_being_made"]["answer"] = n not in stalled
+            return Reply(content=json.dumps(entry))
+        if FACTS_PROMPT in last or "fact sheet" in last:
+            return Reply(content="No facts.")
+        if PLAN_PROMPT in last or "new plan" in last:
+            return Reply(content="- alice and bob: talk.")
+        if messages[0]["role"] == "system":
+            return Reply(content=f"{_speaker(body)} answers {next(answers)}")
+        return Reply(content="final answer")
+
+    return policy
+
+
 def _magentic(base_url: str, max_turns: int = 30) -> Any:
     """A ``MagenticOneGroupChat`` of alice and bob (answered by :func:`_magentic_policy`)."""
     client = _client(base_url)
@@ -225,6 +254,27 @@ def test_a_magentic_one_run_of_300_turns_is_whole(model_server, tmp_path, caplog
     traj = long_run_is_whole(probe, tmp_path / "store", [m.source for m in said], [m.to_text() for m in said],
                              len(server.requests))
     assert [s.next_speaker for s in traj.steps[1:5]] == ["alice", None, "bob", None]
+    no_hook_errors(caplog.records)
+
+
+def test_a_magentic_one_run_that_retries_and_replans_is_whole(model_server, tmp_path, caplog):
+    """Ledgers that are not JSON (the orchestrator asks again) and three stalled ones in a row (it
+    re-plans: new facts, new plan, a new task ledger) in a run of 150 progress ledgers: still one step
+    per message, each holding the model calls that produced it."""
+    server = model_server(_replanning_policy(150, stalled=range(60, 63), retried={10, 100, 101}))
+    app = _magentic(server.base_url, STEPS)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    said = _said(asyncio.run(app.run(task="talk for a while")))
+    assert said[-1].to_text() == "final answer"
+    traj = long_run_is_whole(probe, tmp_path / "store", [m.source for m in said], [m.to_text() for m in said],
+                             len(server.requests))
+    orch = [s for s in traj.steps if s.agent == "MagenticOneOrchestrator"]
+    several = [(len(s.llm_calls), s.next_speaker, s.output.strip()[:14].partition(" (")[0]) for s in orch if len(s.llm_calls) > 1]
+    assert several == [(2, None, "We are working"),  # facts, plan: the task ledger
+                       (2, "bob", "bob, go on"),  # a ledger asked again
+                       (3, None, "We are working"),  # the third stalled ledger, new facts, new plan: re-planned
+                       (3, "alice", "alice, go on"),  # asked twice again
+                       (2, None, "final answer")]  # the last ledger, the final answer
     no_hook_errors(caplog.records)
 
 
