@@ -17,7 +17,7 @@ import pytest
 from framework_checks import (AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another,
                               cancelled_beside_whole, escaped, lone_surrogate_task_fails_as_uninstrumented,
                               long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart, run_at_once,
-                              store_lines_are_valid, the_one_run_ended_cancelled)
+                              store_lines_are_valid)
 
 pytest.importorskip("autogen_agentchat")
 
@@ -586,31 +586,41 @@ def test_a_run_cancelled_beside_another_ends_alone(model_server, tmp_path, caplo
     no_hook_errors(caplog.records)
 
 
-def test_a_run_cancelled_by_its_token_ends_cancelled(model_server, tmp_path, caplog):
-    """autogen's own cancellation (``CancellationToken.cancel()`` while the model call waits): the app
-    gets the error it gets uninstrumented and the run ends cancelled in the store."""
+def test_a_team_run_cancelled_by_its_token_ends_cancelled_beside_another(model_server, tmp_path, caplog):
+    """autogen's own cancellation (``CancellationToken.cancel()`` while the model call waits) of one
+    team's run while another team's run goes on beside it: the app gets the error it gets
+    uninstrumented, the run ends cancelled in its own trace, the other is whole."""
     from autogen_core import CancellationToken
 
-    async def cancelled(app: Any, policy: SlowOrFast) -> str:
+    async def cancelled(policy: SlowOrFast, build: Any) -> tuple[str, Any]:
         token = CancellationToken()
-        call = asyncio.ensure_future(app.run(task="slow task", cancellation_token=token))
+        slow = asyncio.ensure_future(build().run(task="slow task", cancellation_token=token))
+        fast = await build().run(task="fast task")
         assert await asyncio.to_thread(policy.arrived.wait, 10)
         token.cancel()
         try:
-            await call
+            await slow
         except BaseException as exc:  # what the app gets
             policy.release.set()
-            return type(exc).__name__
+            return type(exc).__name__, fast
         raise AssertionError("not cancelled")
 
     bare_policy, policy = SlowOrFast(), SlowOrFast()
-    bare = asyncio.run(cancelled(_talk(model_server(bare_policy).base_url, 1), bare_policy))
-    app = _talk(model_server(policy).base_url, 1)
-    probe = aegis_probe.instrument(app, store=tmp_path / "store")
-    assert asyncio.run(cancelled(app, policy)) == bare == "CancelledError"
-    the_one_run_ended_cancelled(probe, tmp_path / "store")
+    bare_url, url = model_server(bare_policy).base_url, model_server(policy).base_url
+    bare, _ = asyncio.run(cancelled(bare_policy, lambda: _talk(bare_url, 1)))
+    probes = []
+
+    def build() -> Any:
+        app = _talk(url, 1)
+        probes.append(aegis_probe.instrument(app, store=tmp_path / "store"))
+        return app
+
+    error, fast = asyncio.run(cancelled(policy, build))
+    assert error == bare == "CancelledError" and fast.messages[-1].to_text() == "done fast"
+    probes[1].flush()
+    cancelled_beside_whole(probes[0], tmp_path / "store")
     store_lines_are_valid(tmp_path / "store")
-    (step,) = probe.trajectory().steps
+    (step,) = probes[0].trajectory().steps
     assert step.agent == "alice" and step.error and "CancelledError" in step.error
     no_hook_errors(caplog.records)
 
