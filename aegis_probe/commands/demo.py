@@ -143,11 +143,12 @@ def run(args: argparse.Namespace) -> int:
     short = (traj.trace_id or "trace")[:12]
     report = write_report(traj, Path(args.report_dir or trace_dir) / f"aegis-report-{short}.html")
     print(f"\nanswer: {answer if answer is None else probe.redact(answer)!r}")  # as the trace has it
-    print(f"trace written to {trace_dir / SPANS_FILE} (python -m aegis_probe traces show {short})")
+    in_dir = f" --dir {args.trace_dir}" if args.trace_dir else ""  # else the default store, as the commands' own
+    print(f"trace written to {trace_dir / SPANS_FILE} (python -m aegis_probe traces show {short}{in_dir})")
     print(f"report written to {report}")
     if plan is not None and traj.outcome.success:
         print(f"the team recovered from {plan.targets[0].mode}: the run still succeeded (try another mode or agent)")
     if traj.outcome.success is False and traj.task is not None:  # blame replays the recorded content
         print(f"blame it: python -m aegis_probe blame --trace {short} --app {demo_module(args.framework)} "
-              "--fixer examples/fixers.py:recompute" + (f" --dir {args.trace_dir}" if args.trace_dir else ""))
+              f"--fixer examples/fixers.py:recompute{in_dir}")
     return 0
