@@ -82,6 +82,16 @@ def test_help_shows_the_default_of_every_option_that_has_one(name: str) -> None:
     assert not silent, f"{name} --help shows no default for {silent}"
 
 
+@pytest.mark.parametrize(("main", "prog"), [(cli.main, "aegis-probe"), (train_cli.main, "aegis-probe train")])
+def test_both_command_lines_say_their_version(main, prog, capsys) -> None:
+    """README: ``--version`` on both; ``python -m aegis_probe.train --version`` said COMMAND is required."""
+    import aegis_probe
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"], prog=prog)
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"{prog} {aegis_probe.__version__}\n"
+
+
 @pytest.mark.parametrize(("options", "says"), [
     (["--modes", "FM-9,FM-2.6"], "unknown mode/strategy: FM-9 (--modes takes a comma-separated list of FM-1.1, "),
     (["--strategies", "foo"], "(--strategies takes a comma-separated list of prompt_injection, response_corruption)"),

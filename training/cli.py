@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
-from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, run_command
+from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, run_command, version
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -93,6 +93,7 @@ def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_prob
     add_examples(p, "import inject-out/traces -o all.jsonl", "build dcl all.jsonl -o dcl.jsonl",
                  "dcl --data dcl.jsonl --out runs/dcl", "attribute --model runs/dcl --trace 3f2a")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in names if names is not None else COMMANDS:
         if names is None and name in SUMMARIES:
