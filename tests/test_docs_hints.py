@@ -31,3 +31,17 @@ def test_the_next_commands_the_demo_prints_run_as_printed(own_dir, tmp_path, cap
     assert "fault    agent=calculator step=1 mode=FM-2.6" in capsys.readouterr().out
     assert cli.main([*shlex.split(blame.group(1)), "--no-progress"]) == 0
     assert "decisive error: step 1 by calculator" in capsys.readouterr().out
+
+
+def test_traces_ls_on_a_campaign_folder_points_at_its_stores_without_a_warning(tmp_path, capsys, caplog):
+    """README's campaign is read with ``traces ls --dir inject-out/traces``; ``--dir inject-out``
+    warned that runs.jsonl is no trace record before pointing at traces/ and baselines/."""
+    campaign = tmp_path / "inject-out"
+    for store in ("traces", "baselines"):
+        (campaign / store).mkdir(parents=True)
+        (campaign / store / "spans.jsonl").write_text("")
+    (campaign / "runs.jsonl").write_text('{"task_id": "t1", "kind": "baseline", "success": true}\n')
+    assert cli.main(["traces", "ls", "--dir", str(campaign)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"no traces in {campaign} (its folders baselines, traces are trace stores: give one of them)\n"
+    assert err == "" and not caplog.records, caplog.text

@@ -12,7 +12,7 @@ from ..config import ProbeConfig
 from ..errors import one_line
 from ..otlp_json import SpanRecord
 from ..steptable import printable, step_table, summary
-from ..store import TraceStore
+from ..store import SPANS_FILE, TraceStore
 from ..trajectory import Trajectory
 from . import export
 
@@ -79,6 +79,10 @@ def _ls(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ValueError(f"--limit must be >= 0 (0: all), not {args.limit}")
     store = _store(args)
+    hint = store.nested_hint()
+    if hint and not (store.path / SPANS_FILE).is_file():  # a campaign's folder: its runs.jsonl is no trace file
+        print(f"no traces in {store.path}{hint}")
+        return 0
     trajs = []
     for spans in store.traces().values():
         try:
@@ -89,7 +93,7 @@ def _ls(args: argparse.Namespace) -> int:
     if args.limit:
         trajs = trajs[: args.limit]
     if not trajs:
-        print(f"no traces in {store.path}{store.nested_hint()}")
+        print(f"no traces in {store.path}{hint}")
         return 0
     print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  app")
     for t in trajs:
