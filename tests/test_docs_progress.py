@@ -36,7 +36,7 @@ def test_inject_and_blame_draw_their_bars_on_a_terminal_only(tmp_path, capsys, m
     pytest.importorskip("autogen_agentchat")
     store = tmp_path / "store"
     assert cli.main(["demo", "--inject", "FM-2.6", "--trace-dir", str(store)]) == 0
-    trace = capsys.readouterr().out.split("traces show ")[1].split(")")[0]
+    trace = capsys.readouterr().out.split("traces show ")[1].split()[0]
     blame = ["blame", "--trace", trace, "--dir", str(store), "--app", "aegis_probe.demos.autogen",
              "--fixer", str(ROOT / "examples" / "fixers.py") + ":recompute"]
     tasks = tmp_path / "tasks.jsonl"
