@@ -245,7 +245,7 @@ def test_dcl_reads_the_features_it_is_told_and_older_models_load(tmp_path, capsy
     for bad, what in ((["novelty", "bogus"], "'bogus' is no reading feature"), (["novelty", "novelty"], "'novelty' is named twice")):
         capsys.readouterr()
         assert main(["dcl", *tiny, "--out", str(tmp_path / "bad"), "--features", *bad]) == 2
-        assert f"error: features: {what}" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+        assert f"error: --features: {what}" in capsys.readouterr().err and not (tmp_path / "bad").exists()
     assert main(["dcl", *tiny, "--out", str(tmp_path / "r2"), "--features", *ROUND2]) == 0
     capsys.readouterr()
     assert main(["attribute", "--model", str(tmp_path / "r2"), "--data", str(rows), "--no-progress"]) == 0
@@ -275,4 +275,5 @@ def test_benchmark_features_option_trains_the_named_set(tmp_path, capsys):
     for name, expected in (("r2", ROUND2), ("default", FEATURES)):
         assert json.loads((tmp_path / name / "benchmark.json").read_text())["inputs"]["features"] == list(expected)
     assert main(["benchmark", *options, "--out", str(tmp_path / "bad"), "--features", "bogus"]) == 2
-    assert "error: features: 'bogus' is no reading feature" in capsys.readouterr().err
+    assert "error: --features: 'bogus' is no reading feature" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()  # refused before --out is made

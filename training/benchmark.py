@@ -143,12 +143,14 @@ def check_fresh_out(out: Path, model: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .dcl.attributor import DCLAttributor
-    from .dcl.reading import FEATURES
+    from .dcl.reading import FEATURES, check_features
     from .dcl.train import DCLConfig, fit
     from .files import replacing_dir, write_text
 
     out = Path(args.out)
     check_fresh_out(out, args.model)
+    if args.features and not args.model:
+        check_features(args.features)  # before anything is read or written
     train_sets = load_sets(args.train, args.format, args.labels_dir, progress=not args.no_progress)
     test_sets = load_sets(args.test, args.format, args.labels_dir, progress=not args.no_progress)
     tests = {path: labelled(trajs) for path, trajs in test_sets.items()}  # what is scored

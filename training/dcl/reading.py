@@ -139,7 +139,7 @@ def check_features(features: Sequence[str]) -> list[str]:
     names = list(features)
     bad = next((f for i, f in enumerate(names) if f not in _COLUMN or f in names[:i]), None)
     if bad is not None:
-        raise ValueError(f"features: {bad!r} is {'named twice' if bad in _COLUMN else 'no reading feature'} "
+        raise ValueError(f"--features: {bad!r} is {'named twice' if bad in _COLUMN else 'no reading feature'} "
                          f"(known: {', '.join(ALL_FEATURES)})")
     return names
 

