@@ -363,12 +363,13 @@ class _StreamedOutput:
 
 
 class _Stream:
-    """A streamed step's partial responses (an iterator or async iterator) noting whether they were read to their end."""
+    """A streamed step's partial responses (an iterator or async iterator), noting whether they were
+    read at all and to their end."""
 
-    __slots__ = ("items", "exhausted")
+    __slots__ = ("items", "started", "exhausted")
 
     def __init__(self, items: Any) -> None:
-        self.items, self.exhausted = items, False
+        self.items, self.started, self.exhausted = items, False, False
 
     def __iter__(self) -> "_Stream":
         return self
@@ -377,6 +378,7 @@ class _Stream:
         return self
 
     def __next__(self) -> Any:
+        self.started = True
         try:
             return next(self.items)
         except StopIteration:
@@ -384,6 +386,7 @@ class _Stream:
             raise
 
     async def __anext__(self) -> Any:
+        self.started = True
         try:
             return await self.items.__anext__()
         except StopAsyncIteration:
@@ -407,6 +410,13 @@ def _end_dropped(end: Callable[..., None], *args: Any) -> None:
         end(*args)
     except Exception:
         log_hook_error("camel run end")
+
+
+def _end_unread(items: _Stream, done: Callable[[BaseException | None], None]) -> None:
+    """End the step of a streamed response dropped unread (its generator never started, so its end
+    never runs); one that was read ends when its generator is closed, right after."""
+    if not items.started:
+        _end_dropped(done, CancelledError("the step's stream was dropped unread"))
 
 
 class _Opened(NamedTuple):
@@ -905,8 +915,7 @@ class CamelAdapter(Adapter):
             response = type(result)(iterate_sync_in_scope(items, opened[1], on_item=output.add, on_done=done))
         else:
             response = type(result)(iterate_in_scope(items, opened[1], on_item=output.add, on_done=done))
-        # Never read, its generator never starts, so its end never runs: end the step when it goes.
-        weakref.finalize(response, _end_dropped, done, CancelledError("the step's stream was dropped unread")).atexit = False
+        weakref.finalize(response, _end_unread, items, done).atexit = False
         return response
 
     def _step_in_thread(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -432,6 +432,24 @@ def test_a_stream_left_before_its_end_ends_its_run_cancelled(mode, model_server,
     no_hook_errors(caplog.records)
 
 
+def test_streams_left_early_leave_no_memory_behind(model_server, tmp_path):
+    """Streamed steps of 1 MiB replies the app stops reading after the first piece: each ends with
+    its model call (the call's span and its text before the run's end, which lets go of the message
+    caches), and nothing of them stays allocated once the agent is let go."""
+    server = model_server(lambda body: Reply(content="y" * (1 << 20)))
+
+    def run() -> None:
+        agent = _agent(server.base_url, "Talker", "You talk.", stream=True)
+        probe = aegis_probe.instrument(agent, store=tmp_path / "store")
+        for _ in range(3):
+            assert _left_early(agent, "step left") == "y" * (1 << 20)
+        probe.flush()
+        probe.uninstrument()
+        server.requests.clear()
+
+    assert memory_held_after(run) < 1.0
+
+
 @pytest.mark.parametrize("mode", ["step", "astep"])
 @pytest.mark.parametrize("where", ["tool result", "tool arguments"])
 def test_lone_surrogates_in_a_tool_call_fail_the_step_as_uninstrumented(where, mode, model_server, tmp_path, caplog):
