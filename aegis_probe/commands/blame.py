@@ -75,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from ..injection.judges import judge_for
     from ..modelserver import ModelServer
 
-    if args.max_replays < 0 or (args.max_tokens is not None and args.max_tokens < 0) or (
-            args.concurrency is not None and args.concurrency < 1):
-        raise ValueError("--max-replays and --max-tokens must be >= 0 and --concurrency >= 1")
+    for option, value, low in (("--max-replays", args.max_replays, 0), ("--max-tokens", args.max_tokens, 0),
+                               ("--concurrency", args.concurrency, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{option} must be >= {low}, not {value}")
     for option, url in (("--base-url", args.base_url), ("--analyzer-url", args.analyzer_url)):
         if url is not None:
             http_url(option, url, "the OpenAI-compatible endpoint's http(s):// URL, e.g. http://localhost:8000/v1")
