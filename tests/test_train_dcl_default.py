@@ -80,3 +80,19 @@ def test_dcl_help_says_what_the_default_reads(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "train a DCL attributor (reading features, optionally encoder embeddings" in out
     assert "nothing encoded and the encoder never loaded) (default: False)" in out  # --text_embeddings
+
+
+def test_whowhen_benchmark_shows_its_defaults_and_names_a_bad_value(tmp_path, capsys):
+    """``dcl.whowhen --help`` gives every default; a value out of range is one error naming the
+    option and what it takes, before the data is looked for or anything written."""
+    with pytest.raises(SystemExit):
+        whowhen.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(f"(default: {value})" in out for value in ("0.3", "40", "24", "runs/dcl-whowhen")), out
+    for option, value, accepted in (("--test-fraction", "1.5", "between 0 and 1"), ("--epochs", "0", "at least 1"),
+                                    ("--plans-per-run", "-1", "at least 0"), ("--seed", "-2", "at least 0")):
+        with pytest.raises(SystemExit) as stop:
+            whowhen.main(["--out", str(tmp_path / "run"), option, value])
+        assert stop.value.code == 2
+        assert f"error: {option} must be {accepted}, not {value}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

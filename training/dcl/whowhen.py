@@ -87,7 +87,8 @@ def table(part: dict[str, Any], columns: Sequence[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m aegis_probe.train.dcl.whowhen", description=__doc__.split("\n\n")[0].rstrip(":") + ".")
+    p = argparse.ArgumentParser(prog="python -m aegis_probe.train.dcl.whowhen", description=__doc__.split("\n\n")[0].rstrip(":") + ".",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/dcl-whowhen", help="output directory (model, log.jsonl, report.json, injection/)")
     p.add_argument("--test-fraction", type=float, default=0.3, help="held out: of Who&When traces, of injected task groups")
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the campaign and training")
@@ -98,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embedding-cache", default="", help="safetensors file of turn embeddings reused across runs "
                                                          "(--inputs with text)")
     args = p.parse_args(argv)
+    for option, bad, accepted in (("--test-fraction", not 0 < args.test_fraction < 1, "between 0 and 1"),
+                                  ("--epochs", args.epochs < 1, "at least 1"), ("--plans-per-run", args.plans_per_run < 0, "at least 0"),
+                                  ("--seed", args.seed < 0, "at least 0")):
+        if bad:
+            p.error(f"{option} must be {accepted}, not {getattr(args, option[2:].replace('-', '_'))}")
 
     ww_train, ww_test = split_traces(load(whowhen_dir(must_exist=True)).trajectories, args.test_fraction, args.seed)
     injected = campaign(Path(args.out, "injection"), args.plans_per_run, args.seed) if args.plans_per_run else []
