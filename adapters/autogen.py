@@ -105,7 +105,6 @@ from aegis_probe.spans import (
     start_run,
     start_step,
     start_tool,
-    when_no_run_is_open,
 )
 
 if TYPE_CHECKING:
@@ -158,37 +157,27 @@ def _convert(m: LLMMessage) -> list[dict[str, Any]]:
 # A model context hands the same message objects to every call, so the neutral form of a text
 # message is kept per object (checked by identity of its content and source) and shared; and the
 # last prompt of each conversation (keyed by its first message): a prompt that extends it, same
-# objects with the same contents (compared in C), converts only its new messages. Both are kept
-# per run and go when it ends, so a busy process (some run always open) keeps nothing of apps gone.
+# objects with the same contents (compared in C), converts only its new messages. Both are kept in
+# the run's caches (``RunScope.caches``), which go when it ends: a busy process (some run always
+# open) keeps nothing of apps gone.
 _Shared = dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]]
 _Prompts = dict[int, tuple[list[LLMMessage], list[Any], list[dict[str, Any]]]]
-#: Per open run (weakly held, dropped when its stream ends): message id -> (message, content, source, neutral form).
-_SHARED: "weakref.WeakKeyDictionary[RunScope, _Shared]" = weakref.WeakKeyDictionary()
-_SHARED_MAX = 4096
-#: Per open run: first message id -> (messages, contents, neutral form) of each conversation's last prompt.
-_PROMPTS: "weakref.WeakKeyDictionary[RunScope, _Prompts]" = weakref.WeakKeyDictionary()
-_PROMPTS_MAX = 64
+_SHARED_MAX = 4096  # messages per run
+_PROMPTS_MAX = 64  # conversations per run
 _NO_FIELDS: dict[str, Any] = {}
 _content = operator.attrgetter("content")
 
 
 def _run_caches() -> tuple[_Shared, _Prompts]:
-    """The calling run's message caches (a call outside runs gets empty ones, kept by nothing)."""
+    """The calling run's message caches: (message id -> (message, content, source, neutral form),
+    first message id -> (messages, contents, neutral form)); a call outside runs gets empty ones."""
     run = current_run()
     if run is None:
         return {}, {}
-    shared, prompts = _SHARED.get(run), _PROMPTS.get(run)
-    if shared is None:
-        shared = _SHARED[run] = {}
-    if prompts is None:
-        prompts = _PROMPTS[run] = {}
-    return shared, prompts
-
-
-def _forget_run(run: "RunScope") -> None:
-    """Let go of ``run``'s message caches (it ended)."""
-    _SHARED.pop(run, None)
-    _PROMPTS.pop(run, None)
+    caches = run.caches.get(FRAMEWORK)
+    if caches is None:
+        caches = run.caches[FRAMEWORK] = ({}, {})
+    return caches
 
 
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
@@ -396,11 +385,6 @@ class AutogenCodec:
 
 
 # -- wrappers ------------------------------------------------------------------------------------
-# (an autogen run's caches go when it ends; these also let go of those of runs autogen did not open)
-when_no_run_is_open(_SHARED.clear)
-when_no_run_is_open(_PROMPTS.clear)
-
-
 #: Each team's run in progress (its own, or the run a nested team is part of) and the context to
 #: handle its messages in, by the team's id (its runtime agents' key): the message handlers of a
 #: runtime the app started itself run in the runtime's task, not in the run (see ``_in_team_run``).
@@ -448,7 +432,6 @@ class _RunHooks:
         if exc is None and not self.completed:
             exc = CancelledError("the app closed the run's stream before its result")
         _team_run_ended(self.team_id, self.run.ctx)
-        _forget_run(self.run)  # the run's messages go with it
         self.run.finish(exc)
 
     def __del__(self) -> None:
@@ -1207,8 +1190,6 @@ class AutogenAdapter(Adapter):
         super().uninstall()
         self._patched.clear()
         self.own_runtimes = False
-        _SHARED.clear()  # let go of the apps' messages
-        _PROMPTS.clear()
 
     def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""

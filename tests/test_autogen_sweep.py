@@ -329,7 +329,7 @@ def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
 
-    from aegis_probe.adapters import autogen as adapter
+    from aegis_probe import spans as core
 
     client = _client(model_server(_by_system_prompt))
     team = RoundRobinGroupChat([AssistantAgent("a", model_client=client, system_message="a"),
@@ -351,7 +351,7 @@ def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_
         await team.run(task="ran")
 
     asyncio.run(go())
-    assert spans.open == {} and adapter._SHARED == {} and adapter._PROMPTS == {}
+    assert spans.open == {} and not core._OPEN_RUNS  # every run closed: its caches emptied
     probe.flush()
     runs = sorted((t.task, [s.agent for s in t.steps]) for t in map(probe.trajectory, TraceStore(tmp_path / "store").traces()))
     assert runs == [("closed after one", ["a", "b"]), ("ran", ["a", "b"])]
