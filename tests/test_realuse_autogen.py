@@ -1,9 +1,11 @@
 """AutoGen in real use, through real autogen-agentchat teams and agents and the real openai client
-(``OpenAIChatCompletionClient``) against the loopback model server: runs of 300 agent turns (a
-round-robin team, a team whose agent calls a tool every turn, a Magentic-One orchestrator), odd
-bytes in the model's replies, tool results and the user's task (NUL, lone surrogates, bytes that
-are not UTF-8, right-to-left text and emoji, control characters, a 1 MiB turn), and runs at once
-in two threads and in two asyncio tasks."""
+(``OpenAIChatCompletionClient``) against the loopback model server: long runs (round-robin teams of
+300 turns, run, streamed and with a streaming model; a team whose agent calls a tool every other
+turn; a ``SelectorGroupChat``; a ``Swarm`` of handoffs; Magentic-One orchestrators, one retrying and
+re-planning), odd bytes in the model's replies, tool results and the user's task (NUL, lone
+surrogates, bytes that are not UTF-8, right-to-left text and emoji, control characters, a 1 MiB
+turn), runs at once in two threads and in two asyncio tasks, runs cancelled beside others, and what
+stays in memory of teams dropped (also while another run goes on)."""
 
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ async def _consume(app: Any, task: str) -> TaskResult:
 
 @pytest.mark.parametrize("how", ["run", "run_stream", "model_stream"])
 def test_a_team_of_300_turns_is_whole(how, model_server, tmp_path, caplog):
+    """alice and bob taking 300 turns: one step per turn, in order, each holding its model call."""
     counter = itertools.count()
     server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     app = _talk(server.base_url, STEPS, stream=how == "model_stream")
@@ -100,6 +103,7 @@ def _tool_team(base_url: str, turns: int) -> Any:
 
 
 def test_a_team_calling_a_tool_every_other_turn_is_whole(model_server, tmp_path, caplog):
+    """150 turns of a tool call (the tool's result is the turn's message) between 150 plain turns."""
     counter = itertools.count()
 
     def policy(body: dict[str, Any]) -> Reply:
