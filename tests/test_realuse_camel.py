@@ -329,6 +329,56 @@ def test_societies_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_pat
     no_hook_errors(caplog.records)
 
 
+def test_workforces_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, caplog):
+    """Four workforces, one per task, each instrumented into one store: two process their task in two
+    threads and two as asyncio tasks, all at once. Each run's spans (its planner's, coordinator's and
+    worker's, the worker a clone) and outcome label are its own trace's."""
+    from camel.tasks import Task
+
+    def key_of(body: dict[str, Any]) -> str:
+        return re.findall("|".join(AT_ONCE), json.dumps(body["messages"]))[0]
+
+    def reply(key: str, body: dict[str, Any]) -> Reply:
+        text = str(body["messages"][-1].get("content"))
+        if "<tasks>" in text:
+            return Reply(content=f"<tasks>\n<task>For {key}: Add 1000 and 1 with the add tool.</task>\n</tasks>")
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content=json.dumps({"content": f"{key} sums {body['messages'][-1]['content']}", "failed": False}))
+        return _workforce_policy(0)(body)
+
+    server = model_server(all_in_flight(4, key_of, reply))
+    store = TraceStore(tmp_path / "store")
+    tasks = {key: f"task of {key}." for key in AT_ONCE}
+    workforces = {key: _workforce(server.base_url) for key in tasks}
+    probes = {key: aegis_probe.instrument(workforce, store=store) for key, workforce in workforces.items()}
+
+    def one(key: str) -> str:
+        result = workforces[key].process_task(Task(content=tasks[key], id="0")).result
+        probes[key].set_outcome(key.endswith("ok"), answer=key)  # the caller's own run
+        return result
+
+    async def one_async(key: str) -> str:
+        result = (await workforces[key].process_task_async(Task(content=tasks[key], id="0"))).result
+        probes[key].set_outcome(key.endswith("ok"), answer=key)
+        return result
+
+    answers = run_at_once(one, one_async)
+    assert [re.findall(r"\S+ sums \d+", a) for a in answers] == [[f"{key} sums 1001"] for key in AT_ONCE]
+    for probe in probes.values():
+        probe.flush()
+    traces = store.traces()
+    assert len(traces) == len(tasks)
+    for spans in traces.values():
+        traj = aegis_probe.Trajectory.from_spans(spans)
+        (key,) = [k for k, task in tasks.items() if traj.task == task]
+        for span in spans:
+            assert not any(k in str(span.attributes) for k in AT_ONCE if k != key), (key, span.name)
+        assert [s.agent for s in traj.steps] == ["Planner", "Coordinator", "Adder", "Planner"], key
+        assert [t.result for s in traj.steps for t in s.tool_calls] == ["1001"], key
+        assert (traj.outcome.success, traj.outcome.answer) == (key.endswith("ok"), key)
+    no_hook_errors(caplog.records)
+
+
 def test_an_agent_cancelled_beside_another_ends_alone(model_server, tmp_path, caplog):
     """Two agents' ``astep`` as two asyncio tasks; the app cancels one mid-call (a timeout): it ends
     cancelled in its own trace, the other is whole."""
@@ -378,11 +428,14 @@ def test_a_society_dropped_mid_conversation_is_stored_and_let_go(model_server, t
     stays allocated (the open run kept its spans, 1 MiB replies, and the message caches)."""
     server = model_server(lambda body: Reply(content="y" * (1 << 20) + str(len(body["messages"]))))
 
-    def run() -> None:
+    def play() -> Any:
         society = _society(server.base_url, "Count together.", window=None)
         probe = aegis_probe.instrument(society, store=tmp_path / "store")
         assert len(_play(society, 2, False)) == 4
-        del society
+        return probe  # the society goes with this frame (camel's stack walk may keep a snapshot of its locals)
+
+    def run() -> None:
+        probe = play()
         gc.collect()
         probe.flush()  # the writer has written what the run's end handed it
         server.requests.clear()
