@@ -6,15 +6,14 @@ messages; a long-lived process must not keep the last big prompts of apps that a
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
-import tracemalloc
 from typing import Any
 
 import pytest
 
 import aegis_probe
+from framework_checks import memory_held_after
 
 pytest.importorskip("camel")
 
@@ -53,19 +52,6 @@ def _play(probe: Any, society: Any, rounds: int = 2) -> None:
             message = assistant.msg
 
 
-def _held_after(run: Any) -> int:
-    """Bytes still allocated after ``run()`` once its app and probe are gone."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        run()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-
-
 def test_big_prompts_are_not_kept_once_the_run_is_over(tmp_path: Any) -> None:
     def instrumented() -> None:
         society = _society()
@@ -86,8 +72,8 @@ def test_big_prompts_are_not_kept_once_the_run_is_over(tmp_path: Any) -> None:
 
     instrumented()  # first use: imports, one-off caches
     bare()
-    assert _held_after(bare) < MIB
-    assert _held_after(instrumented) < MIB  # before: ~5 MiB of the last prompts and their JSON
+    assert memory_held_after(bare) < 1
+    assert memory_held_after(instrumented) < 1  # before: ~5 MiB of the last prompts and their JSON
 
 
 def test_a_run_still_open_keeps_its_conversation_cached(tmp_path: Any) -> None:
@@ -144,7 +130,7 @@ def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open(tmp_path:
                 start_llm(probe, "big", provider="test", input_messages=prompt).finish([{"role": "assistant", "content": "ok"}])
             assert probe.store.flush()
 
-        assert _held_after(finished) < MIB
+        assert memory_held_after(finished) < 1
     finally:
         release.set()
         other.join()
