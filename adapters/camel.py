@@ -134,8 +134,10 @@ def _provider_of(name: str) -> str:
 # camel builds a prompt's OpenAI message dicts anew for every call (equal dicts, new objects). The
 # last prompt of each conversation (keyed by its first message) is kept, as snapshots, with its
 # neutral form: a prompt that extends it (compared in C) converts only its new messages, and the
-# plain ones are shared (their JSON encoded once: messages.py).
-_PROMPTS: dict[tuple[int, str], tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]] = {}
+# plain ones are shared (their JSON encoded once: messages.py). They are kept per run (in its
+# RunScope.caches, let go of when it ends), a call outside runs in a table of its own.
+_Prompts = dict[tuple[int, str], tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]]
+_PROMPTS: _Prompts = {}
 _PROMPTS_MAX = 64
 _KEY_CHARS = slice(0, 100)
 when_no_run_is_open(_PROMPTS.clear)
@@ -199,7 +201,9 @@ class CamelCodec:
         # The first message (the agent's system prompt) by its length and first characters: cheap to
         # hash, and str's own methods (camel's TextPrompt wraps them all); the comparison decides.
         key = (str.__len__(first), str.__getitem__(first, _KEY_CHARS)) if isinstance(first, str) else None
-        hit = _PROMPTS.get(key) if key is not None else None
+        run = current_run()  # the calling run's table (inline: once per model call)
+        prompts: _Prompts = _PROMPTS if run is None else run.caches.get("camel.prompts") or run.caches.setdefault("camel.prompts", {})
+        hit = prompts.get(key) if key is not None else None
         done = 0
         if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0]:
             done = len(hit[0])
@@ -213,9 +217,9 @@ class CamelCodec:
             if type(msg) is not SharedMessage:
                 fresh = [*fresh, len(out) - 1]
         if key is not None:
-            if len(_PROMPTS) >= _PROMPTS_MAX and key not in _PROMPTS:
-                _PROMPTS.clear()
-            _PROMPTS[key] = ((hit[0] if done else []) + [_snapshot(m) for m in tail], out[:], fresh)  # type: ignore[index]
+            if len(prompts) >= _PROMPTS_MAX and key not in prompts:
+                prompts.clear()
+            prompts[key] = ((hit[0] if done else []) + [_snapshot(m) for m in tail], out[:], fresh)  # type: ignore[index]
         return out
 
     def with_request(

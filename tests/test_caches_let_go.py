@@ -76,32 +76,58 @@ def test_big_prompts_are_not_kept_once_the_run_is_over(tmp_path: Any) -> None:
     assert memory_held_after(instrumented) < 1  # before: ~5 MiB of the last prompts and their JSON
 
 
-def test_a_run_still_open_keeps_its_conversation_cached(tmp_path: Any) -> None:
-    """Another run ending does not let go while this one is open: its next prompt reuses the JSON."""
-    from aegis_probe.adapters import camel
-
+def test_another_run_ending_leaves_an_open_runs_caches(tmp_path: Any) -> None:
+    """A run's caches are its own: another run ending leaves them (the open run's next prompt still
+    converts only its new messages); they go when their run ends."""
     society = _society()
     probe = aegis_probe.instrument(society, store=tmp_path / "store")
-    other_open, other_done = threading.Event(), threading.Event()
 
-    def other() -> None:
+    def another_run() -> None:
         with probe.run("another run"):
-            other_open.set()
-            other_done.wait(30)
+            pass
 
-    thread = threading.Thread(target=other)
     try:
-        thread.start()
-        assert other_open.wait(30)
-        _play(probe, society)  # ends while the other run is open
-        assert camel._PROMPTS  # still there for the open run's conversations
-        other_done.set()
-        thread.join(30)
-        assert not camel._PROMPTS  # the last open run ended: let go
+        with probe.run("Count together.") as run:
+            message = society.step(society.init_chat())[0].msg
+            other = threading.Thread(target=another_run)
+            other.start()
+            other.join(30)
+            assert run.caches["camel.prompts"]  # still there for this run's conversations
+            society.step(message)
+        assert not run.caches  # the run ended: let go
     finally:
-        other_done.set()
         probe.uninstrument()
 
+
+def test_a_society_dropped_while_another_run_stays_open_leaves_nothing(tmp_path: Any) -> None:
+    """A long-lived process may always have some run open: a CAMEL society's run that is over and
+    the app gone, nothing of its 1 MiB turns stays (its prompts were remembered for its run alone)."""
+    probe_of_other = aegis_probe.instrument(_society(), store=tmp_path / "other")
+    opened, release = threading.Event(), threading.Event()
+
+    def stay_open() -> None:
+        with probe_of_other.run("stays open"):
+            opened.set()
+            release.wait(60)
+
+    def finished() -> None:
+        society = _society()
+        probe = aegis_probe.instrument(society, store=tmp_path / "store")
+        try:
+            _play(probe, society)
+            assert probe.store.flush()
+        finally:
+            probe.uninstrument()
+
+    other = threading.Thread(target=stay_open)
+    other.start()
+    try:
+        assert opened.wait(60)
+        assert memory_held_after(finished) < 1
+    finally:
+        release.set()
+        other.join()
+        probe_of_other.uninstrument()
 
 
 def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open(tmp_path: Any) -> None:

@@ -200,7 +200,7 @@ def _benchmark_apps() -> Any:
 _SPAN_PATH = ("spans.py", "leanspans.py", "store_writer.py", "otlp_encode.py", "store_delta.py")
 #: Python calls per agent step into the span path and the adapter, on the app's thread, in the
 #: default configuration (``instrument(app)``: lean spans, the store; its writer thread not counted).
-_STEP_CALLS = {"metagpt": 77, "camel": 70}
+_STEP_CALLS = {"metagpt": 77, "camel": 71}  # camel: +1 since its prompts are remembered per run (current_run)
 
 
 @pytest.mark.parametrize("framework", sorted(_STEP_CALLS))
