@@ -89,6 +89,7 @@ from aegis_probe.spans import (
     start_tool,
     when_no_run_is_open,
 )
+from aegis_probe.streaming import WatchedStream
 
 if TYPE_CHECKING:
     from aegis_probe.probe import Probe
@@ -366,48 +367,6 @@ class _StreamedOutput:
         return [*msgs[:-1], dataclasses.replace(msgs[-1], content="".join(self.pieces))]
 
 
-class _Stream:
-    """A streamed step's partial responses (an iterator or async iterator), noting whether they were
-    read at all and to their end."""
-
-    __slots__ = ("items", "started", "exhausted")
-
-    def __init__(self, items: Any) -> None:
-        self.items, self.started, self.exhausted = items, False, False
-
-    def __iter__(self) -> "_Stream":
-        return self
-
-    def __aiter__(self) -> "_Stream":
-        return self
-
-    def __next__(self) -> Any:
-        self.started = True
-        try:
-            return next(self.items)
-        except StopIteration:
-            self.exhausted = True
-            raise
-
-    async def __anext__(self) -> Any:
-        self.started = True
-        try:
-            return await self.items.__anext__()
-        except StopAsyncIteration:
-            self.exhausted = True
-            raise
-
-    def close(self) -> None:
-        close = getattr(self.items, "close", None)
-        if close is not None:
-            close()
-
-    async def aclose(self) -> None:
-        aclose = getattr(self.items, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
 def _end_dropped(end: Callable[..., None], *args: Any) -> None:
     """``end(*args)`` for an object garbage-collected with its run or step open (hook errors logged)."""
     try:
@@ -416,7 +375,7 @@ def _end_dropped(end: Callable[..., None], *args: Any) -> None:
         log_hook_error("camel run end")
 
 
-def _end_unread(items: _Stream, done: Callable[[BaseException | None], None]) -> None:
+def _end_unread(items: WatchedStream, done: Callable[[BaseException | None], None]) -> None:
     """End the step of a streamed response dropped unread (its generator never started, so its end
     never runs); one that was read ends when its generator is closed, right after."""
     if not items.started:
@@ -903,7 +862,7 @@ class CamelAdapter(Adapter):
         stream left before its end (closed, dropped, or never read) ends them cancelled."""
         output = _StreamedOutput(agent)
         sync = isinstance(result, self._streaming[0])
-        items = _Stream(iter(result) if sync else result.__aiter__())
+        items = WatchedStream(iter(result) if sync else result.__aiter__())
         ended = False
 
         def done(exc: BaseException | None) -> None:

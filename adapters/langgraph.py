@@ -58,6 +58,7 @@ from aegis_probe.spans import (
     start_step,
     start_tool,
 )
+from aegis_probe.streaming import WatchedStream
 
 if TYPE_CHECKING:
     from aegis_probe.probe import Probe
@@ -341,45 +342,6 @@ class _NodeStep:
     count: int
 
 
-class _Stream:
-    """A graph's stream (an iterator or async iterator) that notes whether it was read to its end."""
-
-    __slots__ = ("items", "exhausted")
-
-    def __init__(self, items: Any) -> None:
-        self.items, self.exhausted = items, False
-
-    def __iter__(self) -> "_Stream":
-        return self
-
-    def __aiter__(self) -> "_Stream":
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return next(self.items)
-        except StopIteration:
-            self.exhausted = True
-            raise
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.items.__anext__()
-        except StopAsyncIteration:
-            self.exhausted = True
-            raise
-
-    def close(self) -> None:
-        close = getattr(self.items, "close", None)
-        if close is not None:
-            close()
-
-    async def aclose(self) -> None:
-        aclose = getattr(self.items, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
 def _end_abandoned(done: Callable[[BaseException | None], None]) -> None:
     """End a run whose stream went with its end never run: never iterated, or an ``astream`` dropped
     unfinished after its event loop closed (the loop no longer closes it)."""
@@ -475,7 +437,7 @@ class LangGraphAdapter(Adapter):
                 del self._threads[next(iter(self._threads))]
             return memory
 
-    def _ender(self, run: RunScope, stream: "_Stream | None" = None) -> Callable[[BaseException | None], None]:
+    def _ender(self, run: RunScope, stream: "WatchedStream | None" = None) -> Callable[[BaseException | None], None]:
         """End ``run`` once: with the app's exception, else cancelled where ``stream`` was left before its end."""
         ended = False
 
@@ -500,7 +462,7 @@ class LangGraphAdapter(Adapter):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            items = _Stream(iter(wrapped(*args, **kwargs)))
+            items = WatchedStream(iter(wrapped(*args, **kwargs)))
         except BaseException as exc:
             self._ender(run)(exc)
             raise
@@ -512,7 +474,7 @@ class LangGraphAdapter(Adapter):
         if run is None:
             return wrapped(*args, **kwargs)
         try:
-            items = _Stream(wrapped(*args, **kwargs).__aiter__())
+            items = WatchedStream(wrapped(*args, **kwargs).__aiter__())
         except BaseException as exc:
             self._ender(run)(exc)
             raise
