@@ -687,3 +687,27 @@ def test_a_dropped_team_leaves_no_memory_behind_while_another_run_goes_on(model_
         other.join(10)
     busy_probe.flush()
     assert alive == 0 and held < 1.0
+
+
+def test_uninstrument_during_a_run_stops_recording_and_keeps_what_began(model_server, tmp_path, caplog):
+    """``uninstrument()`` while a team's run is in flight (here from the model server's thread,
+    during the fourth call): the app goes on unchanged, and the stored run holds the steps begun
+    before it, the one in flight included, and none after."""
+    counter = itertools.count()
+    probes: list[Any] = []
+
+    def policy(body: dict[str, Any]) -> Reply:
+        n = next(counter)
+        if n == 3:
+            probes[0].uninstrument()
+        return Reply(content=f"{_speaker(body)} says {n}")
+
+    server = model_server(policy)
+    app = _talk(server.base_url, 8)
+    probes.append(aegis_probe.instrument(app, store=tmp_path / "store"))
+    result = asyncio.run(app.run(task="count"))
+    assert [m.to_text() for m in _said(result)] == [f"{('alice', 'bob')[n % 2]} says {n}" for n in range(8)]
+    (traj,) = load_trajectories(tmp_path / "store")
+    assert [(s.agent, s.output) for s in traj.steps] == [(("alice", "bob")[n % 2], f"{('alice', 'bob')[n % 2]} says {n}")
+                                                          for n in range(4)]
+    no_hook_errors(caplog.records)
