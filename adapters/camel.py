@@ -89,7 +89,7 @@ from aegis_probe.spans import (
     start_tool,
     when_no_run_is_open,
 )
-from aegis_probe.streaming import WatchedStream
+from aegis_probe.streaming import WatchedStream, end_once
 
 if TYPE_CHECKING:
     from aegis_probe.probe import Probe
@@ -863,16 +863,7 @@ class CamelAdapter(Adapter):
         output = _StreamedOutput(agent)
         sync = isinstance(result, self._streaming[0])
         items = WatchedStream(iter(result) if sync else result.__aiter__())
-        ended = False
-
-        def done(exc: BaseException | None) -> None:
-            nonlocal ended
-            if ended:
-                return
-            ended = True
-            if exc is None and not items.exhausted:
-                exc = CancelledError("the app left the step's stream before its end")
-            self._close_step(opened, output, exc)
+        done = end_once(partial(self._close_step, opened, output), items, "the step's stream")
 
         if sync:
             response = type(result)(iterate_sync_in_scope(items, opened[1], on_item=output.add, on_done=done))

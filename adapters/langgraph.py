@@ -58,7 +58,7 @@ from aegis_probe.spans import (
     start_step,
     start_tool,
 )
-from aegis_probe.streaming import WatchedStream
+from aegis_probe.streaming import WatchedStream, end_once
 
 if TYPE_CHECKING:
     from aegis_probe.probe import Probe
@@ -437,25 +437,17 @@ class LangGraphAdapter(Adapter):
                 del self._threads[next(iter(self._threads))]
             return memory
 
-    def _ender(self, run: RunScope, stream: "WatchedStream | None" = None) -> Callable[[BaseException | None], None]:
+    def _ender(self, run: RunScope, stream: WatchedStream | None = None) -> Callable[[BaseException | None], None]:
         """End ``run`` once: with the app's exception, else cancelled where ``stream`` was left before its end."""
-        ended = False
+        return end_once(partial(self._end_run, run), stream, "the graph's stream")
 
-        def done(exc: BaseException | None) -> None:
-            nonlocal ended
-            if ended:
-                return
-            ended = True
-            if exc is None and stream is not None and not stream.exhausted:
-                exc = CancelledError("the app left the graph's stream before its end")
-            try:
-                for seen in self._seen.pop(run.run_id, {}).values():
-                    seen.settle()
-            except Exception:
-                log_hook_error("langgraph thread memory")
-            run.finish(exc)
-
-        return done
+    def _end_run(self, run: RunScope, exc: BaseException | None) -> None:
+        try:
+            for seen in self._seen.pop(run.run_id, {}).values():
+                seen.settle()
+        except Exception:
+            log_hook_error("langgraph thread memory")
+        run.finish(exc)
 
     def _stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         run = self._start(instance, args, kwargs)

@@ -1,13 +1,16 @@
 """A stream an app reads, watched: whether it was read at all, and to its end.
 
 Adapters wrap a framework's iterator or async iterator in :class:`WatchedStream` to tell a stream
-the app read to its end from one it left (closed, dropped, or never read), which ends its step
-or run cancelled rather than as a success.
+the app read to its end from one it left (closed, dropped, or never read), and end its step or run
+through :func:`end_once`, which makes such an end cancelled rather than a success.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from asyncio import CancelledError
+from typing import Any, Callable
+
+Ender = Callable[[BaseException | None], None]
 
 
 class WatchedStream:
@@ -49,3 +52,20 @@ class WatchedStream:
         aclose = getattr(self.items, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def end_once(end: Ender, stream: WatchedStream | None, what: str) -> Ender:
+    """``end`` called at most once (later calls do nothing); a clean end of ``stream`` before it was
+    read to its end is ``CancelledError("the app left {what} before its end")``."""
+    ended = False
+
+    def once(exc: BaseException | None) -> None:
+        nonlocal ended
+        if ended:
+            return
+        ended = True
+        if exc is None and stream is not None and not stream.exhausted:
+            exc = CancelledError(f"the app left {what} before its end")
+        end(exc)
+
+    return once
