@@ -76,14 +76,6 @@ def add_examples(parser: argparse.ArgumentParser, *lines: str) -> argparse.Argum
     return parser
 
 
-def example_lines(parser: argparse.ArgumentParser) -> list[str]:
-    """The example command lines of ``parser``'s ``--help``, after its name (``[]`` when it has none)."""
-    epilog = parser.epilog or ""
-    if not epilog.startswith(EXAMPLES):
-        return []
-    return [line.strip().removeprefix("%(prog)s").strip() for line in epilog.splitlines()[1:]]
-
-
 class _PlainHelp(argparse.HelpFormatter):
     def _format_text(self, text: str) -> str:
         if text.startswith(EXAMPLES):  # command lines: one a line, never re-wrapped

@@ -18,6 +18,14 @@ from aegis_probe import cli
 from aegis_probe.train import cli as train_cli
 
 
+def _example_lines(parser: argparse.ArgumentParser) -> list[str]:
+    """The example command lines of ``parser``'s ``--help``, after its name (``[]`` when it has none)."""
+    epilog = parser.epilog or ""
+    if not epilog.startswith(cli.EXAMPLES):
+        return []
+    return [line.strip().removeprefix("%(prog)s").strip() for line in epilog.splitlines()[1:]]
+
+
 @functools.lru_cache(maxsize=None)
 def _roots() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     return cli.build_parser("python -m aegis_probe"), train_cli.parser(list(train_cli.COMMANDS))
@@ -62,7 +70,7 @@ def test_help_says_what_the_command_does_and_ends_with_examples_that_parse(name:
     parser = dict(commands())[name]
     text = parser.format_help()
     assert parser.description and len(parser.description.split()) >= 4, f"{name}: no description"
-    examples = cli.example_lines(parser)
+    examples = _example_lines(parser)
     assert examples, f"{name} --help has no examples"
     assert f"examples:\n  {parser.prog} {examples[0]}".rstrip() in text, text[-600:]
     for line in examples:
