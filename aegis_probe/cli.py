@@ -165,6 +165,12 @@ def on_terminal() -> bool:
         return False
 
 
+def progress_on_terminal_only(args: argparse.Namespace) -> None:
+    """A command's ``--no-progress`` set when standard error is not a terminal (see :func:`on_terminal`)."""
+    if hasattr(args, "no_progress") and not on_terminal():
+        args.no_progress = True
+
+
 def _is_store_dir(path: Path, stores: set[Path]) -> bool:
     return path in stores or (path.is_dir() and (path / "spans.jsonl").is_file())
 
@@ -384,4 +390,5 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return train_main(argv[first + 1:], prog=f"{prog} train", verbose=verbose)
     args = build_parser(prog).parse_args(argv)
     configure_logging(args.verbose)
+    progress_on_terminal_only(args)
     return run_command(args.func, args, verbose=args.verbose)

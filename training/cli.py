@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
-from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, run_command, version
+from aegis_probe.cli import add_examples, configure_logging, plain_help, progress_on_terminal_only, run_command, version
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -109,8 +109,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     args = parser([command] if command in COMMANDS else None, prog=prog).parse_args(argv)
     verbose = verbose or args.verbose
     configure_logging(verbose)
-    if hasattr(args, "no_progress") and not on_terminal():  # a log or a pipe: the summary lines only
-        args.no_progress = True
+    progress_on_terminal_only(args)
     if getattr(args, "no_progress", False):
         quiet_libraries()
     return run_command(args.func, args, verbose=verbose)

@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, check_signature, load_module
-from ..cli import add_examples, http_url, on_terminal, quiet_frameworks, quiet_imports
+from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from .traces import store_at, stored
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         fixer = (_load_fixer(args.fixer) if args.fixer
                  else AnalyzerFixer(args.analyzer_url, args.analyzer_model, api_key, show_expected=args.show_expected))
         bar = stack.enter_context(tqdm(total=min(n_steps, args.max_replays), desc="replays", unit="replay",
-                                               disable=args.no_progress or not on_terminal()))
+                                               disable=args.no_progress))
         parallel = executor_from_args(args) if args.executor == "ray" or (args.concurrency or 1) > 1 else None
         try:
             report = blame(args.trace, app, fixer=fixer, judge=judge, endpoint=endpoint, mode=args.mode,

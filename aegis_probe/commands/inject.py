@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..cli import add_examples, http_url, on_terminal, quiet_frameworks, quiet_imports, seconds
+from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports, seconds
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     with quiet_frameworks(not getattr(args, "verbose", False)):
         rows = run_campaign(app, tasks, args.out, plans_per_run=args.plans_per_run, seed=args.seed,
                             executor=executor_from_args(args), endpoint=endpoint, manipulators=manipulators,
-                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress and on_terminal(),
+                            operator=args.operator, modes=modes, strategies=strategies, progress=not args.no_progress,
                             run_timeout=args.run_timeout)
     base = baselines(args.out, tasks)
     print(format_baselines(base))
