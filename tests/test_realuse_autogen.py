@@ -499,29 +499,36 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     no_hook_errors(caplog.records)
 
 
+def _at_once_under_one_probe(store: Any, one_async: Any) -> list[str]:
+    """``run_at_once`` of ``one_async(probe, key)`` with every app traced by one probe
+    (``AegisInstrumentor``, trace-every-app mode, storing in ``store``; uninstrumented after, which
+    flushes it): the runs' answers."""
+    from aegis_probe.instrumentor import AegisInstrumentor
+
+    instrumentor = AegisInstrumentor()
+    instrumentor.instrument(store=store)
+    try:
+        probe = instrumentor.probe("autogen")
+        assert probe is not None
+        return run_at_once(lambda key: asyncio.run(one_async(probe, key)), lambda key: one_async(probe, key))
+    finally:
+        instrumentor.uninstrument()
+
+
 def test_runs_at_once_traced_by_one_probe_stay_apart(model_server, tmp_path, caplog):
     """Trace-every-app mode (one probe for all apps): a team built per request, two runs in two
     threads and two in two asyncio tasks, all four at once; each run's spans and outcome label are its
     own trace's."""
-    from aegis_probe.instrumentor import AegisInstrumentor
-
     server = model_server(all_in_flight(4, _task_key, _pair_reply))
     tasks = {key: f"task of {key}" for key in AT_ONCE}
-    instrumentor = AegisInstrumentor()
-    instrumentor.instrument(store=tmp_path / "store")
-    try:
-        probe = instrumentor.probe("autogen")
-        assert probe is not None
 
-        async def one_async(key: str) -> str:
-            result = await _talk(server.base_url, 2).run(task=tasks[key])
-            probe.set_outcome(key.endswith("ok"), answer=key)  # the caller's own run
-            assert probe.trajectory().task == tasks[key]
-            return result.messages[-1].to_text()
+    async def one_async(probe: Any, key: str) -> str:
+        result = await _talk(server.base_url, 2).run(task=tasks[key])
+        probe.set_outcome(key.endswith("ok"), answer=key)  # the caller's own run
+        assert probe.trajectory().task == tasks[key]
+        return result.messages[-1].to_text()
 
-        answers = run_at_once(lambda key: asyncio.run(one_async(key)), one_async)
-    finally:
-        instrumentor.uninstrument()  # flushes its probe
+    answers = _at_once_under_one_probe(tmp_path / "store", one_async)
     assert answers == [f"{key} from bob" for key in tasks]
     for key, traj in runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks}).items():
         assert [s.agent for s in traj.steps] == ["alice", "bob"], key
@@ -532,8 +539,6 @@ def test_magentic_one_runs_at_once_stay_apart(model_server, tmp_path, caplog):
     """Four Magentic-One runs at once (two threads, two asyncio tasks), a team per run, one probe
     (trace-every-app): the orchestrator's steps, like the agents', stay in their own run's trace."""
     import re
-
-    from aegis_probe.instrumentor import AegisInstrumentor
 
     policies = {key: _magentic_policy(2) for key in AT_ONCE}
 
@@ -547,20 +552,13 @@ def test_magentic_one_runs_at_once_stay_apart(model_server, tmp_path, caplog):
 
     server = model_server(all_in_flight(4, lambda body: re.findall(r"task of ([a-z-]+)", json.dumps(body))[0], reply))
     tasks = {key: f"task of {key}" for key in AT_ONCE}
-    instrumentor = AegisInstrumentor()
-    instrumentor.instrument(store=tmp_path / "store")
-    try:
-        probe = instrumentor.probe("autogen")
-        assert probe is not None
 
-        async def one_async(key: str) -> str:
-            result = await _magentic(server.base_url).run(task=tasks[key])
-            probe.set_outcome(key.endswith("ok"), answer=key)
-            return result.messages[-1].to_text()
+    async def one_async(probe: Any, key: str) -> str:
+        result = await _magentic(server.base_url).run(task=tasks[key])
+        probe.set_outcome(key.endswith("ok"), answer=key)
+        return result.messages[-1].to_text()
 
-        answers = run_at_once(lambda key: asyncio.run(one_async(key)), one_async)
-    finally:
-        instrumentor.uninstrument()
+    answers = _at_once_under_one_probe(tmp_path / "store", one_async)
     assert answers == [f"final answer for {key}" for key in tasks]
     orch = "MagenticOneOrchestrator"
     for traj in runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks}).values():

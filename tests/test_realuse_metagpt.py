@@ -266,7 +266,7 @@ def test_teams_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, c
     assert answers == [f"{key} Bob says | {LISTED}" for key in AT_ONCE]
     for probe in probes.values():
         probe.flush()
-    runs = runs_stay_apart(tmp_path / "store", {k: t for k, t in tasks.items()}, {k: k for k in tasks})
+    runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["Ann", "Bob"], key
     no_hook_errors(caplog.records)
