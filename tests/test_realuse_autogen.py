@@ -630,17 +630,23 @@ def test_a_team_run_cancelled_by_its_token_ends_cancelled_beside_another(model_s
 def test_a_dropped_team_leaves_no_memory_behind(model_server, tmp_path):
     """A server-style app: runs of 4 turns with 1 MiB replies, each with a team built, instrumented and
     let go. Nothing of them stays allocated."""
+    assert memory_held_after(_dropped_team_run(model_server, tmp_path / "store")) < 1.0
+
+
+def _dropped_team_run(model_server: Any, store: Any) -> Any:
+    """A server-style request: a team of 4 turns with 1 MiB replies built, instrumented (storing in
+    ``store``), run and let go."""
     server = model_server(lambda body: Reply(content="y" * (1 << 20) + str(len(body["messages"]))))
 
     def run() -> None:
         app = _talk(server.base_url, 4)
-        probe = aegis_probe.instrument(app, store=tmp_path / "store")
+        probe = aegis_probe.instrument(app, store=store)
         assert len(_said(asyncio.run(app.run(task="hi")))) == 4
         probe.flush()
         probe.uninstrument()
         server.requests.clear()
 
-    assert memory_held_after(run) < 1.0
+    return run
 
 
 def _big_messages_alive() -> int:
@@ -661,21 +667,12 @@ def test_a_dropped_team_leaves_no_memory_behind_while_another_run_goes_on(model_
     messages and 64 prompts; the core's, the last prompts' JSON)."""
     import threading
 
-    server = model_server(lambda body: Reply(content="y" * (1 << 20) + str(len(body["messages"]))))
+    run = _dropped_team_run(model_server, tmp_path / "store")
     policy = SlowOrFast()
     busy = _talk(model_server(policy).base_url, 1)
     busy_probe = aegis_probe.instrument(busy, store=tmp_path / "busy")
     other = threading.Thread(target=lambda: asyncio.run(busy.run(task="slow task")))
     other.start()
-
-    def run() -> None:
-        app = _talk(server.base_url, 4)
-        probe = aegis_probe.instrument(app, store=tmp_path / "store")
-        assert len(_said(asyncio.run(app.run(task="hi")))) == 4
-        probe.flush()
-        probe.uninstrument()
-        server.requests.clear()
-
     try:
         assert policy.arrived.wait(10)
         held = memory_held_after(run)
