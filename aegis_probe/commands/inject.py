@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-timeout", type=float, metavar="SECONDS",
                    help="longest a run may take; a run still going is recorded as timed out (never kept) and "
                         "retried on resume (default: no limit)")
-    p.add_argument("--seed", type=int, default=0, help="seed for plan sampling and the app's model (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for plan sampling and the app's model, >= 0 (default 0)")
     p.add_argument("--modes", help="comma-separated FM ids to sample from (default: all 14)")
     p.add_argument("--strategies", help="comma-separated: prompt_injection,response_corruption (default both)")
     p.add_argument("--base-url", help="the app's OpenAI-compatible endpoint (default: embedded server with the module's policy)")
@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--plans-per-run must be >= 0 (0: the baselines only), not {args.plans_per_run}")
     if args.concurrency is not None and args.concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1, not {args.concurrency}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {args.seed}")
     if args.run_timeout is not None:
         seconds("--run-timeout", args.run_timeout)
     if not 0 <= args.manipulator_temperature < float("inf"):
