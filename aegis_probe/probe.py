@@ -22,9 +22,10 @@ from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from .config import ProbeConfig
 from .errors import AegisProbeError
 from .interception import Interceptor
+from .messages import forget as forget_messages
 from .metrics import add_metrics
 from .exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
-from .redact import make_redactor
+from .redact import make_redactor, remember_environment_secrets
 from .spans import RunScope, current_run, start_run
 from .store import StoreSpanProcessor, TraceStore
 from .store_writer import SCOPE
@@ -97,6 +98,8 @@ class Probe:
         self.store = store
         self.provider = provider
         self.judge = judge
+        if remember_environment_secrets():  # the app may have loaded keys since: what was encoded before goes
+            forget_messages()
         self.redact = make_redactor(config.redact)
         self.apps: list[AppInfo] = []
         #: The most recent run of this probe to finish, in any thread (see :meth:`set_outcome` for

@@ -4,17 +4,20 @@ Detected forms: provider keys and tokens by their shape
 (``sk-``, ``github_pat_``, ``xoxb-``, ``sk_live_``, ``hf_``, AWS, Google, JWTs, PEM private
 keys), bearer/basic credentials, ``name = value`` / ``"name": "value"`` pairs whose name says
 secret (also with the escaped quotes of JSON inside a JSON string), secret URL query parameters
-and the password of ``user:pass@host`` URLs. Each form is searched only when one of its literal
-trigger substrings occurs (substring scans in C), and results are cached, since prompts repeat
-earlier messages.
+and the password of ``user:pass@host`` URLs; and, whatever their shape, the values of the
+process's environment variables whose names say secret (``ACME_API_KEY``, ``DB_PASSWORD``: see
+:func:`remember_environment_secrets`). Each form is searched only when one of its literal trigger
+substrings occurs (substring scans in C), and results are cached, since prompts repeat earlier
+messages.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 REDACTED = "[REDACTED]"
 
@@ -108,56 +111,129 @@ _DETECTORS: tuple[_Detector, ...] = (
     _shape("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),  # JWTs
 )
 _CACHED_MAX_LEN = 8192
-# (trigger, index of its form): case-sensitive forms' triggers are looked for in the text, the
-# others' in its lower-case form. A substring scan is C-speed; one regex alternation of all
-# triggers tries each of them at every position (~15x slower on a 250-character text).
-_CASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if not d.lower for t in d.triggers)
-_UNCASED = tuple((t, i) for i, d in enumerate(_DETECTORS) if d.lower for t in d.triggers)
-_ALL_UNCASED = frozenset(i for i, d in enumerate(_DETECTORS) if d.lower)
-_TRIGGER_MAX = max(len(t) for t, _ in _CASED + _UNCASED)
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """The detectors and their triggers, replaced whole (readers in other threads keep a consistent
+    set): (trigger, index of its form) for the case-sensitive forms, looked for in the text, and for
+    the others, looked for in its lower-case form. A substring scan is C-speed; one regex
+    alternation of all triggers tries each of them at every position (~15x slower on a
+    250-character text)."""
+
+    detectors: tuple[_Detector, ...]
+    cased: tuple[tuple[str, int], ...]
+    uncased: tuple[tuple[str, int], ...]
+    all_uncased: frozenset[int]
+    trigger_max: int
+
+    @classmethod
+    def of(cls, detectors: tuple[_Detector, ...]) -> "_Tables":
+        cased = tuple((t, i) for i, d in enumerate(detectors) if not d.lower for t in d.triggers)
+        uncased = tuple((t, i) for i, d in enumerate(detectors) if d.lower for t in d.triggers)
+        return cls(detectors, cased, uncased, frozenset(i for i, d in enumerate(detectors) if d.lower),
+                   max(len(t) for t, _ in cased + uncased))
+
+
+_TABLES = _Tables.of(_DETECTORS)
+
+#: Parts of an environment variable's name (split at ``_``, ``-``, ``.``) that say its value is a
+#: secret, and the part endings that do (``APIKEY``, ``ACCESSTOKEN``).
+_SECRET_PARTS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PWD", "PASS", "PASSPHRASE",
+                           "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "SAS", "SIGNATURE"})
+_SECRET_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's working directories
+_KNOWN_MIN_LEN = 8
+
+
+def _secret_name(name: str) -> bool:
+    parts = re.split(r"[_.-]", name.upper())
+    return name.upper() not in _NOT_SECRET_NAMES and any(
+        p in _SECRET_PARTS or (len(p) > 6 and p.endswith(_SECRET_ENDINGS)) for p in parts)
+
+
+def _secret_value(value: str) -> bool:
+    """Whether ``value`` can be a secret worth looking for in text: 8+ characters, no space, not a
+    number, path or URL, not a short lower-case word (``disabled``)."""
+    return (len(value) >= _KNOWN_MIN_LEN and not any(c.isspace() for c in value) and not value.isdigit()
+            and not value.startswith(("/", "~", ".")) and "://" not in value
+            and not (len(value) < 12 and value.isalpha() and value.islower()))
+
+
+def environment_secrets(environ: Mapping[str, str]) -> frozenset[str]:
+    """The values of ``environ``'s variables whose names say secret (see :data:`_SECRET_PARTS`)."""
+    return frozenset(v for k, v in environ.items() if _secret_name(k) and _secret_value(v))
+
+
+def _known_detector(values: frozenset[str]) -> _Detector:
+    """Any of ``values`` as written (the longest first, so one that contains another is redacted whole)."""
+    ordered = sorted(values, key=lambda v: (-len(v), v))
+    return _Detector(tuple(ordered), re.compile("(?P<secret>" + "|".join(map(re.escape, ordered)) + ")"))
+
+
+_KNOWN: frozenset[str] = frozenset()
+
+
+def remember_environment_secrets(environ: Mapping[str, str] | None = None) -> bool:
+    """Redact, from now on, the secret values of the process's environment (``os.environ``) as well
+    as the forms found by shape; True when that set changed (then every remembered redaction was
+    let go of). Read when this module is imported and each time a probe is made, so keys an app
+    loads (``load_dotenv``) before ``instrument`` are known."""
+    global _KNOWN, _TABLES
+    known = environment_secrets(os.environ if environ is None else environ)
+    if known == _KNOWN:
+        return False
+    _KNOWN = known
+    _TABLES = _Tables.of(_DETECTORS + ((_known_detector(known),) if known else ()))
+    forget()
+    return True
+
+
 # Recent long ASCII texts in which no trigger occurs, newest last: a prompt that repeats the
-# conversation so far in one text (MetaGPT) extends the last one, and only its new part (plus
-# the last _TRIGGER_MAX - 1 characters before it) can hold a trigger.
+# conversation so far in one text (MetaGPT) extends the last one, and only its new part (plus the
+# last ``trigger_max`` - 1 characters before it) can hold a trigger.
 _CLEAN: tuple[str, ...] = ()  # replaced whole: readers in other threads keep a consistent snapshot
 _CLEAN_MAX = 8
 _CLEAN_MIN_LEN = 1024
 
 
-def _trigger_free(text: str) -> bool:
+def _trigger_free(text: str, tables: _Tables) -> bool:
     """Whether no form's trigger occurs in ASCII ``text`` (then none can match)."""
-    if any(trigger in text for trigger, _ in _CASED):
+    if any(trigger in text for trigger, _ in tables.cased):
         return False
     low = text.lower()
-    return not any(trigger in low for trigger, _ in _UNCASED)
+    return not any(trigger in low for trigger, _ in tables.uncased)
 
 
 def _clean_extension(text: str) -> bool:
     """Whether long ASCII ``text`` is trigger-free, scanning only what it adds to a recent clean text."""
     global _CLEAN
+    tables = _TABLES
     for old in reversed(_CLEAN):
         if text.startswith(old):
-            free = _trigger_free(text[max(len(old) - _TRIGGER_MAX + 1, 0):])
+            free = _trigger_free(text[max(len(old) - tables.trigger_max + 1, 0):], tables)
             break
     else:
-        free = _trigger_free(text)
+        free = _trigger_free(text, tables)
     if free:
         _CLEAN = (*_CLEAN[1 - _CLEAN_MAX:], text)
     return free
 
 
 def _redact(text: str) -> str:
+    tables = _TABLES
     lowered = text.lower()
     low = lowered if len(lowered) == len(text) else None  # offsets must match the text's
-    found = {i for trigger, i in _CASED if trigger in text}
+    found = {i for trigger, i in tables.cased if trigger in text}
     if low is None:  # case-insensitive forms then search the text itself, whatever the triggers
-        found |= _ALL_UNCASED
+        found |= tables.all_uncased
     else:
-        found.update([i for trigger, i in _UNCASED if trigger in low])
+        found.update([i for trigger, i in tables.uncased if trigger in low])
     if not found:
         return text
     spans: list[tuple[int, int]] = []
     for i in sorted(found):
-        spans += _DETECTORS[i].spans(text, low)
+        spans += tables.detectors[i].spans(text, low)
     if not spans:
         return text
     spans.sort()
@@ -219,3 +295,6 @@ def encodable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+remember_environment_secrets()
