@@ -28,7 +28,7 @@ from . import semconv as sc
 from .leanspans import LeanSpan
 from .jsontext import json_text
 from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_long_texts as forget_long_encoded_texts
-from .redact import forget as forget_redactions, forget_long_texts as forget_long_clean_texts
+from .redact import forget as forget_redactions, forget_long_texts as forget_long_clean_texts, redact_secrets
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -78,8 +78,13 @@ def _span_in(ctx: otel_context.Context) -> Span:
 
 
 def log_hook_error(where: str) -> None:
-    """Log (never raise) an exception caught inside instrumentation code."""
-    logger.warning("aegis-probe: error in %s hook, ignored", where, exc_info=True)
+    """Log (never raise) an exception caught inside instrumentation code, its message and stack
+    trace redacted (it may carry the app's data: a user's judge or interceptor failing on a key)."""
+    if logger.isEnabledFor(logging.WARNING):  # logger.warning(..., exc_info=True), the stack trace redacted
+        record = logger.makeRecord(logger.name, logging.WARNING, __file__, 0, "aegis-probe: error in %s hook, ignored",
+                                   (where,), None, "log_hook_error")
+        record.exc_text = redact_secrets(traceback.format_exc()).rstrip()
+        logger.handle(record)
 
 
 def _not_reset(scope: "_Scope", token: object, error: Exception) -> None:
