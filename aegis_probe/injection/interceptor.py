@@ -3,13 +3,25 @@
 Prompt injection edits the request messages in ``before`` (the ``chat`` span has already captured
 the original input, so the manipulation itself never shows in the trace); response corruption
 replaces the response in ``after`` (what the app, the agent's memory and the trace all see).
-Each application is labelled as it happens: ``aegis.label.faults`` on the run's root span and an
-``aegis.injection`` event on the step's span.
+Each application is labelled as it happens: ``aegis.label.faults`` on the run's root span (every
+fault the run got, from all the injectors that applied to it) and an ``aegis.injection`` event on
+the step's span.
+
+An injector applies only to the runs made in the context that made it: ``probe.inject``'s thread
+or asyncio task, the tasks and copied contexts it starts (``asyncio.to_thread``,
+``contextvars.copy_context().run``) and the threads its adapter hands a run's context to; never to
+the runs other threads or tasks make at once under the same probe (with a plan of their own, or
+none). A run started in a thread without that context (``ThreadPoolExecutor.submit``) is not
+injected.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
+from contextvars import ContextVar
+
+from opentelemetry import context as otel_context
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -22,9 +34,18 @@ from .plan import AppliedFault, InjectionPlan, Target, faults_json
 T = TypeVar("T")
 LABEL_SOURCE = "injection"
 
+#: The injectors made in this context and its children (weakly): whose plans its runs get. Also kept
+#: in the OpenTelemetry context, which adapters hand to the threads a framework runs steps in.
+_MADE_HERE: ContextVar[tuple["weakref.ref[Injector]", ...]] = ContextVar("aegis_injectors", default=())
+_OTEL_KEY = "aegis.injectors"
+#: Guards each run's list of applied faults (``RunScope.caches[_FAULTS]``), shared by its injectors.
+_FAULTS_LOCK = threading.Lock()
+_FAULTS = "injection"
+
 
 @dataclass
 class _RunState:
+    mine: bool = True  # the run was made in this injector's context (see the module docstring)
     steps: dict[str, list[int]] = field(default_factory=dict)  # agent -> its step indices, in order
     fired: set[int] = field(default_factory=set)  # indices of targets already applied
     applied: list[AppliedFault] = field(default_factory=list)
@@ -62,10 +83,13 @@ class Injector:
         self._runs: dict[str, _RunState] = {}
         self._last: _RunState | None = None
         self._lock = threading.Lock()
+        made_here = (*(ref for ref in _MADE_HERE.get() if ref() is not None), weakref.ref(self))
+        _MADE_HERE.set(made_here)
+        otel_context.attach(otel_context.set_value(_OTEL_KEY, made_here))  # left attached, like _MADE_HERE
 
     @property
     def applied(self) -> list[AppliedFault]:
-        """The faults applied in the most recent run this injector saw."""
+        """The faults applied in the most recent run this injector applies to."""
         return list(self._last.applied) if self._last else []
 
     def applied_in(self, run_id: str) -> list[AppliedFault]:
@@ -94,13 +118,22 @@ class Injector:
         if call.run is None or call.agent is None or call.step_index is None:
             return []
         with self._lock:
-            state = self._runs.setdefault(call.run.run_id, _RunState())
+            state = self._runs.get(call.run.run_id)
+            if state is None:
+                state = self._runs[call.run.run_id] = _RunState(mine=self._made_here())
+            if not state.mine:
+                return []
             self._last = state
             n = state.agent_step_no(call.agent, call.step_index)
             return [
                 (i, t) for i, t in enumerate(self.plan.targets)
                 if i not in state.fired and t.strategy == strategy and t.matches(call, n)
             ]
+
+    def _made_here(self) -> bool:
+        """Whether the calling context (a run's first model call) is one this injector was made in."""
+        refs = (*_MADE_HERE.get(), *(otel_context.get_value(_OTEL_KEY) or ()))  # type: ignore[misc]
+        return any(ref() is self for ref in refs)
 
     def _context(self, call: ModelCall) -> Context:
         state = self._runs[call.run.run_id]  # type: ignore[union-attr]
@@ -119,7 +152,10 @@ class Injector:
             state = self._runs[call.run.run_id]  # type: ignore[union-attr]
             state.fired.add(index)
             state.applied.append(fault)
-            label = faults_json(state.applied)
+        with _FAULTS_LOCK:  # the label holds the faults of every injector of the run, not only this one's
+            faults = call.run.caches.setdefault(_FAULTS, [])  # type: ignore[union-attr]
+            faults.append(fault)
+            label = faults_json(faults)
         try:
             call.run.span.set_attributes({sc.LABEL_FAULTS: label, sc.LABEL_SOURCE: LABEL_SOURCE})  # type: ignore[union-attr]
             if step is not None:
