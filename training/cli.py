@@ -16,11 +16,12 @@ import importlib
 import json
 import os
 import sys
-from contextlib import ExitStack
+import warnings
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from aegis_probe.cli import add_examples, configure_logging, plain_help, progress_on_terminal_only, run_command, version
+from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, progress_on_terminal_only, run_command, version
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -110,20 +111,74 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.t
     verbose = verbose or args.verbose
     configure_logging(verbose)
     progress_on_terminal_only(args)
-    if getattr(args, "no_progress", False):
-        quiet_libraries()
-    return run_command(args.func, args, verbose=verbose)
+    with libraries_quiet() if getattr(args, "no_progress", False) or not on_terminal() else nullcontext():
+        return run_command(args.func, args, verbose=verbose)
 
 
-def quiet_libraries() -> None:
+#: Read by datasets when it is imported (a module constant from then on, which then has priority).
+_DATASETS_OFF = "HF_DATASETS_DISABLE_PROGRESS_BARS"
+
+
+@contextmanager
+def libraries_quiet() -> Iterator[None]:
     """``--no-progress`` for the bars of the libraries a command loads too (transformers' "Loading
-    weights", datasets' "Saving the dataset"), for the rest of this process."""
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when transformers is imported
-    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"  # read when datasets is imported
+    weights", datasets' "Saving the dataset") while the command runs; their settings from before
+    come back when it returns or fails (a notebook calling :func:`main` keeps its bars)."""
+    try:  # its switch is the one transformers reads when imported (cheap: 0.04 s)
+        hub: Any = importlib.import_module("huggingface_hub.utils.tqdm")
+    except ImportError:
+        hub = None
+    hub_states = dict(hub.progress_bar_states) if hub is not None else {}
+    before = {name: is_on() for name, (is_on, _) in _progress_switches().items()}
+    before.setdefault("transformers", hub is None or not hub.are_progress_bars_disabled())  # as it would be imported
+    env = os.environ.get(_DATASETS_OFF)
+    os.environ[_DATASETS_OFF] = "1"
+    try:
+        with warnings.catch_warnings():  # a library refuses a change its environment variable forbids
+            warnings.simplefilter("ignore")
+            if hub is not None:
+                hub.disable_progress_bars()
+            for _, switch in _progress_switches().values():
+                switch(False)
+        yield
+    finally:
+        _restore(env, hub, hub_states, before)
+
+
+def _restore(env: str | None, hub: Any, hub_states: dict[str, bool], before: dict[str, bool]) -> None:
+    """The libraries' progress settings as :func:`libraries_quiet` found them; a library imported
+    since is set as it would have been imported without it."""
+    if env is None:
+        os.environ.pop(_DATASETS_OFF, None)
+    else:
+        os.environ[_DATASETS_OFF] = env
+    bars = sys.modules.get("datasets.utils.tqdm")
+    if "datasets" not in before and bars is not None:  # imported meanwhile: it read our "1" and keeps it
+        config: Any = sys.modules["datasets.config"]
+        forced = env.upper() in config.ENV_VARS_TRUE_VALUES if env is not None else None
+        config.HF_DATASETS_DISABLE_PROGRESS_BARS = bars.HF_DATASETS_DISABLE_PROGRESS_BARS = forced  # type: ignore[attr-defined]
+        before["datasets"] = not forced
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, (_, switch) in _progress_switches().items():
+            switch(before[name])
+        if hub is not None:  # last: transformers' switch turns the hub's too
+            hub.progress_bar_states.clear()
+            hub.progress_bar_states.update(hub_states)
+
+
+def _progress_switches() -> dict[str, tuple[Callable[[], bool], Callable[[bool], None]]]:
+    """``(is on, turn on/off)`` of the progress bars of each of transformers and datasets already imported."""
+    found: dict[str, tuple[Callable[[], bool], Callable[[bool], None]]] = {}
     if "transformers" in sys.modules:
-        sys.modules["transformers"].utils.logging.disable_progress_bar()
-    if "datasets" in sys.modules:
-        sys.modules["datasets"].disable_progress_bars()
+        log: Any = importlib.import_module("transformers.utils.logging")
+        found["transformers"] = (log.is_progress_bar_enabled,
+                                 lambda on: log.enable_progress_bar() if on else log.disable_progress_bar())
+    if "datasets.utils.tqdm" in sys.modules:
+        bars: Any = sys.modules["datasets.utils.tqdm"]
+        found["datasets"] = (lambda: not bars.are_progress_bars_disabled(),
+                             lambda on: bars.enable_progress_bars() if on else bars.disable_progress_bars())
+    return found
 
 
 def _int_at_least(text: str, low: int) -> int:

@@ -20,10 +20,15 @@ logger = logging.getLogger("aegis_probe.train")
 
 
 def device_defaults() -> dict[str, Any]:
-    """Defaults that depend on the hardware: no bf16 where it is unsupported (e.g. on CPU)."""
+    """Defaults that depend on the machine: no bf16 where it is unsupported (e.g. on CPU); no tqdm
+    bars of transformers when standard error is not a terminal (they were drawn into logs and
+    pipes). A value from ``--config`` or the command line wins."""
     import torch
 
-    return {} if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else {"bf16": False}
+    from aegis_probe.cli import on_terminal
+
+    return ({} if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else {"bf16": False}) | (
+        {} if on_terminal() else {"disable_tqdm": True})
 
 
 def last_checkpoint(out_dir: str | Path) -> str | None:

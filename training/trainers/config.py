@@ -60,6 +60,10 @@ def check_fresh_run(out: str | Path, last_checkpoint: str | Path | None, resume:
                          "with --resume, or train into another directory (or remove them)")
 
 
+#: The defaults ``sft``/``grpo`` set otherwise than TRL (``common.device_defaults``), as ``--help`` shows them.
+DEFAULTS_SET_HERE = {"disable_tqdm": "true when standard error is not a terminal, else transformers' rule"}
+
+
 def add_trainer_parser(
     subparsers: argparse._SubParsersAction,
     name: str,
@@ -78,7 +82,8 @@ def add_trainer_parser(
         if isinstance(action, argparse._StoreFalseAction):  # HfArgumentParser's --no_<field> copies its help
             action.help = f"the same as --{action.dest} false"
         elif action.help is not argparse.SUPPRESS:
-            action.help = f"{action.help or ''} (default: {_shown(action.default)})".lstrip()
+            shown = DEFAULTS_SET_HERE.get(action.dest) or _shown(action.default)
+            action.help = f"{action.help or ''} (default: {shown})".lstrip()
         action.default = argparse.SUPPRESS  # only options given explicitly override the file
         action.required = False
     parser = subparsers.add_parser(name, help=help, description=help, parents=[fields])
