@@ -1,0 +1,368 @@
+"""Exact and counterfactual replay in real use, through real AutoGen teams, CAMEL societies, MetaGPT
+teams and LangGraph graphs and the real openai client against the loopback model server (which
+counts every live call): long runs (200-300 steps, tools, streamed models) replayed exactly and
+forked in the middle, replays beside injected runs at once (threads, one probe for every app and
+probes of their own), odd bytes in the recorded and injected content, a store with a torn last line."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from framework_checks import MEGA, ODD, no_hook_errors, store_lines_are_valid
+
+import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.apps import AppSpec, Endpoint
+from aegis_probe.counterfactual import inject_step, load_recording, replay
+from aegis_probe.interception import LLMResponse
+from aegis_probe.injection import InjectionPlan, Target
+from aegis_probe.modelserver import Reply
+from aegis_probe.store import TraceStore
+
+MODEL = "aegis-scripted"
+FORK = "FORKED " + ODD  # the substitute of the forked step
+
+
+@pytest.fixture(autouse=True)
+def _quiet_langsmith(monkeypatch):
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _record(spec: AppSpec, server: Any, store: TraceStore, task: str, judge: Any = None) -> tuple[str, Any]:
+    """One instrumented run of ``spec`` on ``task`` against ``server``: its trace id and answer."""
+    app = spec.build(Endpoint(server.base_url, MODEL, "sk-test"), task=task)
+    probe = aegis_probe.instrument(app, store=store, judge=judge)
+    answer = spec.run_app(app, task)
+    probe.flush()
+    probe.uninstrument()
+    assert probe.last_trace_id is not None
+    return probe.last_trace_id, answer
+
+
+def _calls(spans: list[Any]) -> dict[Any, tuple[str, Any, Any, Any]]:
+    """Every recorded model call of a trace: request and response (text, tool calls, finish reason)."""
+    return {key: (c.request, c.response.content, c.response.tool_calls, c.response.finish_reason)
+            for key, c in load_recording(spans).items()}
+
+
+def _stored(store: TraceStore, trace_id: str) -> str:
+    return json.dumps([s.__dict__ for s in store.trace(trace_id)], default=str, sort_keys=True)
+
+
+def replays_exactly(spec: AppSpec, store: TraceStore, trace_id: str, answer: Any, server: Any) -> Any:
+    """An exact replay pointed at the live ``server``: the app's answer and every recorded model
+    call equal the recorded run's, every call answered from the recording, none reaching the server."""
+    before, original = len(server.requests), store.trace(trace_id)
+    result = replay(trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    assert result.exact, result.divergence or result.error
+    assert len(server.requests) == before and result.live_calls == 0
+    assert result.replayed_calls == len(load_recording(original))
+    assert result.answer == answer
+    replayed = store.trace(result.trajectory.trace_id)
+    assert _calls(replayed) == _calls(original)
+    assert [(s.agent, s.output) for s in result.trajectory.steps] == [(s.agent, s.output) for s in result.original.steps]
+    return result
+
+
+def forks_at(spec: AppSpec, store: TraceStore, trace_id: str, step: int, server: Any) -> Any:
+    """A counterfactual replay substituting step ``step``: the steps before it replayed (equal, no
+    live call), the step carrying :data:`FORK`, every later model call live (each one a request of
+    ``server``), the fork a trace of its own and the recorded run's stored trace unchanged."""
+    before, stored = len(server.requests), _stored(store, trace_id)
+    result = replay(trace_id, spec, store=store, until_step=step, substitute=FORK,
+                    endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    assert result.divergence is None and result.error is None, result.divergence or result.error
+    original, fork = result.original, result.trajectory
+    assert [(s.agent, s.output) for s in fork.steps[:step]] == [(s.agent, s.output) for s in original.steps[:step]]
+    assert fork.steps[step].agent == original.steps[step].agent and fork.steps[step].output == FORK
+    assert result.replayed_calls == sum(1 for c in load_recording(store.trace(trace_id)).values() if c.step_index < step)
+    live = server.requests[before:]
+    assert result.live_calls == len(live) > 0
+    assert sum(len(s.llm_calls) for s in fork.steps[step + 1:]) + len(fork.steps[step].llm_calls) - 1 == len(live)
+    root = next(s for s in store.trace(fork.trace_id) if s.parent_span_id is None)
+    assert fork.trace_id != trace_id and root.attributes[sc.REPLAY_OF] == trace_id
+    assert root.attributes[sc.REPLAY_UNTIL_STEP] == step
+    assert _stored(store, trace_id) == stored
+    return result
+
+
+# -- long runs ----------------------------------------------------------------------------------
+
+def test_langgraph_300_streamed_steps_replay_exactly_and_fork_with_a_label_of_their_own(model_server, tmp_path):
+    """A graph of 300 model-node steps read with ``astream`` (the model's tokens and the state);
+    then a single-step injection at step 150 keeps its failure labelled on the fork's trace only."""
+    pytest.importorskip("langgraph")
+    from test_realuse_langgraph import _speaker, _talk
+
+    steps, counter = 300, itertools.count()
+    server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
+
+    def run_app(app: Any, task: str) -> str:
+        async def consume() -> str:
+            config = {"recursion_limit": steps + 5, "configurable": {"thread_id": "t"}}
+            chunks = [c async for c in app.astream({"messages": [("user", task)]}, config, stream_mode=["messages", "values"])]
+            assert sum(kind == "messages" for kind, _ in chunks) >= steps
+            return next(v for kind, v in reversed(chunks) if kind == "values")["messages"][-1].content
+
+        return asyncio.run(consume())
+
+    spec = AppSpec(lambda base_url, model, api_key: _talk(base_url, steps, checkpointer=True), run_app)
+    store = TraceStore(tmp_path / "store")
+    judge = lambda task, answer: answer == f"bob says {steps - 1}"  # noqa: E731
+    trace_id, answer = _record(spec, server, store, "count to 300", judge)
+    replays_exactly(spec, store, trace_id, answer, server)
+    forks_at(spec, store, trace_id, 150, server)
+    stored = _stored(store, trace_id)
+    injected = inject_step(trace_id, spec, 150, "FM-3.1", endpoint=Endpoint(server.base_url, MODEL, "sk-test"),
+                           judge=judge, store=store)
+    assert injected.kept and injected.result.trajectory.steps[150].output.startswith("The task is already finished")
+    fork = aegis_probe.Trajectory.from_spans(store.trace(injected.result.trajectory.trace_id))
+    assert [(f.agent, f.step, f.mode) for f in fork.labels.faults] == [("alice", 150, "FM-3.1")]
+    assert fork.labels.faults[0].span_id == fork.steps[150].span_id
+    assert _stored(store, trace_id) == stored
+    assert aegis_probe.Trajectory.from_spans(store.trace(trace_id)).labels.faults == []
+    store_lines_are_valid(tmp_path / "store")
+
+
+def test_autogen_team_of_200_turns_with_a_tool_and_a_streamed_model_replays_exactly_and_forks(model_server, tmp_path, caplog):
+    """A counter whose streamed model calls ``tick`` every turn and a checker, 200 turns."""
+    pytest.importorskip("autogen_agentchat")
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core.tools import FunctionTool
+    from test_realuse_autogen import _client, _consume, _said, _speaker
+
+    turns, counter = 200, itertools.count()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        n = next(counter)
+        return Reply(tool_calls=[("tick", {"n": n})]) if _speaker(body) == "counter" else Reply(content=f"checked {n}")
+
+    def build(base_url: str, model: str, api_key: str) -> Any:
+        def tick(n: int) -> str:
+            return f"tick {n}"
+
+        client = _client(base_url)
+        agents = [AssistantAgent("counter", model_client=client, system_message="You are counter.",
+                                 tools=[FunctionTool(tick, name="tick", description="Count one tick.")], model_client_stream=True),
+                  AssistantAgent("checker", model_client=client, system_message="You are checker.", model_client_stream=True)]
+        return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(turns + 1))
+
+    spec = AppSpec(build, lambda app, task: [m.to_text() for m in _said(asyncio.run(_consume(app, task)))])
+    server = model_server(policy)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "tick 100 times")
+    assert len(answer) == turns and answer[0] == "tick 0"
+    exact = replays_exactly(spec, store, trace_id, answer, server)
+    assert [t.result for s in exact.trajectory.steps for t in s.tool_calls][:2] == ["tick 0", "tick 2"]
+    fork = forks_at(spec, store, trace_id, 101, server)  # a checker's turn
+    assert fork.answer[:101] == answer[:101] and fork.answer[101] == FORK and fork.answer[102] == f"tick {turns}"
+    no_hook_errors(caplog.records)
+
+
+def test_camel_society_of_120_steps_with_tools_replays_exactly_and_forks(model_server, tmp_path, caplog):
+    """An Asker and an Adder who calls its ``add`` tool every turn, 60 rounds (120 steps, 180 calls)."""
+    pytest.importorskip("camel")
+    from test_realuse_camel import _is_asker, _play, _society
+
+    rounds, counter, asked = 60, itertools.count(), itertools.count(1)
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if _is_asker(body):
+            return Reply(content=f"Asker says {next(asked)}")
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content=f"Adder says {body['messages'][-1]['content']}")
+        return Reply(tool_calls=[("add", {"a": 1000, "b": next(counter)})])
+
+    spec = AppSpec(lambda base_url, model, api_key, task=None: _society(base_url, task), lambda app, task: _play(app, rounds, False))
+    server = model_server(policy)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "Count together.")
+    assert len(answer) == 2 * rounds and answer[1] == ("Adder", "Adder says 1000")
+    replays_exactly(spec, store, trace_id, answer, server)
+    fork = forks_at(spec, store, trace_id, 60, server)  # an Asker's turn
+    assert fork.answer[:60] == answer[:60] and fork.answer[60] == ("Asker", FORK)
+    no_hook_errors(caplog.records)
+
+
+def test_metagpt_team_of_150_steps_replays_exactly_and_forks(model_server, tmp_path, caplog, monkeypatch):
+    """Ann (two actions), Bob (the model chooses his action) and Cid in a ring, 150 rounds."""
+    pytest.importorskip("metagpt")
+    monkeypatch.chdir(tmp_path)
+    from test_realuse_metagpt import CHOOSE, _run, _team
+
+    from aegis_probe.demos import metagpt as demo
+
+    rounds, counter = 150, itertools.count()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        return Reply("1") if CHOOSE in body["messages"][-1]["content"] else Reply(f"{demo._agent(body)} says {next(counter)}")
+
+    def run_app(team: Any, task: str) -> list[str]:
+        asyncio.run(_run(team, task, rounds))
+        return [m.content for m in team.env.roles["Cid"].rc.memory.get()]
+
+    spec = AppSpec(lambda base_url, model, api_key: _team(base_url), run_app)
+    server = model_server(policy)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "Count together.")
+    replays_exactly(spec, store, trace_id, answer, server)
+    fork = forks_at(spec, store, trace_id, 77, server)  # one of Cid's steps (one model call)
+    assert fork.trajectory.steps[77].agent == "Cid" and FORK in fork.answer
+    no_hook_errors(caplog.records)
+
+
+# -- at once ------------------------------------------------------------------------------------
+
+def _talk_spec(turns: int) -> AppSpec:
+    pytest.importorskip("langgraph")
+    from test_realuse_langgraph import _talk
+
+    def run_app(app: Any, task: str) -> list[str]:
+        return [m.content for m in app.invoke({"messages": [("user", task)]}, {"recursion_limit": turns + 5})["messages"]]
+
+    return AppSpec(lambda base_url, model, api_key: _talk(base_url, turns, window=turns + 1), run_app)
+
+
+def _keyed(body: dict[str, Any]) -> Reply:
+    """A reply naming the run (its task, ``task of KEY``) and the speaker."""
+    key = next(m["content"] for m in body["messages"] if m["role"] == "user").removeprefix("task of ")
+    return Reply(content=f"{key} from {body['messages'][0]['content'].removeprefix('You are ').rstrip('.')}")
+
+
+def test_replays_beside_injected_runs_at_once_stay_apart(model_server, tmp_path):
+    """An exact and a counterfactual replay (probes of their own) in threads while two live runs of
+    the same graph under one probe go on at once, one injected: the replays make no call but the
+    fork's, carry no label, and equal their recording; the injected run alone has the fault."""
+    turns = 30
+    spec = _talk_spec(turns)
+    server = model_server(_keyed)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "task of recorded")
+    live_store = TraceStore(tmp_path / "live")
+    app = spec.build(Endpoint(server.base_url, MODEL, "sk-test"))
+    probe = aegis_probe.instrument(app, store=live_store)
+    before = len(server.requests)
+
+    def job(kind: str) -> Any:
+        if kind == "exact":
+            return replay(trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+        if kind == "fork":
+            return replay(trace_id, spec, store=store, until_step=15, substitute=FORK,
+                          endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+        if kind == "injected":
+            with probe.inject(InjectionPlan.single("alice", "FM-3.1", nth=3)):
+                return spec.run_app(app, "task of injected")
+        return spec.run_app(app, "task of plain")
+
+    with ThreadPoolExecutor(4) as pool:
+        exact, fork, injected, plain = pool.map(job, ["exact", "fork", "injected", "plain"])
+    assert exact.exact and exact.answer == answer and exact.live_calls == 0
+    assert fork.divergence is None and fork.trajectory.steps[15].output == FORK
+    keys = [_keyed(r).content.split(" from ")[0] for r in server.requests[before:]]
+    assert sorted(set(keys)) == ["injected", "plain", "recorded"] and keys.count("recorded") == fork.live_calls == turns - 16
+    for result in (exact, fork):
+        assert result.trajectory.labels.faults == [] and all("injected" not in s.output for s in result.trajectory.steps)
+    probe.flush()
+    labels = {t.task: [(f.agent, f.step) for f in t.labels.faults] for t in aegis_probe.load_trajectories(live_store.path)}
+    assert labels == {"task of injected": [("alice", 6)], "task of plain": []}
+    assert injected[7] == "The task is already finished. TERMINATE" and "TERMINATE" not in " ".join(plain)
+
+
+def test_replays_beside_injected_runs_traced_by_one_probe_stay_apart(model_server, tmp_path):
+    """AutoGen in trace-every-app mode (one probe for every team, an injection plan in one thread)
+    while a recorded run is replayed exactly in another thread: the replay's calls are answered from
+    the recording and never injected."""
+    pytest.importorskip("autogen_agentchat")
+    from test_realuse_autogen import _talk
+
+    from aegis_probe.instrumentor import AegisInstrumentor
+
+    spec = AppSpec(lambda base_url, model, api_key: _talk(base_url, 20),
+                   lambda app, task: [m.to_text() for m in asyncio.run(app.run(task=task)).messages])
+    server = model_server(_keyed)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "task of recorded")
+    instrumentor = AegisInstrumentor()
+    instrumentor.instrument(store=tmp_path / "live")
+    try:
+        probe = instrumentor.probe("autogen")
+        before = len(server.requests)
+
+        def injected() -> list[str]:
+            with probe.inject(InjectionPlan(targets=[Target(agent=a, mode="FM-3.1", nth=n) for a in ("alice", "bob") for n in (0, 5)])):
+                return spec.run_app(spec.build(Endpoint(server.base_url, MODEL, "sk-test")), "task of injected")
+
+        with ThreadPoolExecutor(2) as pool:
+            live = pool.submit(injected)
+            result = pool.submit(replay, trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test")).result()
+            said = live.result()
+    finally:
+        instrumentor.uninstrument()
+    assert result.exact and result.answer == answer and result.trajectory.labels.faults == []
+    assert said.count("The task is already finished. TERMINATE") == 4  # its four targets
+    assert all("recorded" not in str(r["messages"]) for r in server.requests[before:])
+
+
+# -- odd bytes, torn and missing records ----------------------------------------------------------
+
+class _OddManipulator:
+    """An LLM-kind manipulator whose rewrite is :data:`MEGA` (odd bytes, 1 MiB)."""
+
+    kind = "llm"
+
+    def corrupt(self, mode: str, response: LLMResponse, ctx: Any) -> LLMResponse:
+        return LLMResponse(content=MEGA, finish_reason="stop")
+
+    def inject(self, mode: str, messages: list[dict[str, Any]], ctx: Any) -> None:
+        return None
+
+
+def test_odd_bytes_recorded_and_injected_replay_exactly(model_server, tmp_path):
+    """A run on a task with NUL, bidi and non-BMP text whose replies carry them (one of 1 MiB), and a
+    reply an injection rewrote to 1 MiB of them: both replay exactly, byte for byte."""
+    turns = 6
+    spec = _talk_spec(turns)
+    replies = itertools.cycle([ODD, MEGA, "\U0001f600\U00010348 \x00", "plain"])
+    server = model_server(lambda body: Reply(content=next(replies)))
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "task " + ODD)
+    assert answer[2] == MEGA
+    replays_exactly(spec, store, trace_id, answer, server)
+
+    app = spec.build(Endpoint(server.base_url, MODEL, "sk-test"))
+    probe = aegis_probe.instrument(app, store=store)
+    with probe.inject(InjectionPlan(targets=[Target(agent="bob", mode="FM-2.3", operator="llm", nth=1)]),
+                      manipulators={"llm": _OddManipulator()}):
+        injected = spec.run_app(app, "injected " + ODD)
+    probe.flush()
+    assert injected[4] == MEGA
+    traj = probe.trajectory()
+    assert [(f.agent, f.step) for f in traj.labels.faults] == [("bob", 3)] and traj.steps[3].output == MEGA
+    replays_exactly(spec, store, traj.trace_id, injected, server)
+    store_lines_are_valid(tmp_path / "store")
+
+
+def test_a_store_with_a_torn_last_line_still_replays_and_a_missing_run_is_named(model_server, tmp_path, caplog):
+    """A write cut short after the recorded run (a crash mid-line): the run still replays exactly and
+    the replay is stored after it; a run not in the store is a ``KeyError`` naming it and the store."""
+    spec = _talk_spec(4)
+    server = model_server(_keyed)
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "task of torn")
+    with open(store.file, "ab") as fh:
+        fh.write(b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab')
+    replays_exactly(spec, store, trace_id, answer, server)
+    assert "partial last line" in caplog.text
+    store_lines_are_valid(tmp_path / "store")
+    with pytest.raises(KeyError, match=f"no trace matching '{'0' * 32}' in {os.fspath(store.path)}"):
+        replay("0" * 32, spec, store=store)
+    assert len(store.traces()) == 2
