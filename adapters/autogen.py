@@ -156,21 +156,23 @@ def _convert(m: LLMMessage) -> list[dict[str, Any]]:
 
 # A model context hands the same message objects to every call, so the neutral form of a text
 # message is kept per object (checked by identity of its content and source) and shared; and the
-# last prompt of each conversation (keyed by its first message): a prompt that extends it, same
-# objects with the same contents (compared in C), converts only its new messages. Both are kept in
+# last prompt of each conversation (keyed by its first message; only text messages, whose fields
+# are strings): a prompt that extends it, same objects whose fields (content, source, ...) still
+# equal a copy taken then (compared in C: a message changed in place is converted anew), converts
+# only its new messages. Both are kept in
 # the run's caches (``RunScope.caches``), which go when it ends: a busy process (some run always
 # open) keeps nothing of apps gone.
 _Shared = dict[int, tuple[LLMMessage, str, Any, list[dict[str, Any]]]]
-_Prompts = dict[int, tuple[list[LLMMessage], list[Any], list[dict[str, Any]]]]
+_Prompts = dict[int, tuple[list[LLMMessage], list[dict[str, Any]], list[dict[str, Any]]]]
 _SHARED_MAX = 4096  # messages per run
 _PROMPTS_MAX = 64  # conversations per run
 _NO_FIELDS: dict[str, Any] = {}
-_content = operator.attrgetter("content")
+_fields = operator.attrgetter("__dict__")  # a pydantic message's field values
 
 
 def _run_caches() -> tuple[_Shared, _Prompts]:
     """The calling run's message caches: (message id -> (message, content, source, neutral form),
-    first message id -> (messages, contents, neutral form)); a call outside runs gets empty ones."""
+    first message id -> (messages, copies of their fields, neutral form)); a call outside runs gets empty ones."""
     run = current_run()
     if run is None:
         return {}, {}
@@ -183,19 +185,19 @@ def _run_caches() -> tuple[_Shared, _Prompts]:
 def llm_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """autogen ``LLMMessage``s in neutral form (one message per function result)."""
     msgs = list(messages)
-    contents = list(map(_content, msgs))
+    fields = list(map(_fields, msgs))
     shared, prompts = _run_caches()
     hit = prompts.get(id(msgs[0])) if msgs else None
     done = 0
-    if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] and contents[: len(hit[0])] == hit[1]:
+    if hit is not None and len(hit[0]) <= len(msgs) and msgs[: len(hit[0])] == hit[0] and fields[: len(hit[0])] == hit[1]:
         done = len(hit[0])
     known = hit[2][:] if done else []  # type: ignore[index]
     start = len(known)
     out = _neutral(msgs[done:], known, shared)
-    if msgs and all(type(m) is SharedMessage for m in out[start:]):
+    if msgs and all(type(m) is SharedMessage for m in out[start:]):  # text messages: their field values are strings
         if len(prompts) >= _PROMPTS_MAX and id(msgs[0]) not in prompts:
             prompts.clear()
-        prompts[id(msgs[0])] = (msgs, contents, out[:])
+        prompts[id(msgs[0])] = (msgs, (hit[1] if done else []) + list(map(dict, fields[done:])), out[:])  # type: ignore[index]
     return out
 
 
