@@ -312,6 +312,37 @@ def test_replays_beside_injected_runs_traced_by_one_probe_stay_apart(model_serve
     assert all("recorded" not in str(r["messages"]) for r in server.requests[before:])
 
 
+def test_a_replay_of_an_injected_run_keeps_its_injected_faults_for_the_steps_it_replayed(model_server, tmp_path):
+    """An injected run (alice's 2nd step, step 2, corrupted) replayed exactly, and forked after and
+    at the injected step, into the run's own store (a campaign's ``traces/``, blame's default):
+    the exact copy and the fork after it replay the faulty action, so they carry the fault (on
+    their own step span); the fork at it replaced that action, so it carries none. Unlabelled, a
+    copy read as a clean run (no fault, not judged) among the labelled failures."""
+    spec = _talk_spec(8)
+    server = model_server(_keyed)
+    store = TraceStore(tmp_path / "store")
+    app = spec.build(Endpoint(server.base_url, MODEL, "sk-test"))
+    probe = aegis_probe.instrument(app, store=store)
+    with probe.inject(InjectionPlan.single("alice", "FM-3.1", nth=1)):
+        answer = spec.run_app(app, "task of injected")
+    probe.flush()
+    probe.uninstrument()
+    original = probe.trajectory()
+    assert [(f.agent, f.step) for f in original.labels.faults] == [("alice", 2)]
+    exact = replays_exactly(spec, store, original.trace_id, answer, server)
+    after = replay(original.trace_id, spec, store=store, until_step=5, substitute=FORK,
+                   endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    at = replay(original.trace_id, spec, store=store, until_step=2, substitute=FORK,
+                endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    for result in (exact, after):
+        copy = aegis_probe.Trajectory.from_spans(store.trace(result.trajectory.trace_id))
+        assert copy.steps[2].output == original.steps[2].output
+        assert [(f.agent, f.step, f.mode, f.span_id) for f in copy.labels.faults] == [
+            ("alice", 2, "FM-3.1", copy.steps[2].span_id)] and copy.labels.source == "injection"
+    assert aegis_probe.Trajectory.from_spans(store.trace(at.trajectory.trace_id)).labels.faults == []
+    assert aegis_probe.Trajectory.from_spans(store.trace(original.trace_id)).labels == original.labels
+
+
 # -- odd bytes, torn and missing records ----------------------------------------------------------
 
 class _OddManipulator:

@@ -30,6 +30,8 @@ from .fresh_ids import FreshIds
 from .order import RecordedOrder
 from .recording import Key, RecordedCall, load_recording
 
+STEP_INJECTION_SOURCE = "replay-injection"
+
 #: Where a pure replay points the app: nothing listens on the discard port, so an unexpected
 #: live call fails loudly instead of reaching a real model.
 DEAD_ENDPOINT = "http://127.0.0.1:9/v1"
@@ -119,6 +121,25 @@ def first_difference(original: Trajectory, replayed: Trajectory, upto: int | Non
     return None
 
 
+#: Label sources that hold by construction: a fault made in a step is in every faithful copy of it.
+BY_CONSTRUCTION = ("injection", STEP_INJECTION_SOURCE)
+
+
+def _replayed_labels(original: Trajectory, replayed: Trajectory, until_step: int | None) -> dict[str, str]:
+    """Root attributes giving a faithful replay the original's labels by construction (injected
+    faults) for the steps it replayed from the recording (all, or those before ``until_step``),
+    each on the replay's own step span: the recorded faulty actions are replayed as they were, so
+    an unlabelled copy would pass an injected failure for a clean run."""
+    if original.labels.source not in BY_CONSTRUCTION:
+        return {}
+    spans = {s.index: s.span_id for s in replayed.steps}
+    faults = [f.model_copy(update={"span_id": spans.get(f.step)}) for f in original.labels.faults
+              if f.step is not None and f.step in spans and (until_step is None or f.step < until_step)]
+    if not faults:
+        return {}
+    return {sc.LABEL_FAULTS: json.dumps([f.model_dump() for f in faults]), sc.LABEL_SOURCE: original.labels.source or ""}
+
+
 def _check_until_step(original: Trajectory, recording: dict[Key, RecordedCall], until_step: int | None,
                       substitute: str | LLMResponse | None) -> None:
     """``ValueError`` unless ``until_step`` is a step of the run and, with a ``substitute``, one
@@ -195,15 +216,18 @@ def replay(
         probe.uninstrument()
     run_id = probe.last_trace_id  # this probe's own replay run, whichever thread the app ran it in
     replayed = probe.trajectory(run_id) if run_id is not None else None
-    if replayed is not None:
-        store.amend(replayed.trace_id or "", attributes={sc.REPLAY_OF: original.trace_id or "",
-                                                   sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step})
-        replayed = probe.trajectory(run_id)
     divergence = str(replayer.divergence) if replayer.divergence is not None else None
     if divergence is None and replayer.substitute is not None and error is None:
         divergence = f"step {until_step}: the replay made no model call there, so the substitute was never used"
     if divergence is None and replayed is not None:
         divergence = first_difference(original, replayed, upto=until_step, ids=replayer.ids)
+    if replayed is not None:
+        attributes: dict[str, Any] = {sc.REPLAY_OF: original.trace_id or "",
+                                      sc.REPLAY_UNTIL_STEP: -1 if until_step is None else until_step}
+        if divergence is None:
+            attributes.update(_replayed_labels(original, replayed, until_step))
+        store.amend(replayed.trace_id or "", attributes=attributes)
+        replayed = probe.trajectory(run_id)
     tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0)
                  for s in (replayed.steps if replayed else []) if until_step is not None and s.index > until_step)
     return ReplayResult(original, replayed, answer, divergence, replayer.replayed, replayer.live_calls,

@@ -18,7 +18,7 @@ from ..probe import Judge
 from ..store import TraceStore
 from ..trajectory import Fault, Trajectory
 from .recording import load_recording
-from .replayer import ReplayResult, replay
+from .replayer import STEP_INJECTION_SOURCE, ReplayResult, replay
 
 STRATEGY = "response_corruption"
 
@@ -65,6 +65,7 @@ def inject_step(
     kept = new is not None and new.outcome.success is False and not result.live_failed
     if new is not None and kept:
         fault.span_id = new.steps[step].span_id if len(new.steps) > step else None
-        store.amend(new.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([fault.model_dump()]),
-                                                    sc.LABEL_SOURCE: "replay-injection"})
+        carried = new.labels.faults  # injected faults of the replayed steps before it (see replay)
+        store.amend(new.trace_id or "", attributes={sc.LABEL_FAULTS: json.dumps([f.model_dump() for f in [*carried, fault]]),
+                                                    sc.LABEL_SOURCE: STEP_INJECTION_SOURCE})
     return StepInjection(kept, fault, result)
