@@ -262,6 +262,7 @@ class CamelCodec:
             model=raw.model,
             finish_reason=choice.finish_reason,
             id=raw.id,
+            refusal=choice.message.refusal,
         )
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
@@ -269,6 +270,8 @@ class CamelCodec:
 
         tool_calls = _openai_tool_calls(response)
         message: dict[str, Any] = {"role": "assistant", "content": response.content}
+        if response.refusal:
+            message["refusal"] = response.refusal
         if tool_calls:
             message["tool_calls"] = tool_calls
         finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")
@@ -281,6 +284,7 @@ class CamelCodec:
     def from_chunks(self, chunks: Sequence[Any]) -> LLMResponse:
         """The response a ``stream=True`` call's ``ChatCompletionChunk``s carry together."""
         text: list[str] = []
+        refusal: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         model = finish = usage = None
         for chunk in chunks:
@@ -290,6 +294,8 @@ class CamelCodec:
                 delta = choice.delta
                 if delta is not None and delta.content:
                     text.append(delta.content)
+                if delta is not None and delta.refusal:
+                    refusal.append(delta.refusal)
                 for part in (delta.tool_calls if delta is not None else None) or ():
                     call = calls.setdefault(part.index, {"id": None, "name": None, "arguments": ""})
                     call["id"] = part.id or call["id"]
@@ -304,6 +310,7 @@ class CamelCodec:
             output_tokens=usage.completion_tokens if usage else None,
             model=model,
             finish_reason=finish,
+            refusal="".join(refusal) or None,
         )
 
     @staticmethod
@@ -312,14 +319,16 @@ class CamelCodec:
         return getattr(chunk, "usage", None) is not None
 
     def to_chunks(self, response: LLMResponse) -> list[Any]:
-        """``ChatCompletionChunk``s carrying ``response``: its text, one delta per tool call, then
-        the finish reason with the usage (as camel's stream reader expects them)."""
+        """``ChatCompletionChunk``s carrying ``response``: its text (or refusal), one delta per tool
+        call, then the finish reason with the usage (as camel's stream reader expects them)."""
         from openai.types.chat import ChatCompletionChunk
 
         tool_calls = _openai_tool_calls(response)
         base = {"id": "aegis-replayed", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": response.model or "aegis"}
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": response.content or ""}]
+        if response.refusal:  # as OpenAI streams one: no text, the refusal in deltas of its own
+            deltas = [{"role": "assistant", "content": response.content}, {"refusal": response.refusal}]
         deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(tool_calls)]
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")

@@ -39,9 +39,14 @@ class LLMResponse:
     model: str | None = None
     finish_reason: str | None = None
     id: str | None = None  #: the provider's response id
+    #: The model's refusal text (OpenAI's ``message.refusal``): kept apart from ``content``, so a
+    #: replay gives it back as a refusal (recorded as a text part marked ``"refusal": true``).
+    refusal: str | None = None
 
     def as_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.refusal:
+            msg["refusal"] = self.refusal
         if self.tool_calls:
             msg["tool_calls"] = self.tool_calls
         if self.finish_reason:
