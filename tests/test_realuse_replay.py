@@ -95,11 +95,37 @@ def forks_at(spec: AppSpec, store: TraceStore, trace_id: str, step: int, server:
 
 # -- long runs ----------------------------------------------------------------------------------
 
+def _streamed_talk(base_url: str, turns: int) -> Any:
+    """alice and bob (LangGraph model nodes on a checkpointer) taking ``turns`` turns, each node's
+    ``ChatOpenAI`` streaming its reply; each sends its system prompt and the last 6 messages."""
+    from langchain_core.messages import SystemMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from test_realuse_langgraph import _llm
+
+    llm = _llm(base_url, streaming=True)
+
+    def speaker(name: str) -> Any:
+        def node(state: Any) -> dict[str, Any]:
+            reply = llm.invoke([SystemMessage(f"You are {name}."), *state["messages"][-6:]])
+            reply.name = name
+            return {"messages": [reply]}
+
+        return node
+
+    graph = StateGraph(MessagesState)
+    for name, other in (("alice", "bob"), ("bob", "alice")):
+        graph.add_node(name, speaker(name))
+        graph.add_conditional_edges(name, lambda s, other=other: END if len(s["messages"]) > turns else other)
+    graph.add_edge(START, "alice")
+    return graph.compile(name="talk", checkpointer=InMemorySaver())
+
+
 def test_langgraph_300_streamed_steps_replay_exactly_and_fork_with_a_label_of_their_own(model_server, tmp_path):
-    """A graph of 300 model-node steps read with ``astream`` (the model's tokens and the state);
+    """A graph of 300 model-node steps, streamed models, read with ``astream`` (tokens and state);
     then a single-step injection at step 150 keeps its failure labelled on the fork's trace only."""
     pytest.importorskip("langgraph")
-    from test_realuse_langgraph import _speaker, _talk
+    from test_realuse_langgraph import _speaker
 
     steps, counter = 300, itertools.count()
     server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
@@ -113,10 +139,11 @@ def test_langgraph_300_streamed_steps_replay_exactly_and_fork_with_a_label_of_th
 
         return asyncio.run(consume())
 
-    spec = AppSpec(lambda base_url, model, api_key: _talk(base_url, steps, checkpointer=True), run_app)
+    spec = AppSpec(lambda base_url, model, api_key: _streamed_talk(base_url, steps), run_app)
     store = TraceStore(tmp_path / "store")
     judge = lambda task, answer: answer == f"bob says {steps - 1}"  # noqa: E731
     trace_id, answer = _record(spec, server, store, "count to 300", judge)
+    assert len(server.requests) == steps and all(r["stream"] for r in server.requests)
     replays_exactly(spec, store, trace_id, answer, server)
     forks_at(spec, store, trace_id, 150, server)
     stored = _stored(store, trace_id)
@@ -380,6 +407,39 @@ def test_odd_bytes_recorded_and_injected_replay_exactly(model_server, tmp_path):
     assert [(f.agent, f.step) for f in traj.labels.faults] == [("bob", 3)] and traj.steps[3].output == MEGA
     replays_exactly(spec, store, traj.trace_id, injected, server)
     store_lines_are_valid(tmp_path / "store")
+
+
+def test_a_run_whose_model_call_failed_replays_to_the_same_failure_and_forks_before_it(model_server, tmp_path):
+    """The endpoint fails the 5th call (HTTP 500) and the run ends there with the client's error:
+    the run is replayable (was: "no captured content", though it was captured): replayed exactly,
+    the app fails at that call with the recorded error and nothing reaches the endpoint; forked at
+    step 2, the calls after it, that one too, go live and the run goes to its end."""
+    spec = _talk_spec(8)
+    calls = itertools.count()
+
+    def policy(body: dict[str, Any]) -> Reply:
+        if next(calls) == 4:
+            raise RuntimeError("the endpoint is down")
+        return _keyed(body)
+
+    server = model_server(policy)
+    store = TraceStore(tmp_path / "store")
+    app = spec.build(Endpoint(server.base_url, MODEL, "sk-test"))
+    probe = aegis_probe.instrument(app, store=store)
+    with pytest.raises(Exception, match="the endpoint is down") as failed:
+        spec.run_app(app, "task of failing")
+    probe.flush()
+    probe.uninstrument()
+    original = probe.trajectory()
+    assert len(original.steps) == 5 and "the endpoint is down" in original.error
+    before = len(server.requests)
+    result = replay(original.trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    assert result.divergence is None and len(server.requests) == before and result.live_calls == 0
+    assert result.error.startswith("RecordedFailure: call #2 of alice failed when recorded: ")
+    assert type(failed.value).__name__ in result.error and "the endpoint is down" in result.error
+    assert [(s.agent, s.output) for s in result.trajectory.steps] == [(s.agent, s.output) for s in original.steps]
+    fork = forks_at(spec, store, original.trace_id, 2, server)
+    assert len(fork.answer) == 9 and fork.answer[-1] == "failing from bob" and fork.error is None
 
 
 def test_a_store_with_a_torn_last_line_still_replays_and_a_missing_run_is_named(model_server, tmp_path, caplog):

@@ -6,7 +6,7 @@ from .blame import Attempt, BlameReport, Fixer, blame
 from .fixers import AnalyzerFixer
 from .step_injection import StepInjection, inject_step
 from .recording import RecordedCall, RecordingError, load_recording
-from .replayer import ReplayDivergence, ReplayResult, first_difference, replay
+from .replayer import RecordedFailure, ReplayDivergence, ReplayResult, first_difference, replay
 
 __all__ = [
     "AnalyzerFixer",
@@ -14,6 +14,7 @@ __all__ = [
     "BlameReport",
     "Fixer",
     "RecordedCall",
+    "RecordedFailure",
     "RecordingError",
     "ReplayDivergence",
     "ReplayResult",

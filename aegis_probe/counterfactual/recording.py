@@ -32,6 +32,9 @@ class RecordedCall:
     response: LLMResponse
     start_ns: int = 0  # when the call was made and answered, as recorded
     end_ns: int = 0
+    #: The call got no answer (the client or the endpoint failed it, or the run was cancelled in
+    #: it): its error as recorded; ``response`` is then empty.
+    failure: str | None = None
 
 
 class RecordingError(AegisProbeError, ValueError):
@@ -81,13 +84,16 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
         attrs = span.attributes
         if attrs.get(sc.OPERATION) != sc.OP_CHAT or sc.AGENT_CALL_INDEX not in attrs:
             continue
-        if sc.OUTPUT_MESSAGES not in attrs:
+        failure = None
+        if sc.OUTPUT_MESSAGES not in attrs and sc.INPUT_MESSAGES in attrs and span.status == "ERROR":
+            failure = span.status_message or str(attrs.get(sc.ERROR_TYPE) or "the call failed")  # no answer to record
+        elif sc.OUTPUT_MESSAGES not in attrs:
             raise RecordingError(
                 f"trace {span.trace_id}: LLM call {span.span_id} has no captured content; "
                 "replay needs runs recorded with capture_content on"
             )
         try:
-            response = response_from_span(span)
+            response = LLMResponse() if failure is not None else response_from_span(span)
         except (ValueError, AttributeError) as exc:  # cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or not aegis's messages
             raise RecordingError(f"trace {span.trace_id}: LLM call {span.span_id}: its recorded response is not "
                                  f"readable messages JSON ({exc}); was it cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT?") from exc
@@ -100,7 +106,7 @@ def load_recording(spans: list[SpanRecord]) -> dict[Key, RecordedCall]:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise RecordingError(f"{where}: its {sc.AGENT_CALL_INDEX} is {index!r}, not a call number"[:500])
         key = (str(attrs.get(sc.AGENT_NAME, "")), index)
-        calls[key] = RecordedCall(key[0], key[1], step_of(span), request, response, span.start_ns, span.end_ns)
+        calls[key] = RecordedCall(key[0], key[1], step_of(span), request, response, span.start_ns, span.end_ns, failure)
     if not calls:
         raise RecordingError("the trace holds no recorded LLM calls")
     return calls

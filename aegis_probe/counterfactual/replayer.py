@@ -45,6 +45,11 @@ class ReplayDivergence(InterceptAbort):
         self.step, self.agent, self.detail = step, agent, detail
 
 
+class RecordedFailure(InterceptAbort):
+    """A replayed call whose recorded call got no answer (the client or the endpoint failed it):
+    the replay fails it too, with the recorded error, so the app ends as the recorded run did."""
+
+
 class Replayer:
     """Interceptor answering model calls from a recording until the run goes live; ``divergence``:
     the first :class:`ReplayDivergence` it raised, whatever the app did with it."""
@@ -91,6 +96,8 @@ class Replayer:
         if not self.ids.match(recorded.request, request):
             raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording")
         self.replayed += 1
+        if recorded.failure is not None:
+            raise RecordedFailure(f"call #{key[1]} of {key[0] or 'the app'} failed when recorded: {recorded.failure}")
         self._answered[id(call)] = key
         return self.ids.response(recorded.response)
 
