@@ -129,7 +129,7 @@ def _join(messages: list[ChatMessage], redact: Callable[[str], str]) -> str:
             out.append(cached[1])
             continue
         content = m.get("content")
-        if m.get("tool_calls") or (isinstance(content, str) and len(content) > _FRAGMENT_MAX_CHARS):
+        if m.get("tool_calls") or m.get("refusal") or (isinstance(content, str) and len(content) > _FRAGMENT_MAX_CHARS):
             out.append(_fragment(m, redact))
             continue
         key = (redact, m.get("role"), content, m.get("name"), m.get("tool_call_id"), m.get("finish_reason"))
@@ -146,7 +146,7 @@ def _fragment(m: ChatMessage, redact: Callable[[str], str]) -> str:
     """The JSON of one message: ``json.dumps(_encode_message(m), ensure_ascii=False)``, built
     directly (same text) for the common plain-text message, which is most of every prompt."""
     role, name, reason = m.get("role", "user"), m.get("name"), m.get("finish_reason")
-    if (m.get("tool_calls") or m.get("tool_call_id") or type(role) is not str
+    if (m.get("tool_calls") or m.get("tool_call_id") or m.get("refusal") or type(role) is not str
             or (name and type(name) is not str) or (reason and type(reason) is not str)):
         return json.dumps(_encode_message(m, redact), ensure_ascii=False)
     content = m.get("content")
@@ -204,6 +204,8 @@ def _encode_message(m: ChatMessage, redact: Callable[[str], str]) -> dict[str, A
         if m.get("tool_call_id"):
             part["id"] = m["tool_call_id"]
         parts.append(part)
+    if m.get("refusal"):  # the model's refusal: a text part, marked so that a replay gives it back as one
+        parts.append({"type": "text", "content": redact(str(m["refusal"])), "refusal": True})
     for call in m.get("tool_calls") or ():
         parts.append(
             {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),

@@ -65,3 +65,15 @@ def test_a_long_growing_single_message_prompt_is_encoded_exactly():
         for prompt in ([{"role": "user", "content": text}], [{"role": "user", "content": other}]):
             assert encode_messages(prompt, redact_secrets) == reference(prompt), i
     assert "hunter2" not in encode_messages([{"role": "user", "content": text}], redact_secrets)
+
+
+def test_a_refusal_is_a_marked_text_part_redacted_like_content():
+    refused = {"role": "assistant", "content": None, "refusal": "No: my key sk-proj-Ab12Cd34Ef56Gh78Ij90 stays mine.",
+               "finish_reason": "stop"}
+    both = {"role": "assistant", "content": "Partly.", "refusal": "Not the rest."}
+    for message in (refused, SharedMessage(refused)):
+        parts = json.loads(encode_messages([message], redact_secrets))[0]["parts"]
+        assert parts == [{"type": "text", "content": "No: my key [REDACTED] stays mine.", "refusal": True}]
+    assert json.loads(encode_messages([both], redact_secrets))[0]["parts"] == [
+        {"type": "text", "content": "Partly."}, {"type": "text", "content": "Not the rest.", "refusal": True}]
+    assert encode_messages([both], redact_secrets) == reference([both])
