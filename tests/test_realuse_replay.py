@@ -220,6 +220,32 @@ def test_camel_society_of_120_steps_with_tools_replays_exactly_and_forks(model_s
     no_hook_errors(caplog.records)
 
 
+def test_camel_workforce_whose_subtasks_run_at_once_replays_exactly(model_server, tmp_path, caplog):
+    """A workforce of 20 subtasks done side by side by copies of its Adder (each with a tool call),
+    rated by the Planner: the copies number their calls, and begin their steps, in whatever order
+    they run in, so the replay answers each call with the Adder's recorded call of the same request
+    (was: a divergence at the Adder's second call) and takes the same steps begun in another order
+    as equal; no call reaches the endpoint."""
+    pytest.importorskip("camel")
+    from camel.tasks import Task
+    from test_realuse_camel import _workforce, _workforce_policy
+
+    subtasks = 20
+    spec = AppSpec(lambda base_url, model, api_key: _workforce(base_url),
+                   lambda workforce, task: workforce.process_task(Task(content=task, id="0")).result)
+    server = model_server(_workforce_policy(subtasks))
+    store = TraceStore(tmp_path / "store")
+    trace_id, answer = _record(spec, server, store, "Add many numbers.")
+    assert answer.count("sum 10") == subtasks and len(server.requests) == 2 + 3 * subtasks
+    result = replay(trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+    assert result.exact, result.divergence or result.error
+    assert result.answer == answer and result.live_calls == 0 and len(server.requests) == 2 + 3 * subtasks
+    assert result.replayed_calls == 2 + 3 * subtasks
+    agents = lambda traj: sorted(s.agent for s in traj.steps)  # noqa: E731 (outputs: equal up to the workers' fresh ids)
+    assert agents(result.trajectory) == agents(result.original) and len(result.original.steps) == 2 + 2 * subtasks
+    no_hook_errors(caplog.records)
+
+
 def test_metagpt_team_of_150_steps_replays_exactly_and_forks(model_server, tmp_path, caplog, monkeypatch):
     """Ann (two actions), Bob (the model chooses his action) and Cid in a ring, 150 rounds."""
     pytest.importorskip("metagpt")

@@ -14,6 +14,7 @@ step t is replaced, and everything after it runs live against the app's endpoint
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -65,6 +66,11 @@ class Replayer:
         self.ids = FreshIds()
         self.order = RecordedOrder(recording)
         self._answered: dict[int, Key] = {}  # id(call) -> its recorded call, until the app has the answer
+        self._used: set[Key] = set()  # recorded calls already answered
+        self._of_agent: dict[str, list[Key]] = {}
+        for agent, index in sorted(recording):
+            self._of_agent.setdefault(agent, []).append((agent, index))
+        self._lock = threading.Lock()
 
     def _diverged(self, call: ModelCall, agent: str, detail: str) -> ReplayDivergence:
         exc = ReplayDivergence(call.step_index, agent, detail)
@@ -89,17 +95,29 @@ class Replayer:
             return None
         key = (call.agent or "", call.call_index or 0)
         self.order.moved()
-        recorded = self.recording.get(key)
-        if recorded is None:
-            raise self._diverged(call, key[0], f"call #{key[1]} of this agent is not in the recording")
         request = encode_messages(call.messages, self.redact)
-        if not self.ids.match(recorded.request, request):
-            raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording")
+        found = self._recorded_as(key, request)
+        if found is None:
+            raise self._diverged(call, key[0], f"request of call #{key[1]} differs from the recording" if key in self.recording
+                                 else f"call #{key[1]} of this agent is not in the recording")
+        key, recorded = found, self.recording[found]
         self.replayed += 1
         if recorded.failure is not None:
             raise RecordedFailure(f"call #{key[1]} of {key[0] or 'the app'} failed when recorded: {recorded.failure}")
         self._answered[id(call)] = key
         return self.ids.response(recorded.response)
+
+    def _recorded_as(self, key: Key, request: str) -> Key | None:
+        """The recorded call answering this one: the agent's call of the same number when its request
+        matches, else the agent's first unanswered call whose request does (copies of one agent
+        working at once, CAMEL's workforce workers, number their calls in the order they make them)."""
+        with self._lock:
+            candidates = [key] if key in self.recording else []
+            for other in (*candidates, *self._of_agent.get(key[0], ())):
+                if other not in self._used and self.ids.match(self.recording[other].request, request):
+                    self._used.add(other)
+                    return other
+        return None
 
     def after(self, call: ModelCall, response: LLMResponse) -> LLMResponse:
         key = self._answered.pop(id(call), None)
@@ -121,6 +139,8 @@ def first_difference(original: Trajectory, replayed: Trajectory, upto: int | Non
 
     for a, b in zip(steps_a, steps_b):
         if view(a) != view(b, renamed):
+            if sorted(map(view, steps_a)) == sorted(view(s, renamed) for s in steps_b):
+                break  # the same steps, begun in another order: agents working at once (a CAMEL workforce's subtasks)
             what = "agent" if a.agent != b.agent else "output" if a.output != b.output else "tool calls"
             return f"step {a.index}: {what} differs ({a.agent}: {a.output[:80]!r} vs {b.agent}: {b.output[:80]!r})"
     if upto is None and len(steps_a) != len(steps_b):
