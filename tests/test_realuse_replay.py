@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from framework_checks import MEGA, ODD, no_hook_errors, store_lines_are_valid
+from own_env import INSIDE, importable, run_in_own_env
 
 import aegis_probe
 from aegis_probe import semconv as sc
@@ -466,6 +467,32 @@ def test_a_run_whose_model_call_failed_replays_to_the_same_failure_and_forks_bef
     assert [(s.agent, s.output) for s in result.trajectory.steps] == [(s.agent, s.output) for s in original.steps]
     fork = forks_at(spec, store, original.trace_id, 2, server)
     assert len(fork.answer) == 9 and fork.answer[-1] == "failing from bob" and fork.error is None
+
+
+@pytest.mark.skipif(importable("agents.run"), reason=INSIDE)
+def test_refusals_replay_in_the_agents_sdks_own_environment():
+    run_in_own_env(".venv-openai-agents", "tests/test_realuse_replay.py", "refusal", env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
+
+
+@pytest.mark.skipif(not importable("agents.run"), reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
+def test_a_refused_run_replays_to_the_same_refusal(tmp_path):
+    """An Agents SDK run whose model refuses (``message.refusal``, no content) ends with
+    ``ModelRefusalError``; replayed, the recorded refusal reaches the SDK as a refusal again, so the
+    replay ends with the same error (was: given back as content, the run's answer)."""
+    from test_s5_refusals import REFUSAL, TASK, RefusingServer, build_clerk, run_clerk
+
+    spec = AppSpec(build_clerk, run_clerk)
+    store = TraceStore(tmp_path / "store")
+    with RefusingServer() as server:
+        app = build_clerk(server.base_url, MODEL, "sk-test")
+        probe = aegis_probe.instrument(app, store=store)
+        with pytest.raises(Exception, match=REFUSAL) as refused:
+            run_clerk(app, TASK)
+        probe.flush()
+        probe.uninstrument()
+        result = replay(probe.last_trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+        assert len(server.requests) == 1 and result.replayed_calls == 1 and result.live_calls == 0
+    assert result.answer is None and result.error == f"{type(refused.value).__name__}: {refused.value}"
 
 
 def test_a_store_with_a_torn_last_line_still_replays_and_a_missing_run_is_named(model_server, tmp_path, caplog):

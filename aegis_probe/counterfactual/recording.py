@@ -45,17 +45,19 @@ def response_from_span(span: SpanRecord) -> LLMResponse:
     """The neutral response a ``chat`` span recorded."""
     raw = span.attributes.get(sc.OUTPUT_MESSAGES)
     content: list[str] = []
+    refusal: list[str] = []
     tool_calls: list[dict] = []
     finish = None
     for msg in json.loads(raw) if raw else []:
         finish = msg.get("finish_reason", finish)
         for part in msg.get("parts", []):
-            if part.get("type") == "text":
-                content.append(part.get("content", ""))
+            if part.get("type") == "text":  # a refusal is a text part marked as one: given back as a refusal
+                (refusal if part.get("refusal") is True else content).append(part.get("content", ""))
             elif part.get("type") == "tool_call":
                 tool_calls.append({"id": part.get("id"), "name": part.get("name"), "arguments": part.get("arguments")})
     return LLMResponse(
         content="".join(content) if content else None,
+        refusal="".join(refusal) if refusal else None,
         tool_calls=tool_calls,
         input_tokens=span.attributes.get(sc.USAGE_INPUT_TOKENS),
         output_tokens=span.attributes.get(sc.USAGE_OUTPUT_TOKENS),
