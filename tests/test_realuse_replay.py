@@ -397,6 +397,52 @@ def test_a_replay_of_an_injected_run_keeps_its_injected_faults_for_the_steps_it_
     assert aegis_probe.Trajectory.from_spans(store.trace(original.trace_id)).labels == original.labels
 
 
+def test_metagpt_replays_beside_injected_runs_at_once_stay_apart(model_server, tmp_path, monkeypatch):
+    """Two exact replays of a MetaGPT team's run and two live runs of other teams (probes of their
+    own, each with Bob's second step injected), all at once in threads: the replays equal the
+    recording with no label; each live run has its own fault only."""
+    pytest.importorskip("metagpt")
+    monkeypatch.chdir(tmp_path)
+    from test_realuse_metagpt import CHOOSE, _run, _team
+
+    from aegis_probe.demos import metagpt as demo
+
+    def policy(body: dict[str, Any]) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        return Reply("1") if CHOOSE in prompt else Reply(f"{demo._agent(body)} on {len(prompt)}")
+
+    def run_app(team: Any, task: str) -> list[str]:
+        asyncio.run(_run(team, task, 12))
+        return [m.content for m in team.env.roles["Cid"].rc.memory.get()]
+
+    spec = AppSpec(lambda base_url, model, api_key: _team(base_url), run_app)
+    server = model_server(policy)
+    store, live = TraceStore(tmp_path / "store"), TraceStore(tmp_path / "live")
+    trace_id, answer = _record(spec, server, store, "the recorded idea")
+    before = len(server.requests)
+
+    def job(key: str) -> Any:
+        if key.startswith("replay"):
+            return replay(trace_id, spec, store=store, endpoint=Endpoint(server.base_url, MODEL, "sk-test"))
+        team = spec.build(Endpoint(server.base_url, MODEL, "sk-test"))
+        probe = aegis_probe.instrument(team, store=live)
+        with probe.inject(InjectionPlan.single("Bob", "FM-3.1", nth=1)) as injector:
+            run_app(team, f"the idea of {key}")
+        probe.flush()
+        return injector.applied
+
+    with ThreadPoolExecutor(4) as pool:
+        first, live_a, second, live_b = pool.map(job, ["replay-1", "live-a", "replay-2", "live-b"])
+    for result in (first, second):
+        assert result.exact and result.answer == answer and result.live_calls == 0, result.divergence or result.error
+        assert result.trajectory.labels.faults == []
+    assert "the recorded idea" not in json.dumps(server.requests[before:])
+    labels = {t.task: [(f.agent, f.step, f.span_id) for f in t.labels.faults] for t in aegis_probe.load_trajectories(live.path)}
+    assert labels == {f"the idea of {k}": [(f.agent, f.step, f.span_id) for f in applied]
+                      for k, applied in (("live-a", live_a), ("live-b", live_b))}
+    assert [(f.agent, f.step) for f in live_a + live_b] == [("Bob", 4)] * 2
+
+
 # -- odd bytes, torn and missing records ----------------------------------------------------------
 
 class _OddManipulator:
