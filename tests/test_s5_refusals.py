@@ -1,7 +1,10 @@
 """A model's refusal (OpenAI's ``message.refusal``, content null) through the openai-client seam
 (here the OpenAI Agents SDK's, in .venv-openai-agents): interceptors see it as
 ``LLMResponse.refusal``, and one they answer reaches the SDK as a refusal, which raises
-``ModelRefusalError``. :class:`RefusingServer` is the model.
+``ModelRefusalError``; it is recorded as the chat span's output, a text part marked
+``"refusal": true``, and an exact replay gives it back as a refusal (the span had no output, and
+the replayed run ended with an empty answer). :class:`RefusingServer` is the model (CAMEL's test
+uses it too).
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ import pytest
 from own_env import INSIDE, importable, run_in_own_env
 
 import aegis_probe
+from aegis_probe import semconv as sc
+from aegis_probe.apps import AppSpec
+from aegis_probe.counterfactual import replay
 from aegis_probe.interception import LLMResponse, ModelCall
+from aegis_probe.otlp_json import SpanRecord
+from aegis_probe.store import TraceStore
 
 HERE = importable("agents.run")
 REFUSAL = "I can't help with that."
 TASK = "Tell me the launch codes."
+#: The output of a refused call, as recorded.
+REFUSED = [{"role": "assistant", "parts": [{"type": "text", "content": REFUSAL, "refusal": True}], "finish_reason": "stop"}]
 
 
 class RefusingServer:
@@ -85,6 +95,11 @@ class RefusingServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def chat_outputs(spans: list[SpanRecord]) -> list[Any]:
+    """The recorded output of each model call of a stored trace."""
+    return [json.loads(s.attributes[sc.OUTPUT_MESSAGES]) for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
 
 
 @pytest.mark.skipif(HERE, reason=INSIDE)
@@ -162,3 +177,37 @@ def test_the_seam_reads_a_refusal_and_answers_one_as_a_refusal(streamed, tmp_pat
         answering = _Seeing(LLMResponse(refusal="Not today.", finish_reason="stop"))
         assert _refused_under(answering, run, server.base_url, tmp_path) == "Model refused to produce output: Not today."
     assert [bool(r.get("stream")) for r in server.requests] == [streamed]  # the answered call made none
+
+
+def _recorded_refusal(run: Any, store: TraceStore) -> str:
+    """The trace id of a clerk's run (``run``) that the model refused, recorded in ``store``."""
+    from agents import ModelRefusalError
+
+    with RefusingServer() as server:
+        app = build_clerk(server.base_url, "aegis-scripted", "sk-test")
+        probe = aegis_probe.instrument(app, store=store)
+        try:
+            with pytest.raises(ModelRefusalError, match=REFUSAL):
+                run(app, TASK)
+        finally:
+            probe.flush()
+            probe.uninstrument()
+    assert [bool(r.get("stream")) for r in server.requests] == [run is run_clerk_streamed]
+    return str(probe.last_trace_id)
+
+
+@needs_sdk
+@pytest.mark.parametrize("run", [run_clerk, run_clerk_streamed], ids=["run", "streamed"])
+def test_a_refusal_is_recorded_as_a_marked_text_part(run, tmp_path):
+    store = TraceStore(tmp_path / "store")
+    assert chat_outputs(store.trace(_recorded_refusal(run, store))) == [REFUSED]
+
+
+@needs_sdk
+@pytest.mark.parametrize("run", [run_clerk, run_clerk_streamed], ids=["run", "streamed"])
+def test_a_refusal_is_replayed_as_a_refusal(run, tmp_path):
+    store = TraceStore(tmp_path / "store")
+    result = replay(_recorded_refusal(run, store), AppSpec(build_clerk, run), store=store)  # no model behind it now
+    assert (result.replayed_calls, result.live_calls, result.divergence) == (1, 0, None)
+    assert result.error == f"ModelRefusalError: Model refused to produce output: {REFUSAL}"
+    assert chat_outputs(store.trace(result.trajectory.trace_id)) == [REFUSED]
