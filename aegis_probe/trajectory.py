@@ -336,6 +336,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
         ),
         labels=Labels.from_sets(_label_sets(attrs)),
         error=(root.status_message or "error") if run_root and root.status == "ERROR" else None,
+        metadata={"replay_of": attrs[sc.REPLAY_OF]} if attrs.get(sc.REPLAY_OF) else {},
     )
 
 

@@ -14,6 +14,7 @@ from aegis_probe.demos import FRAMEWORKS, demo_module
 from aegis_probe.demos.task import judge
 from aegis_probe.modelserver import Reply
 from aegis_probe.store import TraceStore
+from aegis_probe.train.builders import is_positive
 
 
 def _demo(framework: str):
@@ -228,6 +229,12 @@ def test_divergence_the_app_swallows_is_still_reported(model_server, tmp_path, m
     assert result.divergence == "replay diverged at step 1 (Calculator): request of call #0 differs from the recording"
     assert result.replayed_calls == 1 and result.live_calls == 0  # the Planner's call came from the recording
     assert result.trajectory is not None and not result.exact
+    # A partial, unjudged, unlabelled run: its trajectory says it is a replay, so the training
+    # builders do not take it for a clean run.
+    partial = result.trajectory
+    assert not partial.labels.faults and partial.outcome.success is not True
+    assert partial.metadata == {"replay_of": trace_id} and not is_positive(partial)
+    assert is_positive(result.original) and "replay_of" not in result.original.metadata
 
 
 WRONG = "(17 + 25) * 2"

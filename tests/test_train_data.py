@@ -723,3 +723,19 @@ def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):
     preds = tmp_path / "preds.jsonl"  # `attribute` writes pairs as objects with scores
     preds.write_text('{"id": "t", "agent": "Coder", "step": 2, "pairs": [{"agent": "Coder", "mode": "FM-1.1", "score": 0.9}]}\n')
     assert read_predictions(preds)["t"].pairs == [("Coder", "FM-1.1")]
+
+
+def test_only_clean_finished_runs_are_positive():
+    """A run the app's error ended, or a replay not judged a success (it stops at its divergence),
+    is not a clean run, labelled or not."""
+    from aegis_probe.train.builders import is_positive
+    from aegis_probe.trajectory import Outcome, Step, Trajectory
+
+    def run(**fields) -> Trajectory:
+        return Trajectory(steps=[Step(index=0, agent="a", output="x")], **fields)
+
+    assert is_positive(run()) and is_positive(run(outcome=Outcome(success=True)))
+    assert not is_positive(run(outcome=Outcome(success=False)))
+    assert not is_positive(run(error="RuntimeError: boom"))
+    assert not is_positive(run(metadata={"replay_of": "ab" * 16}))
+    assert is_positive(run(metadata={"replay_of": "ab" * 16}, outcome=Outcome(success=True)))

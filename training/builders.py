@@ -57,8 +57,10 @@ def group_key(traj: Trajectory) -> str:
 
 
 def is_positive(traj: Trajectory) -> bool:
-    """A clean run: no fault labelled and not known to have failed."""
-    return not traj.labels.faults and traj.outcome.success is not False
+    """A clean run: no fault labelled, not known to have failed, not ended by an error, and not a
+    replay unless judged a success (a replay stopped at its divergence is a partial, unjudged run)."""
+    return (not traj.labels.faults and traj.outcome.success is not False and traj.error is None
+            and (traj.outcome.success is True or "replay_of" not in traj.metadata))
 
 
 def prompt_messages(traj: Trajectory, target: Target, *, max_tokens: int, tokenizer: Any = None) -> list[dict[str, str]]:
