@@ -18,6 +18,7 @@ import re
 import threading
 import weakref
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -311,6 +312,18 @@ class TraceStore:
         finally:
             self._fd = None
             os.close(fd)
+
+    @contextmanager
+    def updating(self) -> Iterator[None]:
+        """Hold the store for a read-then-append (a label merged with those already stored): others
+        doing the same, in any thread or process, wait until the block ends; plain appends do not."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY)  # the directory's own lock: no file of its own in the store
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # lets go of the lock
 
     def traces(self) -> dict[str, list[SpanRecord]]:
         """All traces of the store, merged, keyed by trace id (in file order)."""

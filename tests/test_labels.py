@@ -122,3 +122,40 @@ def test_imported_labels_keep_their_source_as_a_set():
     labels = Labels(faults=[Fault(agent="x", step=3)], source="whowhen")
     assert labels.sets == [LabelSet(source="whowhen", faults=[Fault(agent="x", step=3)])]
     assert labels.of("whowhen") == labels.faults
+
+
+def test_two_searches_labelling_one_trace_at_once_keep_both_labels(model_server, tmp_path, monkeypatch):
+    """Each search reads the stored label, merges its own and appends it: two at once (threads
+    here, processes alike) wait for each other, so neither label is lost. Each search's read is
+    held open until the other has read too, or a second has passed: unguarded, both would read
+    before either writes."""
+    import threading
+
+    from aegis_probe.counterfactual.blame import BlameReport, _write_label
+
+    store = TraceStore(tmp_path / "store")
+    trace_id, injected = _injected_failed_run(model_server, store)
+    original = Trajectory.from_spans(store.trace(trace_id))
+    both_read = threading.Barrier(2, timeout=1.0)
+    read = store.trace
+
+    def read_then_linger(trace: str):
+        spans = read(trace)
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:  # the other search is waiting for this one to finish
+            pass
+        return spans
+
+    monkeypatch.setattr(store, "trace", read_then_linger)
+    reports = [BlameReport(trace_id, "scan", step=s, agent=original.steps[s].agent) for s in (0, injected.step)]
+    threads = [threading.Thread(target=_write_label, args=(store, original, r)) for r in reports]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    monkeypatch.undo()
+    after = Trajectory.from_spans(store.trace(trace_id))
+    assert sorted((f.agent, f.step) for f in after.labels.of("blame")) == sorted((r.agent, r.step) for r in reports)
+    assert after.labels.faults == [injected], "the injection label is untouched"

@@ -197,12 +197,14 @@ def _write_label(store: TraceStore, original: Trajectory, report: BlameReport) -
     fault = Fault(agent=report.agent, step=report.step, span_id=step.span_id,
                   reason=f"decisive error ({report.mode}): correcting step {report.step} flips the run to success")
     trace_id = original.trace_id or ""
-    # Added next to the trace's other labels (an injection's, say), never over them.
-    store.amend(trace_id, attributes=label_attributes(store.trace(trace_id), f"blame:{report.mode}", [fault]))
-    store.amend(trace_id, step.span_id, events=[{
-        "name": sc.EVENT_BLAME,
-        # (one event per search: events of a span are told apart by name and time)
-        "time_ns": (step.end_ns or 0) + sum(e.get("name") == sc.EVENT_BLAME for e in step.events),
-        "attributes": {"search": report.mode, "correction": redact_secrets(evidence.correction) if evidence else "",
-                       "new_answer": redact_secrets(evidence.answer or "") if evidence else ""},
-    }])
+    with store.updating():  # read and added to while no other search can (two searches of one trace at once)
+        spans = store.trace(trace_id)
+        # Added next to the trace's other labels (an injection's, another search's), never over them.
+        store.amend(trace_id, attributes=label_attributes(spans, f"blame:{report.mode}", [fault]))
+        searched = sum(e.get("name") == sc.EVENT_BLAME for s in spans if s.span_id == step.span_id for e in s.events)
+        store.amend(trace_id, step.span_id, events=[{
+            "name": sc.EVENT_BLAME,
+            "time_ns": (step.end_ns or 0) + searched,  # one event per search: events of a span are told apart by name and time
+            "attributes": {"search": report.mode, "correction": redact_secrets(evidence.correction) if evidence else "",
+                           "new_answer": redact_secrets(evidence.answer or "") if evidence else ""},
+        }])
