@@ -126,3 +126,12 @@ def test_on_a_swarm_the_label_and_the_effect_agree(model_server, tmp_path, mode,
         return
     (flights_prompt,) = [r["messages"] for r in server.requests if r["messages"][0]["content"] == "flights"]
     assert [m["content"] for m in flights_prompt if m["role"] == "assistant"] == effect
+
+
+def test_a_corrupted_refusal_is_an_answer_never_both():
+    """A refusal is what the agent said: a mode edits it into an answer (content, refusal gone), or
+    is not applied when it has nothing of its kind to change."""
+    refused = LLMResponse(refusal="I cannot book the 120 dollars seat.", finish_reason="stop")
+    out = DeterministicManipulator().corrupt("FM-1.1", refused, CTX)
+    assert out is not None and (out.content, out.refusal) == ("I cannot book the 240 dollars seat.", None)
+    assert DeterministicManipulator().corrupt("FM-2.4", LLMResponse(refusal="No."), CTX) is None

@@ -90,7 +90,7 @@ class LLMManipulator:
         return (out.choices[0].message.content or "").strip()
 
     def corrupt(self, mode: str, response: LLMResponse, ctx: Context) -> LLMResponse | None:
-        original = response.content or " ".join(f"{c.get('name')}({c.get('arguments')})" for c in response.tool_calls)
+        original = response.content or response.refusal or " ".join(f"{c.get('name')}({c.get('arguments')})" for c in response.tool_calls)
         text = self.rewrite(mode, original, ctx, "agent output")
         if not text or text == original:
             return None

@@ -75,6 +75,12 @@ def _replace_last_number(text: str, fn: Callable[[float], float]) -> str:
     return text[: last.start()] + _fmt(fn(float(last.group()))) + text[last.end():]
 
 
+def said_text(resp: LLMResponse) -> LLMResponse:
+    """``resp`` with a refusal (and no content) as its content: what the agent said, which a
+    corruption edits into an answer (never sent back as both an answer and a refusal)."""
+    return replace(resp, content=resp.refusal, refusal=None) if resp.refusal and not resp.content else resp
+
+
 def _action_text(resp: LLMResponse) -> str:
     """The response as one text: its content, or its tool calls written out."""
     if resp.content:
@@ -287,8 +293,9 @@ class DeterministicManipulator:
     kind = "deterministic"
 
     def corrupt(self, mode: str, response: LLMResponse, ctx: Context) -> LLMResponse | None:
-        new = OPERATORS[mode](response, ctx)
-        return None if (new.content, new.tool_calls) == (response.content, response.tool_calls) else new
+        said = said_text(response)
+        new = OPERATORS[mode](said, ctx)
+        return None if (new.content, new.tool_calls) == (said.content, said.tool_calls) else new
 
     def inject(self, mode: str, messages: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]] | None:
         rest = [m for m in messages if m.get("role") != "system"]
