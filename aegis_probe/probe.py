@@ -237,7 +237,7 @@ class Probe:
         """Apply a fault-injection ``plan`` to the runs inside the ``with`` block (see docs/injection.md)."""
         from .injection import Injector
 
-        with self.intercept(Injector(plan, **options)) as injector:
+        with self.intercept(Injector(plan, **options)) as injector, injector.here():
             yield injector
 
     @contextmanager

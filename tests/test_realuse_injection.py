@@ -143,3 +143,23 @@ def test_two_plans_on_one_run_are_both_in_its_label(model_server, tmp_path, monk
     assert [(f.agent, f.step) for f in traj.labels.faults] == [("alice", 0), ("bob", 3)]
     assert [s.index for s in traj.steps if s.output == EARLY] == [0, 3]
     assert [(f.agent, f.step) for f in outer.applied + inner.applied] == [("alice", 0), ("bob", 3)]
+
+
+def test_an_inject_block_leaves_the_callers_context_as_it_found_it(model_server, tmp_path, monkeypatch):
+    """After ``with probe.inject(plan)`` the caller's OpenTelemetry context is the one it had before
+    (nothing left attached), and a run made after the block is not injected."""
+    from opentelemetry import context as otel_context
+
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+        monkeypatch.delenv(name, raising=False)
+    server = model_server(lambda body: _reply("after", body))
+    app = _graph(server.base_url)
+    probe = aegis_probe.instrument(app, store=tmp_path / "store")
+    before = otel_context.get_current()
+    with probe.inject(InjectionPlan.single("alice", "FM-3.1", nth=0)):
+        assert otel_context.get_current() is not before
+    assert otel_context.get_current() is before
+    app.invoke({"messages": [("user", "task of after")]}, {"recursion_limit": TURNS + 5})
+    probe.flush()
+    (traj,) = load_trajectories(TraceStore(tmp_path / "store").path)
+    assert traj.labels.faults == [] and EARLY not in [s.output for s in traj.steps]

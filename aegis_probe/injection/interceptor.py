@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, TypeVar
 
 from opentelemetry import context as otel_context
-from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
 
 from .. import semconv as sc
 from ..interception import ModelCall, LLMResponse
@@ -83,9 +84,19 @@ class Injector:
         self._runs: dict[str, _RunState] = {}
         self._last: _RunState | None = None
         self._lock = threading.Lock()
+
+    @contextmanager
+    def here(self) -> Iterator[None]:
+        """Inside the block, the runs this context makes (and the tasks, copied contexts and threads
+        it hands its context to) are this injector's (see the module docstring)."""
         made_here = (*(ref for ref in _MADE_HERE.get() if ref() is not None), weakref.ref(self))
-        _MADE_HERE.set(made_here)
-        otel_context.attach(otel_context.set_value(_OTEL_KEY, made_here))  # left attached, like _MADE_HERE
+        token = _MADE_HERE.set(made_here)
+        otel_token = otel_context.attach(otel_context.set_value(_OTEL_KEY, made_here))
+        try:
+            yield
+        finally:
+            otel_context.detach(otel_token)
+            _MADE_HERE.reset(token)
 
     @property
     def applied(self) -> list[AppliedFault]:
