@@ -525,7 +525,7 @@ def test_a_refused_run_replays_to_the_same_refusal(tmp_path):
     """An Agents SDK run whose model refuses (``message.refusal``, no content) ends with
     ``ModelRefusalError``; replayed, the recorded refusal reaches the SDK as a refusal again, so the
     replay ends with the same error (was: given back as content, the run's answer)."""
-    from test_s5_refusals import REFUSAL, TASK, RefusingServer, build_clerk, run_clerk
+    from test_refusals import REFUSAL, TASK, RefusingServer, build_clerk, run_clerk
 
     spec = AppSpec(build_clerk, run_clerk)
     store = TraceStore(tmp_path / "store")

@@ -104,7 +104,7 @@ def chat_outputs(spans: list[SpanRecord]) -> list[Any]:
 
 @pytest.mark.skipif(HERE, reason=INSIDE)
 def test_refusals_in_the_agents_sdks_own_environment():
-    run_in_own_env(".venv-openai-agents", "tests/test_s5_refusals.py", "a_refusal", env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
+    run_in_own_env(".venv-openai-agents", "tests/test_refusals.py", "a_refusal", env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
 
 
 needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")

@@ -12,7 +12,7 @@ import aegis_probe
 from aegis_probe.apps import AppSpec
 from aegis_probe.counterfactual import replay
 from aegis_probe.store import TraceStore
-from test_s5_refusals import REFUSED, TASK, RefusingServer, chat_outputs
+from test_refusals import REFUSED, TASK, RefusingServer, chat_outputs
 
 pytestmark = pytest.mark.camel
 camel = pytest.importorskip("camel.agents")
