@@ -20,7 +20,7 @@ import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import IO, Any, Iterable, Iterator, Mapping
 
 from .errors import AegisProbeError
 from .otlp_encode import encode_request
@@ -77,35 +77,44 @@ def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[Span
     unreadable. A file with no valid line may be one JSON document (a request, pretty-printed, or
     a list of them); else it raises :class:`TraceFileError` naming its first bad line.
     """
-    with open(path, "rb") as fh:
-        data = fh.read()
-        lines = data.split(b"\n")
-        writing = bool(lines[-1]) and _write_in_progress(fh.fileno(), len(data))
-    bad: list[tuple[TraceFileError, bool]] = []  # (error, on the last line)
+    bad: list[tuple[TraceFileError, bool]] = []  # (error, on a last line without its newline)
     n_good = 0
     prefix = trace_prefix.lower().encode() if trace_prefix is not None else None
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        if prefix is not None and _other_traces_only(raw, prefix):
-            n_good += 1  # a line of this store's, of another trace
-            continue
-        try:
-            records = decode_request(json.loads(raw))
-        except _UNREADABLE as exc:
-            bad.append((TraceFileError(path, i + 1, _reason(exc)), i == len(lines) - 1))
-            continue
-        n_good += 1
-        yield from records
-    if bad and bad[-1][1] and writing:  # another writer's line, not written whole yet: not an error
-        logger.debug("%s; line skipped (being written)", bad.pop()[0])
+    with open(path, "rb") as fh:  # line by line: a large store is never held whole
+        size = 0
+        for i, raw in enumerate(_lines(fh)):
+            size += len(raw)
+            if not raw.strip():
+                continue
+            if prefix is not None and _other_traces_only(raw, prefix):
+                n_good += 1  # a line of this store's, of another trace
+                continue
+            try:
+                records = decode_request(json.loads(raw))
+            except _UNREADABLE as exc:
+                bad.append((TraceFileError(path, i + 1, _reason(exc)), not raw.endswith(b"\n")))
+                continue
+            n_good += 1
+            yield from records
+        # another writer's line, not written whole yet: not an error
+        if bad and bad[-1][1] and _write_in_progress(fh.fileno(), size):
+            logger.debug("%s; line skipped (being written)", bad.pop()[0])
     if bad and not n_good:  # not JSON lines: perhaps one JSON document (a pretty-printed request)
-        yield from _document_records(path, b"\n".join(lines), bad[0][0])
+        yield from _document_records(path, path.read_bytes(), bad[0][0])
         return
     for error, last in bad[:_MAX_WARNINGS]:
         logger.warning("%s; line skipped%s", error, " (a truncated last line)" if last else "")
     if len(bad) > _MAX_WARNINGS:
         logger.warning("%s: %d more bad lines skipped", path, len(bad) - _MAX_WARNINGS)
+
+
+def _lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a file as far as it was written when read: they stop at a line without its
+    newline (the end of the file then; the rest of a line being written is not read as a line)."""
+    for raw in fh:
+        yield raw
+        if not raw.endswith(b"\n"):
+            return
 
 
 def _write_in_progress(fd: int, size: int) -> bool:
