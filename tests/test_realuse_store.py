@@ -104,7 +104,8 @@ def peak_mib(read: Callable[[], Any]) -> tuple[Any, float]:
 # -- thousands of traces, one long run --------------------------------------------------------
 def test_one_trace_of_thousands_is_read_without_reading_the_store_whole(tmp_path, decoded, capsys):
     """2000 real traces (each a 6-step run): one trace, by ``TraceStore.trace``, ``traces show``,
-    ``report`` and ``probe.trajectory()``, decodes one line and holds far less than the store
+    ``report`` (of a stored id, or of the store's directory ``--trace ID``) and
+    ``probe.trajectory()``, decodes one line and holds far less than the store
     (it held the whole file twice, read at once and split); ``traces ls`` and
     ``load_trajectories`` still see every trace."""
     line, trace_id = real_line(tmp_path, 6)
@@ -136,6 +137,10 @@ def test_one_trace_of_thousands_is_read_without_reading_the_store_whole(tmp_path
     code, peak = peak_mib(lambda: main(["report", ids[-1][:10], "--dir", str(store_dir), "--out", str(out)]))
     assert code == 0 and decoded[0] == 1 and peak < size_mib / 10
     assert f"report of trace {ids[-1]} (6 steps)" in capsys.readouterr().out
+    decoded[0] = 0
+    code, peak = peak_mib(lambda: main(["report", str(store_dir), "--trace", ids[3][:8], "--out", str(out)]))
+    assert code == 0 and decoded[0] == 1 and peak < size_mib / 10  # built every trace: 6x the store
+    assert f"report of trace {ids[3]} (6 steps)" in capsys.readouterr().out
 
     assert main(["traces", "--dir", str(store_dir), "ls", "--limit", "0"]) == 0
     listed = capsys.readouterr().out.splitlines()[1:]

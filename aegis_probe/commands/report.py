@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..cli import add_examples, http_url
 from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
-from ..store import SPANS_FILE
+from ..store import SPANS_FILE, merge_records, read_span_file, span_files
 from ..trajectory import Trajectory, load_trajectories
 from .traces import store_at, stored
 
@@ -45,6 +45,18 @@ def _select(trajs: list[Trajectory], prefix: str | None, where: str) -> Trajecto
     raise ValueError(f"{where} holds {len(matches)} traces{f' matching {prefix!r}' if prefix else ''}: pick one with --trace ID")
 
 
+def _matching(path: Path, prefix: str) -> list[Trajectory]:
+    """The trajectories of the traces of a file or directory that ``prefix`` starts; only lines
+    that may hold them are decoded (a store is not read whole, nor its other traces built)."""
+    if not prefix.strip():
+        return []  # _select says why
+    traces = merge_records(rec for f in span_files(path) for rec in read_span_file(f, prefix))
+    try:
+        return [Trajectory.from_spans(spans) for tid, spans in traces.items() if tid.startswith(prefix.lower())]
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
 def _nested_stores(path: Path) -> list[str]:
     """The names of ``path``'s folders that are trace stores when ``path`` is a directory that is
     not one itself (an injection campaign's OUT: ``traces``, ``baselines``), else ``[]``."""
@@ -68,7 +80,7 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
         where = f"{path / nested[0]}" + (f" (or {others})" if others else "")
         raise ValueError(f"{path}: not a trace store (its folders {', '.join(nested)} are): give {where} or a trace id")
     if path.exists():
-        return _select(load_trajectories(path), trace, str(path))
+        return _select(load_trajectories(path) if trace is None else _matching(path, trace), trace, str(path))
     if not re.fullmatch(r"[0-9a-fA-F]+", target):
         raise FileNotFoundError(f"no file {target} (and not a trace id: those are hexadecimal)")
     store = store_at(store_dir)
