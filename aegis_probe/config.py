@@ -3,7 +3,7 @@
 What OpenTelemetry defines is read as OpenTelemetry defines it: the OTLP exporters resolve their
 own endpoint, headers, TLS, compression and timeout from ``OTEL_EXPORTER_OTLP_*``; content
 capture follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` as OTel's GenAI utilities
-read it. Only the rest is aegis-probe's own: the trace store (``AEGIS_TRACE_DIR``), capture's
+read it; aegis's own provider exports what ``OTEL_TRACES_EXPORTER`` names. Only the rest is aegis-probe's own: the trace store (``AEGIS_TRACE_DIR``), capture's
 default-on switch (``AEGIS_CAPTURE_CONTENT``) and whether aegis's own provider exports over OTLP.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_PROTOCOL,
@@ -37,6 +38,8 @@ CONTENT_MODES = ("NO_CONTENT", "SPAN_ONLY", "EVENT_ONLY", "SPAN_AND_EVENT")
 _SPAN_CONTENT = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT"})
 #: OTLP protocols (``OTEL_EXPORTER_OTLP_PROTOCOL``), the specification's default first.
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+#: ``OTEL_TRACES_EXPORTER`` names aegis's own provider knows (the SDK's built-in ones).
+TRACES_EXPORTERS = ("otlp", "console", "none")
 
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
@@ -112,6 +115,22 @@ def otlp_protocol() -> str:
     return raw.lower()
 
 
+def traces_exporters() -> frozenset[str]:
+    """The exporters ``OTEL_TRACES_EXPORTER`` names (comma-separated; ``none`` names none), default ``otlp``.
+
+    Names it does not know are left out with a warning (once); a value naming no known exporter
+    warns and means the default.
+    """
+    raw = os.environ.get(OTEL_TRACES_EXPORTER, "").strip()
+    names = {part.strip().lower() for part in raw.split(",") if part.strip()}
+    known = names & set(TRACES_EXPORTERS)
+    if names - known:
+        _warn_once(OTEL_TRACES_EXPORTER, raw, ", ".join(sorted(known)) if known else "otlp")
+    if not known:
+        return frozenset({"otlp"})
+    return frozenset(known - {"none"})
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """Resolved settings of one :class:`~aegis_probe.Probe`."""
@@ -119,11 +138,14 @@ class ProbeConfig:
     capture_content: bool
     trace_dir: Path
     #: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` as set (the
-    #: exporter resolves it); when set, aegis's own provider also exports over OTLP.
+    #: exporter resolves it); when set, aegis's own provider also exports over OTLP (None when
+    #: ``OTEL_TRACES_EXPORTER`` leaves ``otlp`` out).
     otlp_endpoint: str | None
     otlp_protocol: str
     service_name: str
     redact: Callable[[str], str] | None = None
+    #: ``OTEL_TRACES_EXPORTER`` lists ``console``: aegis's own provider also prints its spans.
+    console_export: bool = False
 
     @classmethod
     def resolve(
@@ -134,8 +156,11 @@ class ProbeConfig:
         service_name: str | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> "ProbeConfig":
+        exporters = traces_exporters()
         endpoint = (os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
                     or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip() or None)
+        if "otlp" not in exporters:
+            endpoint = None
         return cls(
             capture_content=resolve_capture(capture_content),
             trace_dir=Path(trace_dir or os.environ.get(ENV_TRACE_DIR) or DEFAULT_TRACE_DIR),
@@ -143,4 +168,5 @@ class ProbeConfig:
             otlp_protocol=otlp_protocol() if endpoint else OTLP_PROTOCOLS[0],
             service_name=service_name or os.environ.get(OTEL_SERVICE_NAME) or "aegis-probe",
             redact=redact,
+            console_export="console" in exporters,
         )

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from .config import ProbeConfig
 from .leanspans import LeanTracerProvider
@@ -51,10 +51,11 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
     """A shared SDK provider for this configuration (created once per process and config).
 
     Spans go to ``store`` (written when each trace's root ends) and, batched on a background
-    thread, to ``exporter`` or to OTLP when an endpoint is configured. A slow or absent collector
+    thread, to ``exporter`` or to OTLP when an endpoint is configured (and to the console when
+    ``OTEL_TRACES_EXPORTER`` lists it). A slow or absent collector
     only drops spans after the exporter's timeout; the app never waits on it.
     """
-    key = (config.service_name, config.otlp_endpoint, config.otlp_protocol,
+    key = (config.service_name, config.otlp_endpoint, config.otlp_protocol, config.console_export,
            str(store.path) if store else None, exporter)
     with _providers_lock:  # apps instrumented in parallel threads share one provider, not one each
         provider = _providers.get(key)
@@ -91,6 +92,8 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
         provider = LeanTracerProvider(resource=resource, span_limits=SpanLimits(**_SPEC_LIMITS))
     if store is not None:
         provider.add_span_processor(StoreSpanProcessor(store))
+    if config.console_export and exporter is None:
+        provider.add_span_processor(batch_processor(ConsoleSpanExporter(out=sys.stdout)))  # stdout now, not at import
     remote = exporter
     if remote is None and config.otlp_endpoint:
         try:
