@@ -16,6 +16,7 @@ import pytest
 import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.modelserver import ModelServer, count_tokens, prompt_text
+from sse import send_events
 
 demo = pytest.importorskip("aegis_probe.demos.metagpt")
 
@@ -49,14 +50,7 @@ class _OpenAIStream(BaseHTTPRequestHandler):
             prompt, completion = count_tokens(prompt_text(body)), count_tokens(text)
             events.append({**base, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                                             "total_tokens": prompt + completion}})
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        for event in events:
-            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.close_connection = True
+        send_events(self, events)
 
 
 @pytest.fixture

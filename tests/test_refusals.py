@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from own_env import INSIDE, importable, run_in_own_env
+from sse import send_events
 
 import aegis_probe
 from aegis_probe import semconv as sc
@@ -72,14 +73,7 @@ class RefusingServer:
                 events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
                 events += [{**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
                            {**chunk, "choices": [], "usage": usage}]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for event in events:
-                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.close_connection = True
+                send_events(self, events)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
