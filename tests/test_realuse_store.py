@@ -176,6 +176,24 @@ def test_a_1000_step_run_reads_shows_and_reports_whole(tmp_path, decoded, capsys
 
 
 # -- writers in processes and threads, a reader at the same time ------------------------------
+_LOOP = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks.apps import TASK, autogen_app
+import aegis_probe
+team = autogen_app().build(3)
+probe = aegis_probe.instrument(team, store=sys.argv[2])
+asyncio.run(team.run(task=TASK + " " + "x" * (1 << 20)))
+assert probe.store.flush()
+line = probe.store.file.read_text().rstrip("\\n")
+print(len(line) + 1, flush=True)
+n, count = 0, int(sys.argv[3]) if len(sys.argv) > 3 else 0
+while n < count or not count:  # the same real line again and again, as new traces
+    n += 1
+    probe.store.write_line(line.replace(probe.last_run.trace_id, "%032x" % n))
+"""
+
+
 _WRITER = """
 import asyncio, sys, threading
 sys.path.insert(0, sys.argv[1])
@@ -203,9 +221,9 @@ print(" ".join(p.last_run.trace_id for row in probes for p in row))
 
 def test_writers_in_processes_and_threads_while_a_reader_lists_and_shows(tmp_path, caplog):
     """Three processes of two threads each append real runs (one process's with 256 KiB
-    prompts, so its lines take a while to write) while this process lists and shows traces:
-    every trace read is whole (all its steps), no line being written is read as data or warned
-    about, and in the end every run is stored."""
+    prompts), and a fourth appends a real run's 5 MB line as 30 new traces, while this process
+    lists and shows traces: every trace read is whole (all its steps), no line being written is
+    read as data or warned about, and in the end every run is stored."""
     store_dir = tmp_path / "store"
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
@@ -213,25 +231,29 @@ def test_writers_in_processes_and_threads_while_a_reader_lists_and_shows(tmp_pat
     writers = [subprocess.Popen([sys.executable, str(script), str(ROOT), str(store_dir), "2", str(runs), str(steps), str(big)],
                                 stdout=subprocess.PIPE, text=True)
                for big in (0, 0, 1 << 18)]
+    (tmp_path / "loop.py").write_text(_LOOP)
+    lines = subprocess.Popen([sys.executable, str(tmp_path / "loop.py"), str(ROOT), str(store_dir), "30"], stdout=subprocess.DEVNULL)
     store = TraceStore(store_dir)
     reads = 0
     caplog.set_level(logging.DEBUG, logger="aegis_probe")
-    while any(w.poll() is None for w in writers) or reads < 3:
+    while any(w.poll() is None for w in [*writers, lines]) or reads < 3:
         if not store.file.exists():
             continue
-        for trace_id, spans in store.traces().items():
+        listed = store.traces()
+        for trace_id, spans in listed.items():
             traj = Trajectory.from_spans(spans)
-            assert len(traj.steps) == steps, (trace_id, len(traj.steps))
-        if reads % 3 == 0 and store.traces():
-            some = next(iter(store.traces()))
-            assert len(Trajectory.from_spans(store.trace(some)).steps) == steps
+            assert len(traj.steps) == (3 if len(traj.task or "") > 1 << 20 else steps), trace_id
+        if listed:
+            shown = list(listed)[reads % len(listed)]
+            assert Trajectory.from_spans(store.trace(shown)) == Trajectory.from_spans(listed[shown])
         reads += 1
     written = set()
     for w in writers:
         out, _ = w.communicate()
         assert w.returncode == 0
         written.update(out.split())
-    assert len(written) == 3 * 2 * runs and set(store.traces()) == written
+    assert lines.wait() == 0 and len(written) == 3 * 2 * runs
+    assert len(set(store.traces()) - written) == 31  # the fourth process's run and its 30 copies
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
     lines = store.file.read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(raw) for raw in lines[:-1])
@@ -274,45 +296,37 @@ def test_a_line_finished_while_the_reader_is_at_it_is_not_read_as_two_bad_lines(
 
 
 # -- a kill -9, a file size limit, a removed directory ----------------------------------------
-_LOOP = """
-import asyncio, sys
-sys.path.insert(0, sys.argv[1])
-from benchmarks.apps import TASK, autogen_app
-import aegis_probe
-app = autogen_app()
-task = TASK + " " + "x" * (1 << 20)
-while True:
-    team = app.build(3)
-    probe = aegis_probe.instrument(team, store=sys.argv[2])
-    asyncio.run(team.run(task=task))
-    assert probe.store.flush()
-    print(probe.last_run.trace_id, flush=True)
-"""
-
-
-def test_kill_9_mid_run_loses_at_most_the_trace_in_flight(tmp_path, caplog):
-    """A process storing runs with 1 MiB prompts is killed (SIGKILL) after its third run: every run
-    it reported stored is read whole; a torn last line is skipped, then dropped by the next append
-    (docs: 'a partial last line left by a crash is dropped before the next append')."""
+def test_kill_9_mid_write_loses_at_most_the_trace_in_flight(tmp_path, caplog):
+    """A process appending real 1 MiB-prompt traces is killed (SIGKILL) while a line is half
+    written: every whole line's trace is read whole, the torn line is skipped with a warning, and
+    the next append drops it (docs: 'a partial last line left by a crash is dropped before the next
+    append'), after which the store reads clean."""
     store_dir = tmp_path / "store"
     script = tmp_path / "loop.py"
     script.write_text(_LOOP)
     child = subprocess.Popen([sys.executable, str(script), str(ROOT), str(store_dir)], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    reported = [child.stdout.readline().strip() for _ in range(3)]
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    reported += child.stdout.read().split()
+    path = store_dir / SPANS_FILE
+    try:
+        assert child.stdout is not None
+        line_size = int(child.stdout.readline())  # the first run's line and its newline
+        while (size := path.stat().st_size) < 4 * line_size or size % line_size == 0:
+            assert child.poll() is None  # not yet three more lines, or between two lines
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    whole = path.stat().st_size // line_size
+    caplog.set_level(logging.WARNING, logger="aegis_probe")
     store = TraceStore(store_dir)
     stored = store.traces()
-    assert set(reported) <= set(stored) and len(stored) <= len(reported) + 1
-    assert all(len(Trajectory.from_spans(spans).steps) == 3 for spans in stored.values())
+    assert len(stored) == whole and all(len(Trajectory.from_spans(spans).steps) == 3 for spans in stored.values())
+    torn = path.stat().st_size % line_size != 0
+    assert torn == any("truncated last line" in r.getMessage() for r in caplog.records)
     after = run_team(store_dir, 2).trajectory()
+    assert torn == any("dropping a partial last line" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    final = store.traces()
-    assert set(final) == set(stored) | {after.trace_id}
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert store.file.read_bytes().endswith(b"\n")
+    assert set(store.traces()) == set(stored) | {after.trace_id}
+    assert not caplog.records
+    assert all(json.loads(raw) for raw in path.read_bytes().split(b"\n")[:-1])
 
 
 _LIMITED = """
