@@ -83,24 +83,33 @@ def _ls(args: argparse.Namespace) -> int:
     if hint and not (store.path / SPANS_FILE).is_file():  # a campaign's folder: its runs.jsonl is no trace file
         print(f"no traces in {store.path}{hint}")
         return 0
-    trajs = []
-    for spans in store.traces().values():
+    rows: list[tuple[int, str]] = []  # (start, line): a trace's line, not its trajectory, is kept
+    traces = store.traces()
+    for trace_id in list(traces):  # in file order; each trace's spans let go of once it is listed
+        spans = traces.pop(trace_id)
         try:
-            trajs.append(Trajectory.from_spans(spans))
+            t = Trajectory.from_spans(spans)
         except (ValueError, RecursionError) as exc:  # one malformed trace is left out of the list, not the whole store
             logger.warning("%s: %s; trace skipped", store.path, _malformed(spans, exc))
-    trajs.sort(key=lambda t: t.start_ns or 0, reverse=True)
+            continue
+        rows.append((t.start_ns or 0, _row(t)))
+    rows.sort(key=lambda row: row[0], reverse=True)
     if args.limit:
-        trajs = trajs[: args.limit]
-    if not trajs:
+        rows = rows[: args.limit]
+    if not rows:
         print(f"no traces in {store.path}{hint}")
         return 0
     print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  app")
-    for t in trajs:
-        started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
-        print(f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {printable(t.app or '-')}")
+    for _, row in rows:
+        print(row)
     return 0
+
+
+def _row(t: Trajectory) -> str:
+    """A trace's line of ``traces ls``."""
+    started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
+    return f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {printable(t.app or '-')}"
 
 
 def _show(args: argparse.Namespace) -> int:
