@@ -119,8 +119,15 @@ def _end_export(provider: TracerProvider, exporter: SpanExporter) -> None:
         return  # all sent: the SDK's shutdown has nothing left to wait for
     try:
         exporter.shutdown()
+        # The SDK's shutdown of the provider comes next and shuts the exporter down again: the
+        # OTLP exporters would log "Exporter already shutdown, ignoring call" after the real warning.
+        exporter.shutdown = _shut_down_already  # type: ignore[method-assign]
     except Exception:
         logger.debug("aegis-probe: exporter shutdown at exit failed", exc_info=True)
+
+
+def _shut_down_already(*args: Any, **kwargs: Any) -> None:
+    """An exporter's ``shutdown`` once :func:`_end_export` has shut it down."""
 
 
 #: aegis-probe's own providers that export to OTLP, with their exporters (never an app's provider).

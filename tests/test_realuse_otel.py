@@ -436,3 +436,28 @@ def test_instrument_uninstrument_repeatedly_and_beside_openinference(servers, tm
         other.uninstrument()
     assert both == theirs + alone[0], "each instrumentor's spans, once"
     assert _same_objects(_autogen_originals(), before) and run() == Counter()
+
+
+IN_CODE = ("import runpy, sys\nfrom aegis_probe import AegisInstrumentor\nAegisInstrumentor().instrument()\n"
+           "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+@pytest.mark.autogen
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_in_code_instrumentor_exits_past_a_hung_collector_with_one_warning(protocol, servers, plain_autogen, tmp_path):
+    """``AegisInstrumentor().instrument()`` in code (aegis-probe's own provider) with a collector
+    that never answers: the app's output is unchanged, the run is stored, and exit prints the
+    exporter's one failure line, not also ``Exporter already shutdown, ignoring call`` (the SDK's
+    shutdown at exit came after aegis-probe's own, which gives up on the hung export)."""
+    hung = Hung()
+    try:
+        traced = _run(["-c", IN_CODE, str(ZEROCODE_APP), servers["autogen"].base_url], tmp_path, zero_code=False,
+                      OTEL_EXPORTER_OTLP_ENDPOINT=hung.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+                      AEGIS_TRACE_DIR=str(tmp_path / "store"))
+    finally:
+        hung.close()
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    assert _lines(traced.stdout) == _lines(plain_autogen.stdout)
+    extra = _lines(traced.stderr) - _lines(plain_autogen.stderr)
+    assert sum(extra.values()) == 1 and "Failed to export" in next(iter(extra)), extra
+    assert len(TraceStore(tmp_path / "store").traces()) == 1 and hung.held
