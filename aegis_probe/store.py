@@ -79,7 +79,8 @@ def read_span_file(path: Path, trace_prefix: str | None = None) -> Iterator[Span
     """
     bad: list[tuple[TraceFileError, bool]] = []  # (error, on a last line without its newline)
     n_good = 0
-    prefix = trace_prefix.lower().encode() if trace_prefix is not None else None
+    # lone surrogates (an argument's undecodable bytes, as os.fsdecode gives them) match no trace
+    prefix = trace_prefix.lower().encode("utf-8", "surrogatepass") if trace_prefix is not None else None
     with open(path, "rb") as fh:  # line by line: a large store is never held whole
         size = 0
         for i, raw in enumerate(_lines(fh)):

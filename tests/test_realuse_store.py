@@ -176,6 +176,18 @@ def test_a_1000_step_run_reads_shows_and_reports_whole(tmp_path, decoded, capsys
     assert out.stat().st_size < 2_000_000
 
 
+@pytest.mark.parametrize("argv", [["traces", "show", "\udcff\udcfe"], ["report", "{dir}", "--trace", "ab\udcff"],
+                                  ["traces", "show", "\ud800"]])
+def test_a_trace_id_argument_with_undecodable_bytes_matches_no_trace(argv, tmp_path, capsys):
+    """A trace id argument holding bytes that are not UTF-8 (lone surrogates, as Python decodes
+    them) is a trace no store holds: 'no trace matching', not a UTF-8 codec error."""
+    run_team(tmp_path / "store", 2)
+    argv = [arg.format(dir=tmp_path / "store") for arg in argv]
+    assert main([*argv[:1], *(["--dir", str(tmp_path / "store")] if argv[0] == "traces" else []), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "no trace matching" in err and "codec" not in err
+
+
 # -- writers in processes and threads, a reader at the same time ------------------------------
 _LOOP = """
 import asyncio, sys
