@@ -131,6 +131,14 @@ def traces_exporters() -> frozenset[str]:
     return frozenset(known - {"none"})
 
 
+def resource_service_name() -> str | None:
+    """``service.name`` as ``OTEL_RESOURCE_ATTRIBUTES`` sets it (decoded as the SDK does); None when unset."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector
+
+    name = OTELResourceDetector().detect().attributes.get(SERVICE_NAME)
+    return str(name) if name else None
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """Resolved settings of one :class:`~aegis_probe.Probe`."""
@@ -166,7 +174,7 @@ class ProbeConfig:
             trace_dir=Path(trace_dir or os.environ.get(ENV_TRACE_DIR) or DEFAULT_TRACE_DIR),
             otlp_endpoint=endpoint,
             otlp_protocol=otlp_protocol() if endpoint else OTLP_PROTOCOLS[0],
-            service_name=service_name or os.environ.get(OTEL_SERVICE_NAME) or "aegis-probe",
+            service_name=service_name or os.environ.get(OTEL_SERVICE_NAME) or resource_service_name() or "aegis-probe",
             redact=redact,
             console_export="console" in exporters,
         )

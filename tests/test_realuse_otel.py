@@ -275,12 +275,14 @@ def plain_autogen(servers, tmp_path_factory) -> subprocess.CompletedProcess[str]
 
 @pytest.mark.autogen
 @needs_tool
-@pytest.mark.parametrize("case", ["refused-grpc", "hung-http", "500-http", "sdk-disabled", "exporter-none"])
+@pytest.mark.parametrize("case", ["refused-grpc", "hung-http", "500-http", "sdk-disabled", "exporter-none",
+                                  "bad-capture"])
 def test_zero_code_app_finishes_unchanged_whatever_the_collector_or_otel_setting(case, servers, plain_autogen, tmp_path):
     """A collector that refuses (gRPC: UNAVAILABLE), hangs or answers 500 costs the app nothing but
     the exporter's own bounded timeout at exit; its output is unchanged but for the exporter's
     own warnings (at most two lines). ``OTEL_SDK_DISABLED=true`` makes nothing (no store, no export);
-    ``OTEL_TRACES_EXPORTER=none`` exports nothing while ``AEGIS_TRACE_DIR`` still stores the run."""
+    ``OTEL_TRACES_EXPORTER=none`` exports nothing while ``AEGIS_TRACE_DIR`` still stores the run.
+    A capture mode OTel does not define is one warning, and no content (OTel's default for it)."""
     live = Receiver()
     collector: Any = {"hung-http": Hung, "500-http": lambda: Receiver(500)}.get(case, lambda: live)()
     endpoint = refused_endpoint() if case == "refused-grpc" else collector.endpoint
@@ -290,6 +292,9 @@ def test_zero_code_app_finishes_unchanged_whatever_the_collector_or_otel_setting
         env.update(OTEL_SDK_DISABLED="true")
     if case == "exporter-none":
         env.update(OTEL_TRACES_EXPORTER="none", AEGIS_TRACE_DIR=str(tmp_path / "store"))
+    if case == "bad-capture":
+        env.update(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="maybe",
+                   OTEL_SEMCONV_STABILITY_OPT_IN="gen_ai_latest_experimental")
     try:
         traced = _run([str(ZEROCODE_APP), servers["autogen"].base_url], tmp_path, zero_code=True, **env)
     finally:
@@ -299,6 +304,12 @@ def test_zero_code_app_finishes_unchanged_whatever_the_collector_or_otel_setting
     assert traced.returncode == 0, traced.stderr[-3000:]
     assert _lines(traced.stdout) == _lines(plain_autogen.stdout)
     extra = _lines(traced.stderr) - _lines(plain_autogen.stderr)
+    if case == "bad-capture":
+        assert extra == Counter({"aegis-probe: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT='maybe' is not a "
+                                 "valid value; using NO_CONTENT": 1}), traced.stderr[-3000:]
+        assert sum(s["name"] == ROOTS["autogen"] for s in live.spans) == 1
+        assert not [s for s in live.spans if {"gen_ai.input.messages", "aegis.task"} & set(s["attributes"])]
+        return
     # the SDK exporter's own warnings (a retry, the failure), nothing of aegis-probe's
     assert sum(extra.values()) <= 2 and all("export" in line and "aegis" not in line for line in extra), extra
     assert live.spans == [] or case not in ("sdk-disabled", "exporter-none")
@@ -461,3 +472,22 @@ def test_in_code_instrumentor_exits_past_a_hung_collector_with_one_warning(proto
     extra = _lines(traced.stderr) - _lines(plain_autogen.stderr)
     assert sum(extra.values()) == 1 and "Failed to export" in next(iter(extra)), extra
     assert len(TraceStore(tmp_path / "store").traces()) == 1 and hung.held
+
+
+def test_own_provider_keeps_the_service_name_of_otel_resource_attributes(servers, no_global_provider, tmp_path):
+    """``OTEL_RESOURCE_ATTRIBUTES=service.name=...`` without ``OTEL_SERVICE_NAME`` names the service
+    of aegis-probe's own provider's spans (it was overwritten with ``aegis-probe``); the variable
+    ``OTEL_SERVICE_NAME`` still wins over it, as the specification says."""
+    receiver = Receiver()
+    no_global_provider.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    no_global_provider.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=shop%20floor,team.name=qa")
+    try:
+        first = _langgraph_run(servers, store=tmp_path / "store")
+        no_global_provider.setenv("OTEL_SERVICE_NAME", "checkout")
+        second = _langgraph_run(servers, store=tmp_path / "store")
+        assert first.provider.force_flush() and second.provider.force_flush()
+    finally:
+        receiver.close()
+    services = Counter((s["resource"]["service.name"], s["resource"]["team.name"]) for s in receiver.spans
+                       if s["name"] == ROOTS["langgraph"])
+    assert services == Counter({("shop floor", "qa"): 1, ("checkout", "qa"): 1})
