@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import aegis_probe
-from aegis_probe.adapter import AUTO_PROBES
+from aegis_probe.adapter import _MISSING, AUTO_PROBES, get_adapter
 from aegis_probe.instrumentor import AegisInstrumentor
 from aegis_probe.modelserver import ModelServer
 from aegis_probe.store import TraceStore
@@ -85,8 +85,8 @@ class Receiver(http.server.ThreadingHTTPServer):
     ``status``, a collector that answers every export with that HTTP error."""
 
     def __init__(self, status: int = 200) -> None:
-        self.status, self.spans, self.posts = status, [], 0
-        self.spans: list[dict[str, Any]]
+        self.status, self.posts = status, 0
+        self.spans: list[dict[str, Any]] = []
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -491,3 +491,32 @@ def test_own_provider_keeps_the_service_name_of_otel_resource_attributes(servers
     services = Counter((s["resource"]["service.name"], s["resource"]["team.name"]) for s in receiver.spans
                        if s["name"] == ROOTS["langgraph"])
     assert services == Counter({("shop floor", "qa"): 1, ("checkout", "qa"): 1})
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "camel", "metagpt"])
+def test_instrument_uninstrument_cycles_restore_every_patch(framework, servers, tmp_path, monkeypatch):
+    """Each cycle of ``AegisInstrumentor`` on a LangGraph graph, a CAMEL society or a MetaGPT team
+    traces the run once with the same spans, and ``uninstrument()`` puts back the very object
+    each patched attribute held (or deletes what was inherited); nothing is traced after."""
+    if framework not in servers:
+        pytest.skip(f"{framework} is not installed")
+    monkeypatch.chdir(tmp_path)  # metagpt writes its workspace into the working directory
+    demo = importlib.import_module(f"aegis_probe.demos.{framework}")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def run() -> Counter:
+        exporter.clear()
+        demo.run_app(demo.build_app(servers[framework].base_url, "aegis-scripted", KEY), demo.TASK)
+        return Counter(s.name for s in exporter.get_finished_spans())
+
+    instrumentor, traced = AegisInstrumentor(), []
+    for _ in range(2):
+        instrumentor.instrument(tracer_provider=provider)
+        traced.append(run())
+        patched = get_adapter(framework)._patcher.patched()
+        instrumentor.uninstrument()
+        assert patched and [(o, n) for o, n, saved in patched if vars(o).get(n, _MISSING) is not saved] == []
+        assert run() == Counter()
+    assert traced[0][ROOTS[framework]] == 1 and traced[1] == traced[0]
