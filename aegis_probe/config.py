@@ -3,8 +3,9 @@
 What OpenTelemetry defines is read as OpenTelemetry defines it: the OTLP exporters resolve their
 own endpoint, headers, TLS, compression and timeout from ``OTEL_EXPORTER_OTLP_*``; content
 capture follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` as OTel's GenAI utilities
-read it; aegis's own provider exports what ``OTEL_TRACES_EXPORTER`` names. Only the rest is aegis-probe's own: the trace store (``AEGIS_TRACE_DIR``), capture's
-default-on switch (``AEGIS_CAPTURE_CONTENT``) and whether aegis's own provider exports over OTLP.
+read it; aegis's own provider exports what ``OTEL_TRACES_EXPORTER`` names. Only the rest is
+aegis-probe's own: the trace store (``AEGIS_TRACE_DIR``), capture's default-on switch
+(``AEGIS_CAPTURE_CONTENT``) and whether aegis's own provider exports over OTLP.
 """
 
 from __future__ import annotations
