@@ -113,7 +113,7 @@ class Replayer:
         working at once, CAMEL's workforce workers, number their calls in the order they make them)."""
         with self._lock:
             candidates = [key] if key in self.recording else []
-            for other in (*candidates, *self._of_agent.get(key[0], ())):
+            for other in (*candidates, *(k for k in self._of_agent.get(key[0], ()) if k != key)):
                 if other not in self._used and self.ids.match(self.recording[other].request, request):
                     self._used.add(other)
                     return other
