@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -52,17 +52,26 @@ def _play(probe: Any, society: Any, rounds: int = 2) -> None:
             message = assistant.msg
 
 
+def _played(store: Any, check: Callable[[Any], None] = lambda probe: None) -> None:
+    """A new society instrumented into ``store``, played, its trace written and ``check(probe)``ed, uninstrumented."""
+    society = _society()
+    probe = aegis_probe.instrument(society, store=store)
+    try:
+        _play(probe, society)
+        assert probe.store.flush()
+        check(probe)
+    finally:
+        probe.uninstrument()
+
+
+def _content_captured(probe: Any) -> None:
+    steps = [s for s in probe.trajectory().steps]
+    assert len(steps) == 4 and all(len(s.output) > MIB for s in steps)  # the content was captured
+
+
 def test_big_prompts_are_not_kept_once_the_run_is_over(tmp_path: Any) -> None:
     def instrumented() -> None:
-        society = _society()
-        probe = aegis_probe.instrument(society, store=tmp_path / "store")
-        try:
-            _play(probe, society)
-            assert probe.store.flush()
-            steps = [s for s in probe.trajectory().steps]
-            assert len(steps) == 4 and all(len(s.output) > MIB for s in steps)  # the content was captured
-        finally:
-            probe.uninstrument()
+        _played(tmp_path / "store", _content_captured)
 
     def bare() -> None:
         society = _society()
@@ -111,13 +120,7 @@ def test_a_society_dropped_while_another_run_stays_open_leaves_nothing(tmp_path:
             release.wait(60)
 
     def finished() -> None:
-        society = _society()
-        probe = aegis_probe.instrument(society, store=tmp_path / "store")
-        try:
-            _play(probe, society)
-            assert probe.store.flush()
-        finally:
-            probe.uninstrument()
+        _played(tmp_path / "store")
 
     other = threading.Thread(target=stay_open)
     other.start()
