@@ -119,3 +119,38 @@ def test_a_key_inside_a_longer_key_is_redacted_whole():
         assert redact_secrets("use abcd1234efgh5678ijkl or abcd1234efgh") == f"use {REDACTED} or {REDACTED}"
     finally:
         remember_environment_secrets()
+
+
+def test_redacting_in_threads_while_probes_learn_new_secrets():
+    """Threads redact while another thread's probes learn new environment secrets: each text is
+    redacted with one whole set of detectors (never a half-replaced one), and a key known from the
+    start is never let through."""
+    import threading
+
+    known = {"A_TOKEN": "Kn0wnFromTheStart77"}
+    remember_environment_secrets(known)
+    text = "key Kn0wnFromTheStart77 and token Zx81LaterKey0042 in " + "x" * 200
+    failures: list[BaseException] = []
+    outputs: set[str] = set()
+    stop = threading.Event()
+
+    def redacting(n: int) -> None:
+        try:
+            while not stop.is_set():
+                outputs.add(redact_secrets(f"{text} {n} {len(outputs)}").split(" in ")[0])
+        except BaseException as exc:  # noqa: BLE001  (any error is the failure reported below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=redacting, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(200):
+            remember_environment_secrets({**known, "B_TOKEN": "Zx81LaterKey0042"} if i % 2 else known)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        remember_environment_secrets()
+    assert not failures
+    assert outputs <= {f"key {REDACTED} and token Zx81LaterKey0042", f"key {REDACTED} and token {REDACTED}"}
