@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
@@ -124,11 +126,13 @@ def test_imported_labels_keep_their_source_as_a_set():
     assert labels.of("whowhen") == labels.faults
 
 
-def test_two_searches_labelling_one_trace_at_once_keep_both_labels(model_server, tmp_path, monkeypatch):
-    """Each search reads the stored label, merges its own and appends it: two at once (threads
-    here, processes alike) wait for each other, so neither label is lost. Each search's read is
-    held open until the other has read too, or a second has passed: unguarded, both would read
-    before either writes."""
+@pytest.mark.parametrize("apart", ["threads", "processes"])
+def test_two_searches_labelling_one_trace_at_once_keep_both_labels(apart, model_server, tmp_path, monkeypatch):
+    """Each search reads the stored label, merges its own and appends it: two at once (threads of
+    one process, or two processes) wait for each other, so neither label is lost. Each search's
+    read is held open until the other has read too, or a second has passed: unguarded, both would
+    read before either writes."""
+    import multiprocessing
     import threading
 
     from aegis_probe.counterfactual.blame import BlameReport, _write_label
@@ -136,7 +140,8 @@ def test_two_searches_labelling_one_trace_at_once_keep_both_labels(model_server,
     store = TraceStore(tmp_path / "store")
     trace_id, injected = _injected_failed_run(model_server, store)
     original = Trajectory.from_spans(store.trace(trace_id))
-    both_read = threading.Barrier(2, timeout=1.0)
+    forked = multiprocessing.get_context("fork")
+    both_read = (threading if apart == "threads" else forked).Barrier(2, timeout=1.0)
     read = store.trace
 
     def read_then_linger(trace: str):
@@ -149,11 +154,13 @@ def test_two_searches_labelling_one_trace_at_once_keep_both_labels(model_server,
 
     monkeypatch.setattr(store, "trace", read_then_linger)
     reports = [BlameReport(trace_id, "scan", step=s, agent=original.steps[s].agent) for s in (0, injected.step)]
-    threads = [threading.Thread(target=_write_label, args=(store, original, r)) for r in reports]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    kind = threading.Thread if apart == "threads" else forked.Process
+    searches = [kind(target=_write_label, args=(store, original, r)) for r in reports]
+    for search in searches:
+        search.start()
+    for search in searches:
+        search.join(60)
+    assert apart == "threads" or [search.exitcode for search in searches] == [0, 0]  # type: ignore[union-attr]
 
     monkeypatch.undo()
     after = Trajectory.from_spans(store.trace(trace_id))
