@@ -124,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as exc:
             raise ValueError(f"the {args.framework} demo needs {exc.name}, which is not installed: "
                              f"{REQUIREMENTS.get(args.framework, ('', 'see README.md'))[1]}") from exc
-        probe = aegis_probe.instrument(app, judge=judge, store=str(trace_dir))
-        stack.callback(probe.uninstrument)
+        probe = stack.enter_context(aegis_probe.instrument(app, judge=judge, store=str(trace_dir)))
         if plan is not None:
             stack.enter_context(probe.inject(plan, agents=tuple(demo.AGENTS), task_type="math",
                                              termination=getattr(demo, "TERMINATION", "TERMINATE")))
