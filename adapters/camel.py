@@ -68,6 +68,8 @@ from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from weakref import WeakKeyDictionary, WeakSet
 
+from opentelemetry.trace import Status, StatusCode
+
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
@@ -699,8 +701,13 @@ class CamelAdapter(Adapter):
 
     @staticmethod
     def _task_done(run: RunScope, result: Any) -> None:
+        """The run's answer; a task camel gave up on (returned ``TaskState.FAILED``, e.g. a subtask
+        that failed on every retry) fails the run, its outcome preset to failed (a judge's verdict wins)."""
         try:
             run.answer = getattr(result, "result", None)
+            if getattr(getattr(result, "state", None), "value", None) == "FAILED":
+                run.span.set_attributes({sc.OUTCOME_SUCCESS: False, sc.ERROR_TYPE: "TaskFailed"})
+                run.span.set_status(Status(StatusCode.ERROR, "the workforce's task failed (TaskState.FAILED)"))
         except Exception:
             log_hook_error("camel run answer")
 

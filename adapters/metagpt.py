@@ -4,8 +4,10 @@ Span shape and where each span comes from (class-level patches, installed once):
 
 - Run (trace root): ``Team.run`` -> ``invoke_workflow {name}``, where ``name`` is the team's class
   name (a plain ``Team`` has no name of its own, and its ``idea``/``investment`` are inputs, not
-  identity); a lone ``Role.run`` -> ``invoke_agent {role.name}``. A lone role called with no
-  message and an empty buffer is idle and opens no run.
+  identity), its task the ``idea`` given, else the human requirements waiting for its roles
+  (``run_project``'s, or what the app published into ``team.env``), else the team's ``idea``; a lone
+  ``Role.run`` -> ``invoke_agent {role.name}``. A lone role called with no message and an empty
+  buffer is idle and opens no run.
 - Step: ``Role.react`` -> ``invoke_agent {role.name}``. metagpt calls ``Role.run`` on every role
   each round, but ``react`` only when the role observed news, so idle rounds make no span.
   ``Environment.run`` starts the roles as tasks in hiring order and each runs until its first
@@ -32,7 +34,8 @@ Span shape and where each span comes from (class-level patches, installed once):
   ``calc_usage: false``): that estimate is left off the span, as is any usage a provider never
   reports (``gen_ai.usage.*`` carry reported counts only).
 
-Errors: a lone role's exception propagates unchanged and marks its spans ERROR. ``Team.run``
+Errors: a lone role's exception propagates unchanged and marks its spans ERROR, its root with the
+error the role raised (metagpt re-raises it as a bare ``Exception`` of its traceback text). ``Team.run``
 itself logs, serializes and swallows role errors (metagpt's ``serialize_decorator``) and returns
 None; that behaviour is kept, and the run still reads as failed: the first role error (the
 original exception, which ``role_raise_decorator`` re-raises as a bare ``Exception`` of its
@@ -52,12 +55,14 @@ import contextvars
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import metagpt.roles  # noqa: F401  (must precede metagpt.team on pydantic>=2.10)
+from metagpt.actions import UserRequirement
 from metagpt.provider.base_llm import BaseLLM
 from metagpt.provider.metagpt_api import MetaGPTLLM
 from metagpt.provider.openai_api import OpenAILLM
 from metagpt.roles import Role
 from metagpt.schema import Message
 from metagpt.team import Team
+from metagpt.utils.common import any_to_str
 
 from aegis_probe import semconv as sc
 from aegis_probe.adapter import Adapter, AppInfo, Patcher
@@ -87,6 +92,8 @@ _PROVIDERS = {
     "bedrock": "aws.bedrock",
     "mistral": "mistral_ai",
 }
+#: ``Message.cause_by`` of a human's requirement (``Team.run_project``).
+_USER_REQUIREMENT = any_to_str(UserRequirement)
 #: ``BaseLLM.aask`` parameters, in order (metagpt 0.8.2).
 _AASK_PARAMS = ("msg", "system_msgs", "format_msgs", "images", "timeout", "stream")
 
@@ -210,8 +217,30 @@ def _note_swallowed(exc: BaseException) -> None:
     """Keep an error for the team run around it (a role's original one, not metagpt's re-raise)."""
     errors = _SWALLOWED.get()
     if errors is not None:
-        cause = exc.__context__
-        errors.append(cause if type(exc) is Exception and cause is not None else exc)
+        errors.append(_original(exc))
+
+
+def _original(exc: BaseException) -> BaseException:
+    """The error a role raised, for one metagpt re-raised as a bare ``Exception`` of its traceback
+    text (``role_raise_decorator``); any other error as it is."""
+    cause = exc.__context__
+    return cause if type(exc) is Exception and cause is not None else exc
+
+
+def _requirement(team: Team) -> str | None:
+    """What a ``Team.run`` without an idea works on: the human requirements (``UserRequirement``
+    messages, ``run_project``'s or any the app published through ``team.env.publish_message``)
+    waiting for a role, each once, in order; else the team's ``idea`` (a run that continues the
+    project, or a team deserialized with one)."""
+    waiting: dict[str, str] = {}
+    try:
+        for role in team.env.roles.values():
+            for message in list(role.rc.msg_buffer._queue._queue):  # metagpt 0.8.2's MessageQueue has no peek
+                if message.cause_by == _USER_REQUIREMENT and (message.cause_by in role.rc.watch or role.name in message.send_to):
+                    waiting.setdefault(message.id, message.content)
+    except Exception:
+        log_hook_error("team run task")
+    return "\n".join(waiting.values()) or team.idea or None
 
 
 async def _noting_swallowed(call: Awaitable[Any]) -> Any:
@@ -256,7 +285,7 @@ async def _in_run(run: "RunScope", call: Callable[[], Awaitable[Any]], swallowed
         result = await call()
     except BaseException as exc:
         try:
-            run.finish(exc)
+            run.finish(_original(exc))
         except Exception:
             log_hook_error("run end")
         raise
@@ -308,7 +337,7 @@ class MetaGPTAdapter(Adapter):
     async def _team_run(self, wrapped: Callable[..., Any], instance: Team, args: tuple, kwargs: dict) -> Any:
         try:
             idea = args[1] if len(args) > 1 else kwargs.get("idea")
-            run = self._start(instance, type(instance).__name__, idea or instance.idea or None, lone=False)
+            run = self._start(instance, type(instance).__name__, idea or _requirement(instance), lone=False)
         except Exception:
             log_hook_error("team run start")
             run = None
