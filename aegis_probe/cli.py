@@ -258,8 +258,9 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
     """
     _tolerant_output()
     try:
-        check_outputs(args)
-        code = int(func(args) or 0)
+        with redacted_log_records():
+            check_outputs(args)
+            code = int(func(args) or 0)
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:
@@ -286,6 +287,31 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"error: {type(exc).__name__}: {redact_secrets(one_line(str(exc)))}{hint}", file=sys.stderr)
         return 1
+
+
+@contextmanager
+def redacted_log_records() -> Iterator[None]:
+    """While a command runs, every log record made in the process (a framework's error with its
+    traceback, which may quote a key the provider echoed) holds its text with secrets redacted."""
+    make = logging.getLogRecordFactory()
+
+    def redacted(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            record.msg, record.args = redact_secrets(record.getMessage()), ()
+            if record.exc_info and record.exc_info[0] is not None:  # as logging.Formatter.formatException writes it
+                record.exc_text = redact_secrets("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+            if record.stack_info:
+                record.stack_info = redact_secrets(record.stack_info)
+        except Exception:  # noqa: BLE001 - a message that does not format: logging reports it as usual
+            pass
+        return record
+
+    logging.setLogRecordFactory(redacted)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(make)
 
 
 class _OursOrErrors(logging.Filter):

@@ -1,10 +1,14 @@
 """What aegis-probe logs holds no secret either: a user's judge that fails with an API key in its
 message (a real AutoGen agent against the loopback model server) is logged as a hook error, its
-stack trace kept and the key redacted; the app's run is unaffected."""
+stack trace kept and the key redacted; the app's run is unaffected. And the command line's
+output holds none of a framework's log records' secrets (an error the provider echoed a key in)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from typing import Any
 
 from autogen_agentchat.agents import AssistantAgent
@@ -36,3 +40,19 @@ def test_a_hook_error_is_logged_with_its_stack_trace_and_no_key(model_server, tm
     assert len(hooks) == 1
     assert "Traceback" in caplog.text and "failing_judge" in caplog.text and "grader refused" in caplog.text
     assert f"Bearer {REDACTED}" in caplog.text and KEY not in caplog.text
+
+
+def test_a_framework_error_logged_during_a_command_is_redacted(model_server, tmp_path):
+    """AutoGen's runtime logs the failed model call at ERROR with its traceback, which quotes the
+    key the provider echoed: the demo command prints it (errors always show; -v shows the rest,
+    and the error's traceback), redacted."""
+    def refuse(body: dict) -> Reply:
+        raise PermissionError(f"Incorrect API key provided: {KEY}")
+
+    server = model_server(refuse)
+    env = {**os.environ, "DEMO_KEY": KEY, "AEGIS_TRACE_DIR": str(tmp_path / "store")}
+    done = subprocess.run([sys.executable, "-m", "aegis_probe", "-v", "demo", "--base-url", server.base_url,
+                           "--model", "m", "--api-key-env", "DEMO_KEY"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" in done.stderr and "Error processing publish message" in done.stderr, done.stderr[-2000:]
+    assert f"Incorrect API key provided: {REDACTED}" in done.stderr and KEY not in done.stderr + done.stdout
