@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
 from .errors import one_line, validation_summary
-from .redact import redact_secrets
+from .redact import redact_secrets, redacted_log_records
 
 #: command name -> "module:function" that adds the command's sub-parser.
 COMMANDS: dict[str, str] = {
@@ -287,31 +287,6 @@ def run_command(func: Callable[[argparse.Namespace], Any], args: argparse.Namesp
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"error: {type(exc).__name__}: {redact_secrets(one_line(str(exc)))}{hint}", file=sys.stderr)
         return 1
-
-
-@contextmanager
-def redacted_log_records() -> Iterator[None]:
-    """While a command runs, every log record made in the process (a framework's error with its
-    traceback, which may quote a key the provider echoed) holds its text with secrets redacted."""
-    make = logging.getLogRecordFactory()
-
-    def redacted(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = make(*args, **kwargs)
-        try:
-            record.msg, record.args = redact_secrets(record.getMessage()), ()
-            if record.exc_info and record.exc_info[0] is not None:  # as logging.Formatter.formatException writes it
-                record.exc_text = redact_secrets("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
-            if record.stack_info:
-                record.stack_info = redact_secrets(record.stack_info)
-        except Exception:  # noqa: BLE001 - a message that does not format: logging reports it as usual
-            pass
-        return record
-
-    logging.setLogRecordFactory(redacted)
-    try:
-        yield
-    finally:
-        logging.setLogRecordFactory(make)
 
 
 class _OursOrErrors(logging.Filter):

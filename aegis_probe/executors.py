@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .apps import AppSpec, split_ref
-from .redact import redact_secrets
+from .redact import redact_secrets, redacted_log_records
 
 T = TypeVar("T")
 
@@ -170,7 +170,8 @@ def _invoke(call: Callable[[], T]) -> "T | Failure":
     """The Ray task: run the call that was shipped; its exception leaves as a :class:`TaskError`
     (which Ray retries), a :class:`NotRetried` one as the returned :class:`Failure` (which it does not)."""
     try:
-        return call()
+        with redacted_log_records():  # the worker's log lines reach the driver's terminal
+            return call()
     except NotRetried as exc:
         return Failure.of(exc)
     except Exception as exc:  # noqa: BLE001 - every other exception is the run's failure (and is retried)

@@ -14,10 +14,13 @@ messages.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
+import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 REDACTED = "[REDACTED]"
 
@@ -275,6 +278,32 @@ def redact_secrets(text: str) -> str:
     if len(text) <= _CACHED_MAX_LEN:
         return _redact_cached(text)  # prompts repeat earlier messages: redact each text once
     return _redact(text)
+
+
+@contextmanager
+def redacted_log_records() -> Iterator[None]:
+    """Meanwhile every log record made in the process holds its text with secrets redacted (its
+    message, traceback and stack): a command's output, a Ray task's forwarded log, where a
+    framework logs an error whose traceback quotes the key a provider echoed back."""
+    make = logging.getLogRecordFactory()
+
+    def redacted(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            record.msg, record.args = redact_secrets(record.getMessage()), ()
+            if record.exc_info and record.exc_info[0] is not None:  # as logging.Formatter.formatException writes it
+                record.exc_text = redact_secrets("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+            if record.stack_info:
+                record.stack_info = redact_secrets(record.stack_info)
+        except Exception:  # noqa: BLE001 - a message that does not format: logging reports it as usual
+            pass
+        return record
+
+    logging.setLogRecordFactory(redacted)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(make)
 
 
 def make_redactor(extra: Callable[[str], str] | None) -> Callable[[str], str]:

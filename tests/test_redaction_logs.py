@@ -56,3 +56,23 @@ def test_a_framework_error_logged_during_a_command_is_redacted(model_server, tmp
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" in done.stderr and "Error processing publish message" in done.stderr, done.stderr[-2000:]
     assert f"Incorrect API key provided: {REDACTED}" in done.stderr and KEY not in done.stderr + done.stdout
+
+
+def test_a_ray_task_logs_with_secrets_redacted_and_the_record_factory_is_restored(caplog):
+    """A campaign's Ray task (``executors._invoke``, run here in process): what the app logs there
+    reaches the driver's terminal, so its records are redacted too, and only while the task runs."""
+    from aegis_probe.executors import _invoke
+
+    def run() -> str:
+        try:
+            raise PermissionError(f"Incorrect API key provided: {KEY}")
+        except PermissionError:
+            logging.getLogger("some.framework").error("call failed for key %s", KEY, exc_info=True, stack_info=True)
+        return "done"
+
+    factory = logging.getLogRecordFactory()
+    with caplog.at_level(logging.ERROR, logger="some.framework"):
+        assert _invoke(run) == "done"
+    assert logging.getLogRecordFactory() is factory
+    assert "PermissionError" in caplog.text and "Stack (most recent call last)" in caplog.text
+    assert caplog.text.count(REDACTED) >= 2 and KEY not in caplog.text
