@@ -6,7 +6,8 @@ is registered and when a run starts):
 - run: ``run_stream`` of ``BaseGroupChat``/``BaseChatAgent`` (``run`` of a team iterates it) and
   ``BaseChatAgent.run``; a registered app opens the run when the stream is first iterated (the
   coroutine first awaited), nested teams pass through. A stream left before its ``TaskResult``
-  (closed, or dropped after its loop closed) ends its run cancelled.
+  (closed, or dropped after its loop closed) ends its run cancelled. A registered lone agent's
+  ``on_messages_stream`` (``on_messages``) called outside runs is a run of its own too.
 - agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
   ``MessageFilterAgent``) stays one step, and so does a ``MessageFilterAgent``'s inner agent of
@@ -57,7 +58,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequen
 
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent, MessageFilterAgent
 from autogen_agentchat.base import Response, TaskResult
-from autogen_agentchat.messages import BaseChatMessage
+from autogen_agentchat.messages import BaseChatMessage, HandoffMessage
 from autogen_agentchat.teams import BaseGroupChat
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager
 from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
@@ -394,10 +395,15 @@ _TEAM_RUNS: "dict[str, tuple[RunScope, otel_context.Context]]" = {}
 
 
 def _team_run_started(team: Any, run: "RunScope", ctx: otel_context.Context) -> str | None:
-    """Note ``team``'s run in progress and its context; returns the team's id (None: unknown)."""
+    """Note ``team``'s run in progress and its context; returns the team's id (None: unknown, or
+    another run of the team is in progress: autogen refuses this one, which must not take its place)."""
     team_id = getattr(team, "_team_id", None)
-    if team_id is not None:
-        _TEAM_RUNS[team_id] = (run, ctx)
+    if team_id is None:
+        return None
+    entry = _TEAM_RUNS.get(team_id)
+    if entry is not None and entry[0] is not run and not entry[0]._ended:
+        return None
+    _TEAM_RUNS[team_id] = (run, ctx)
     return team_id
 
 
@@ -426,6 +432,10 @@ class _RunHooks:
             self.completed = True
             if item.messages:
                 self.run.answer = item.messages[-1].to_text()
+        elif isinstance(item, Response):  # a lone agent's step called outside runs: the run ends with it
+            self.completed = True
+            self.run.answer = item.chat_message.to_text()
+            self.done(None)
 
     def done(self, exc: BaseException | None) -> None:
         if self.ended:
@@ -465,6 +475,18 @@ class _Wrapper:
             return None
 
 
+async def _made_when_iterated(make: Callable[[], AsyncIterator[Any]]) -> AsyncIterator[Any]:
+    """The items of the stream ``make`` returns when this one is first iterated (closed with it)."""
+    stream = make()
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 class RunStreamWrapper(_Wrapper):
     """``run_stream`` of a registered team or lone agent: the run's root span, opened when the stream
     is first iterated, as autogen starts the team only then: a stream dropped or closed before that
@@ -482,15 +504,8 @@ class RunStreamWrapper(_Wrapper):
             return stream
         return self._traced(stream, instance, kwargs)
 
-    async def _traced(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
-        traced = self._in_run(stream, instance, kwargs)
-        try:
-            async for item in traced:
-                yield item
-        finally:
-            aclose = getattr(traced, "aclose", None)
-            if aclose is not None:
-                await aclose()
+    def _traced(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
+        return _made_when_iterated(lambda: self._in_run(stream, instance, kwargs))
 
     def _in_run(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
         """``stream`` iterated in a new run (itself when none opens)."""
@@ -584,6 +599,8 @@ class _StepHooks:
         if isinstance(item, Response) and not self.ended:
             self.ended = True
             out = item.chat_message
+            if isinstance(out, HandoffMessage):  # a Swarm agent's handoff names the next speaker
+                self.scope.span.set_attribute(sc.STEP_NEXT_SPEAKER, out.target)
             self.scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
 
     def done(self, exc: BaseException | None) -> None:
@@ -632,11 +649,22 @@ def _note_delegate_input(step: StepScope, messages: Sequence[BaseChatMessage]) -
     step.content(sc.INPUT_MESSAGES, lambda: chat_messages(messages))
 
 
+def _stepped(stream: AsyncIterator[Any], scope: StepScope | None) -> AsyncIterator[Any]:
+    """``stream`` (an ``on_messages_stream``) iterated as the step ``scope`` (itself when None)."""
+    if scope is None:
+        return stream
+    hooks = _StepHooks(scope)
+    return iterate_in_scope(stream, scope, on_item=hooks.item, on_done=hooks.done)
+
+
 class StepWrapper(_Wrapper):
     """``on_messages_stream``: one ``invoke_agent`` step span per call; its input is what the agent
     acting saw (a wrapper's inner agent: the messages the wrapper passed on)."""
 
     def __call__(self, wrapped: Callable[..., AsyncIterator[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._lone_app(instance) and current_run() is None:
+            stream = wrapped(*args, **kwargs)
+            return _made_when_iterated(lambda: self._in_lone_run(stream, instance, args, kwargs))
         try:
             scope = self._open(instance, args, kwargs)
         except Exception:
@@ -644,8 +672,28 @@ class StepWrapper(_Wrapper):
             scope = None
         if scope is None:
             return wrapped(*args, **kwargs)
-        hooks = _StepHooks(scope)
-        return iterate_in_scope(wrapped(*args, **kwargs), scope, on_item=hooks.item, on_done=hooks.done)
+        return _stepped(wrapped(*args, **kwargs), scope)
+
+    def _lone_app(self, instance: Any) -> bool:
+        """Whether ``instance`` is an agent instrumented as an app of its own (and still registered)."""
+        lone = self.adapter.lone_apps
+        return bool(lone) and lone.get(id(instance)) is instance and self.registry.get(instance) is not None
+
+    def _in_lone_run(self, stream: AsyncIterator[Any], instance: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
+        """A registered lone agent's step called outside runs (``on_messages``, as autogen's tutorials
+        call an agent): a run of its own, its task the messages, ended at the step's ``Response``."""
+        run = self._open_run(instance, {"task": args[0] if args else kwargs.get("messages")})
+        if run is None:
+            return stream
+        token = run.attach()
+        try:
+            stream = _stepped(stream, self._open(instance, args, kwargs))
+        except Exception:
+            log_hook_error("agent step start")
+        finally:
+            run.detach(token)
+        hooks = _RunHooks(run)
+        return iterate_in_scope(stream, run, on_item=hooks.item, on_done=hooks.done)
 
     def _open(self, instance: Any, args: tuple, kwargs: dict) -> StepScope | None:
         name = instance.name
@@ -1147,6 +1195,8 @@ class AutogenAdapter(Adapter):
         super().__init__()
         self._patched: set[tuple[type, str]] = set()
         self.own_runtimes = False  # a registered team runs on a runtime the app started itself
+        #: Agents registered as apps of their own (by id): one called outside runs opens one.
+        self.lone_apps: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self._run_stream = RunStreamWrapper(self)
         self._run = RunWrapper(self)
         self._step = StepWrapper(self)
@@ -1164,6 +1214,8 @@ class AutogenAdapter(Adapter):
 
     def register(self, app: Any, probe: "Probe") -> AppInfo:
         agents = self._register(app, probe)
+        if isinstance(app, BaseChatAgent):
+            self.lone_apps[id(app)] = app
         self.sync(modules=True)
         return AppInfo(name=app.name, lone_agent=isinstance(app, BaseChatAgent), agents=tuple(a.name for a in agents))
 
@@ -1192,6 +1244,7 @@ class AutogenAdapter(Adapter):
         super().uninstall()
         self._patched.clear()
         self.own_runtimes = False
+        self.lone_apps.clear()
 
     def sync_patches(self, *, modules: bool = False, **_: Any) -> None:
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""
