@@ -12,7 +12,10 @@ Class-level patches, installed once:
   drops it; wrap the loop in ``with probe.run(task):`` for explicit bounds); ``Workforce.process_task/process_task_async`` (one run per task), and
   ``ChatAgent.step/astep`` of a lone agent (one run per call);
 - agent step: ``ChatAgent.step/astep`` -> ``invoke_agent {role_name}``. Workforce clones its
-  agents, so any ``ChatAgent`` stepping inside a current run counts as part of it;
+  agents, so any ``ChatAgent`` stepping inside a current run counts as part of it; a workforce
+  agent whose role name camel calls generic (``System``, what ``ChatAgent("...")`` gets) is named as
+  camel tells them apart: a worker (and the clones ``SingleAgentWorker._get_worker_agent`` hands
+  out) by its description, the coordinator and task planner ``Workforce Manager``/``Task Planner``;
 - LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.interception.call_llm`;
 - tool call: ``ChatAgent._execute_tool/_aexecute_tool`` -> ``execute_tool {tool}``.
 
@@ -97,6 +100,7 @@ if TYPE_CHECKING:
     from aegis_probe.probe import Probe
 
 TASK_DONE = "CAMEL_TASK_DONE"  # RolePlaying's convention for "the user agent is satisfied"
+_COORDINATOR, _PLANNER = "Workforce Manager", "Task Planner"  # camel's names for a Workforce's own agents
 _TOOL_FAILED = "Tool execution failed"  # how ChatAgent reports a tool error as its result
 
 
@@ -457,6 +461,8 @@ class CamelAdapter(Adapter):
         # (id(agent), id(what a pool thread is handed)) -> the steps waiting for it (step_timeout, streamed tools)
         self._handoff: dict[tuple[int, int], list[StepScope]] = {}
         self._handoff_lock = threading.Lock()
+        # workforce agents whose role name is generic ("System" for a str system message) -> the step name
+        self._names: "WeakKeyDictionary[Any, str]" = WeakKeyDictionary()
         # Whether the step wrappers may call _step_impl / _astep_non_streaming_task themselves (set at install).
         self._direct_step = self._direct_astep = False
 
@@ -481,10 +487,11 @@ class CamelAdapter(Adapter):
             name = _society_name(app)
         else:
             agents = self._workforce_agents(app)
+            self._name_workforce(app)
             name = app.description
         for agent in agents:
             self.registry.add(agent, probe)
-        return AppInfo(name=name, lone_agent=False, agents=tuple(dict.fromkeys(a.role_name for a in agents)))
+        return AppInfo(name=name, lone_agent=False, agents=tuple(dict.fromkeys(self._name(a) for a in agents)))
 
     @staticmethod
     def _workforce_agents(workforce: Any) -> list[Any]:
@@ -505,7 +512,7 @@ class CamelAdapter(Adapter):
         from camel.agents.chat_agent import AsyncStreamingChatAgentResponse, StreamingChatAgentResponse
         from camel.models import ModelManager
         from camel.societies import RolePlaying
-        from camel.societies.workforce import Workforce
+        from camel.societies.workforce import SingleAgentWorker, Workforce
 
         patcher.wrap(RolePlaying, "__init__", self._new_society)
         patcher.wrap(RolePlaying, "init_chat", self._new_conversation)
@@ -514,6 +521,7 @@ class CamelAdapter(Adapter):
         # Inside a run they pass straight through: no frame (``process_task`` runs ``process_task_async``).
         patcher.wrap(Workforce, "process_task", self._process_task, enabled=_outside_runs)
         patcher.wrap(Workforce, "process_task_async", self._aprocess_task, enabled=_outside_runs)
+        patcher.wrap(SingleAgentWorker, "_get_worker_agent", self._worker_agent)
         self._direct_step = _plain_step(ChatAgent, "step", "_step_impl")  # before wrapping them
         self._direct_astep = _plain_step(ChatAgent, "astep", "_astep_non_streaming_task")
         patcher.wrap(ChatAgent, "step", self._step)
@@ -688,10 +696,46 @@ class CamelAdapter(Adapter):
                 self._end_session(instance, run, exc)
 
     # -- Workforce -------------------------------------------------------------------------
+    def _name(self, agent: Any) -> str:
+        """The step name of ``agent``: its role name, or the one :meth:`_name_workforce` gave it."""
+        return self._names.get(agent) or agent.role_name
+
+    def _name_workforce(self, workforce: Any) -> None:
+        """Name the workforce's agents whose role name camel calls generic (``System``, what a
+        ``ChatAgent("...")`` gets; ``assistant``, ...) as camel does where it needs them apart: a
+        worker by its description, the coordinator and task planner by camel's own default names."""
+        from camel.societies.workforce.utils import is_generic_role_name
+
+        for agent, name in ((workforce.coordinator_agent, _COORDINATOR), (workforce.task_agent, _PLANNER)):
+            if is_generic_role_name(agent.role_name):
+                self._names[agent] = name
+        for child in workforce._children:
+            worker = getattr(child, "worker", None)
+            if worker is not None and is_generic_role_name(worker.role_name) and child.description:
+                self._names[worker] = child.description
+            if hasattr(child, "_children"):
+                self._name_workforce(child)
+
+    async def _worker_agent(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``SingleAgentWorker._get_worker_agent``: the agent from its pool (a clone of its worker)
+        gets the worker's step name."""
+        agent = await wrapped(*args, **kwargs)
+        name = self._names.get(instance.worker)
+        if name is not None:
+            try:
+                self._names[agent] = name
+            except Exception:
+                log_hook_error("camel worker name")
+        return agent
+
     def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:
         probe = self.run_probe(workforce)
         if probe is None or current_run() is not None:
             return None
+        try:
+            self._name_workforce(workforce)  # trace-every-app mode registers none
+        except Exception:
+            log_hook_error("camel worker names")
         try:
             task = kwargs["task"] if "task" in kwargs else args[0]
             return start_run(probe, workforce.description, framework=self.name, task=getattr(task, "content", None))
@@ -771,7 +815,7 @@ class CamelAdapter(Adapter):
             parent = run if society is not None else own_run  # None: the current run is the parent
             token = parent.attach() if parent is not None else None
             try:
-                step = start_step(probe, agent.role_name, run=run, agent_id=agent.agent_id, role=role,
+                step = start_step(probe, self._name(agent), run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=lambda: [_message(message, "user")])  # only if it records
             finally:
                 if token is not None:

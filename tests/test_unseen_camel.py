@@ -335,3 +335,38 @@ def test_a_judge_verdict_wins_over_a_failed_workforce_task(model_server, provide
                                    judge=lambda task, answer: "result 5" in (answer or ""))
     workforce.process_task(Task(content="Compute 2+3 and 4*5", id="0"))
     assert probe.trajectory().outcome.success is True
+
+
+def test_workforce_agents_with_generic_role_names_are_told_apart(model_server, provider, exporter, tmp_path):
+    """Agents built from a plain system prompt (``ChatAgent("You add.")``, role name ``System``, as
+    camel's examples build them): each worker's steps are named by its description, the coordinator
+    and the task planner by camel's own names for them, in the app's agents too."""
+    from camel.agents import ChatAgent
+    from camel.societies.workforce import Workforce
+    from camel.tasks import Task
+
+    def policy(body: dict[str, Any]) -> Reply:
+        text = str(body["messages"][-1].get("content"))
+        if "Multiply" in text and "<tasks>" not in text and "assignee_id" not in text:
+            return Reply(content=json.dumps({"content": "20", "failed": False}))
+        return _two_worker_policy(body)
+
+    server = model_server(policy)
+
+    def plain(prompt: str, tools: list | None = None) -> Any:
+        return ChatAgent(prompt, model=_backend(server.base_url), tools=tools)
+
+    workforce = Workforce("Calc team", coordinator_agent=plain("You coordinate."), task_agent=plain("You plan."),
+                          graceful_shutdown_timeout=0)
+    workforce.add_single_agent_worker("Adder: adds with add", worker=plain("You add.", tools=[add]))
+    workforce.add_single_agent_worker("Multiplier: multiplies", worker=plain("You multiply numbers."))
+    assert {a.role_name for a in (workforce.coordinator_agent, workforce.task_agent)} == {"System"}
+    probe = aegis_probe.instrument(workforce, tracer_provider=provider, store=tmp_path / "store")
+    assert probe.apps[0].agents == ("Workforce Manager", "Task Planner", "Adder: adds with add", "Multiplier: multiplies")
+    result = workforce.process_task(Task(content="Compute 2+3 and 4*5", id="0"))
+    assert "result 5" in result.result and "20" in result.result
+    names = [s.attributes[sc.AGENT_NAME] for s in _steps(_ours(exporter))]
+    assert names[:2] == ["Task Planner", "Workforce Manager"] and "System" not in names
+    assert sorted(names[2:4]) == ["Adder: adds with add", "Multiplier: multiplies"]
+    probe.uninstrument()
+    assert workforce.coordinator_agent.role_name == "System"  # camel's own objects unchanged
