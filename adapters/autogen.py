@@ -8,7 +8,8 @@ is registered and when a run starts):
   coroutine first awaited), nested teams pass through. A stream left before its ``TaskResult``
   (closed, or dropped after its loop closed) ends its run cancelled. A registered lone agent's
   ``on_messages_stream`` (``on_messages``) called outside runs is a run of its own too.
-- agent step: ``on_messages_stream`` of every ``BaseChatAgent`` class that defines it; a call of
+- agent step: ``on_messages_stream`` and ``on_messages`` of every ``BaseChatAgent`` class that
+  defines them (``run`` and ``MessageFilterAgent`` call ``on_messages``); a call of
   the step's agent name in the step's team (``super()``, ``on_messages``, a wrapper such as
   ``MessageFilterAgent``) stays one step, and so does a ``MessageFilterAgent``'s inner agent of
   another name; the step's input is the messages the inner agent got.
@@ -584,6 +585,14 @@ class RunWrapper(_Wrapper):
         return result
 
 
+def _end_step(scope: StepScope, response: Any) -> None:
+    """End a step with its ``Response``'s message (a handoff names the next speaker, as in a ``Swarm``)."""
+    out = response.chat_message
+    if isinstance(out, HandoffMessage):
+        scope.span.set_attribute(sc.STEP_NEXT_SPEAKER, out.target)
+    scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
+
+
 class _StepHooks:
     """A step's stream callbacks. The step ends at its ``Response`` (the stream's last item): ``on_messages``
     and ``run`` stop reading there and leave the stream to the garbage collector, which would end it
@@ -598,10 +607,7 @@ class _StepHooks:
     def item(self, item: Any) -> None:
         if isinstance(item, Response) and not self.ended:
             self.ended = True
-            out = item.chat_message
-            if isinstance(out, HandoffMessage):  # a Swarm agent's handoff names the next speaker
-                self.scope.span.set_attribute(sc.STEP_NEXT_SPEAKER, out.target)
-            self.scope.finish(lambda: [{"role": "assistant", "content": out.to_text(), "name": out.source}])
+            _end_step(self.scope, item)
 
     def done(self, exc: BaseException | None) -> None:
         if self.ended:
@@ -713,6 +719,60 @@ class StepWrapper(_Wrapper):
         if isinstance(instance, MessageFilterAgent):
             scope.ctx = otel_context.set_value(_STEP_WRAPPED, instance._wrapped_agent, scope.ctx)
         return scope
+
+
+class OnMessagesWrapper(StepWrapper):
+    """``on_messages`` of an agent class that defines it: a step as ``on_messages_stream``'s, for the
+    calls that do not go through that: ``BaseChatAgent.run``, an agent implementing ``on_messages``
+    only, a ``MessageFilterAgent`` (which calls its inner agent's ``on_messages``)."""
+
+    def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        coro = wrapped(*args, **kwargs)
+        try:
+            traced = self._traced(coro, instance, args, kwargs)
+        except Exception:
+            log_hook_error("agent step start")
+            return coro
+        try:  # what the app holds instead of ``coro``: a call never awaited behaves the same
+            _stands_for(traced, coro)
+        except Exception:
+            log_hook_error("agent step start")
+        return traced
+
+    async def _traced(self, coro: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``coro`` awaited as a step; a lone app's called outside runs, in a run of its own."""
+        run = None
+        try:
+            if self._lone_app(instance) and current_run() is None:
+                run = self._open_run(instance, {"task": args[0] if args else kwargs.get("messages")})
+        except Exception:
+            log_hook_error("run start")
+        if run is None:
+            return await self._in_step(coro, instance, args, kwargs)
+        hooks = _RunHooks(run)
+        token = run.attach()
+        try:
+            result = await self._in_step(coro, instance, args, kwargs)
+        except BaseException as exc:
+            run.detach(token)
+            hooks.done(exc)
+            raise
+        run.detach(token)
+        try:
+            hooks.item(result)
+        except Exception:
+            log_hook_error("run end")
+        return result
+
+    async def _in_step(self, coro: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            scope = self._open(instance, args, kwargs)
+        except Exception:
+            log_hook_error("agent step start")
+            scope = None
+        if scope is None:
+            return await coro
+        return await await_in_scope(scope, lambda: coro, lambda response: _end_step(scope, response), "agent step")
 
 
 class _ClientWrapper(_Wrapper):
@@ -1200,6 +1260,7 @@ class AutogenAdapter(Adapter):
         self._run_stream = RunStreamWrapper(self)
         self._run = RunWrapper(self)
         self._step = StepWrapper(self)
+        self._on_messages = OnMessagesWrapper(self)
         self._tool = ToolWrapper(self)
         self._tool_stream = ToolStreamWrapper(self)
         self._workbench = WorkbenchWrapper(self)
@@ -1256,6 +1317,7 @@ class AutogenAdapter(Adapter):
             self._patch(cls, "run_stream", self._run_stream)
             self._patch(cls, "run", self._run)
             self._patch(cls, "on_messages_stream", self._step)
+            self._patch(cls, "on_messages", self._on_messages)
         for cls in _subclasses(BaseGroupChatManager):
             self._patch(cls, "update_message_thread", _thread_updated)
         for cls in _subclasses(ChatCompletionClient):

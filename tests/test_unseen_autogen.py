@@ -1,6 +1,7 @@
 """AutoGen apps written as other teams write them, of kinds the adapter's other tests do not run:
 custom speaker selection, parallel tools with reflection, code execution and a human in the loop,
-agents and teams as tools, runs repeated and reset, a lone agent called through ``on_messages``,
+agents and teams as tools, runs repeated and reset, a lone agent called through ``on_messages``
+(autogen's own, one implementing only that, a ``MessageFilterAgent``),
 handoffs, a run refused while another is in flight, names in any script, secrets in tool results
 and model errors. Real autogen-agentchat and its OpenAI client against the loopback model server."""
 
@@ -22,7 +23,8 @@ from opentelemetry.trace import StatusCode
 
 pytest.importorskip("autogen_agentchat")
 
-from autogen_agentchat.agents import AssistantAgent, CodeExecutorAgent, UserProxyAgent  # noqa: E402
+from autogen_agentchat.agents import AssistantAgent, BaseChatAgent, CodeExecutorAgent, UserProxyAgent  # noqa: E402
+from autogen_agentchat.base import Response  # noqa: E402
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination  # noqa: E402
 from autogen_agentchat.messages import TextMessage  # noqa: E402
 from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat, Swarm  # noqa: E402
@@ -58,7 +60,7 @@ def _tracing(app: Any, tmp_path: Path, **kwargs: Any) -> tuple[Any, InMemorySpan
 
 
 def _steps(spans: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
-    return sorted((s for s in spans if sc.STEP_INDEX in (s.attributes or {})), key=lambda s: s.attributes[sc.STEP_INDEX])  # type: ignore[index]
+    return sorted((s for s in spans if sc.STEP_INDEX in (s.attributes or {})), key=lambda s: str((s.attributes or {})[sc.STEP_INDEX]).zfill(9))
 
 
 def _children(span: ReadableSpan, spans: tuple[ReadableSpan, ...], op: str) -> list[ReadableSpan]:
@@ -551,4 +553,68 @@ def test_agents_named_in_any_script_with_a_client_of_the_app_own(tmp_path, caplo
     assert [s.name for s in _steps(exporter.get_finished_spans())] == [f"invoke_agent {n}" for n in names]
     probe.uninstrument()
     assert all(vars(_EchoClient)[k] is v for k, v in original.items()) and set(vars(_EchoClient)) == set(original)
+    no_hook_errors(caplog.records)
+
+
+class _Counter(BaseChatAgent):
+    """An agent written as autogen's docs show: ``on_messages`` only (no model, no stream of its own)."""
+
+    @property
+    def produced_message_types(self) -> Any:
+        return (TextMessage,)
+
+    async def on_messages(self, messages: Any, cancellation_token: CancellationToken) -> Response:
+        return Response(chat_message=TextMessage(content=f"counted {len(messages)}", source=self.name))
+
+    async def on_reset(self, cancellation_token: CancellationToken) -> None:
+        return None
+
+
+def test_an_agent_implementing_on_messages_only_is_a_step_however_it_is_called(tmp_path, caplog):
+    """An agent implementing ``on_messages`` only, instrumented alone and run with ``run`` (which
+    calls ``on_messages``, never ``on_messages_stream``: the run had no step), ``run_stream`` or
+    ``on_messages``: each a run of one step with the agent's answer, judged on it."""
+
+    async def each_way(agent: _Counter) -> None:
+        await agent.run(task="a")
+        async for _ in agent.run_stream(task="a"):
+            pass
+        await agent.on_messages([TextMessage(content="a", source="user")], CancellationToken())
+
+    agent = _Counter("counter", description="Counts.")
+    probe, exporter = _tracing(agent, tmp_path, judge=lambda task, answer: answer == "counted 1")
+    asyncio.run(each_way(agent))
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert len(roots) == 3
+    for root in roots:
+        traj = probe.trajectory(format(root.context.trace_id, "032x"))
+        assert [(s.index, s.agent, s.output) for s in traj.steps] == [(0, "counter", "counted 1")]
+        assert traj.task == "a" and traj.outcome.success is True
+    no_hook_errors(caplog.records)
+
+
+def test_a_message_filter_agent_alone_is_one_step_of_its_own_name(model_server, tmp_path, caplog):
+    """A ``MessageFilterAgent`` instrumented alone: its ``on_messages`` calls its inner agent's
+    ``on_messages``, not its own stream. Run or called directly, the run is one step named after
+    the wrapper (was: the inner agent's name under ``run``, nothing at all under ``on_messages``),
+    its input what the inner agent got, its model call in it."""
+    from autogen_agentchat.agents import MessageFilterAgent, MessageFilterConfig, PerSourceFilter
+
+    server = model_server(_by_system_prompt)
+    agent = MessageFilterAgent(name="reader", wrapped_agent=AssistantAgent("reader_inner", model_client=_client(server), system_message="reader"),
+                               filter=MessageFilterConfig(per_source=[PerSourceFilter(source="user", position="last", count=1)]))
+    probe, exporter = _tracing(agent, tmp_path)
+
+    async def both() -> None:
+        await agent.run(task=[TextMessage(content="old", source="user"), TextMessage(content="new", source="user")])
+        await agent.on_messages([TextMessage(content="older", source="user"), TextMessage(content="newer", source="user")],
+                                CancellationToken())
+
+    asyncio.run(both())
+    roots = sorted((s for s in exporter.get_finished_spans() if s.parent is None), key=lambda s: s.start_time or 0)
+    assert len(roots) == 2
+    for root, seen in zip(roots, ("new", "newer")):
+        (step,) = probe.trajectory(format(root.context.trace_id, "032x")).steps
+        assert (step.agent, [m.content for m in step.input_messages], step.output, len(step.llm_calls)) == (
+            "reader", [seen], "reader answers", 1)
     no_hook_errors(caplog.records)
