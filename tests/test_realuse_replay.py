@@ -196,12 +196,12 @@ def test_autogen_team_of_200_turns_with_a_tool_and_a_streamed_model_replays_exac
     no_hook_errors(caplog.records)
 
 
-def test_camel_society_of_120_steps_with_tools_replays_exactly_and_forks(model_server, tmp_path, caplog):
-    """An Asker and an Adder who calls its ``add`` tool every turn, 60 rounds (120 steps, 180 calls)."""
+def test_camel_society_of_60_steps_with_tools_replays_exactly_and_forks(model_server, tmp_path, caplog):
+    """An Asker and an Adder who calls its ``add`` tool every turn, 30 rounds (60 steps, 90 calls)."""
     pytest.importorskip("camel")
     from test_realuse_camel import _is_asker, _play, _society
 
-    rounds, counter, asked = 60, itertools.count(), itertools.count(1)
+    rounds, counter, asked = 30, itertools.count(), itertools.count(1)
 
     def policy(body: dict[str, Any]) -> Reply:
         if _is_asker(body):
@@ -216,8 +216,8 @@ def test_camel_society_of_120_steps_with_tools_replays_exactly_and_forks(model_s
     trace_id, answer = _record(spec, server, store, "Count together.")
     assert len(answer) == 2 * rounds and answer[1] == ("Adder", "Adder says 1000")
     replays_exactly(spec, store, trace_id, answer, server)
-    fork = forks_at(spec, store, trace_id, 60, server)  # an Asker's turn
-    assert fork.answer[:60] == answer[:60] and fork.answer[60] == ("Asker", FORK)
+    fork = forks_at(spec, store, trace_id, 30, server)  # an Asker's turn
+    assert fork.answer[:30] == answer[:30] and fork.answer[30] == ("Asker", FORK)
     no_hook_errors(caplog.records)
 
 
