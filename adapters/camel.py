@@ -491,7 +491,7 @@ class CamelAdapter(Adapter):
             name = app.description
         for agent in agents:
             self.registry.add(agent, probe)
-        return AppInfo(name=name, lone_agent=False, agents=tuple(dict.fromkeys(self._name(a) for a in agents)))
+        return AppInfo(name=name, lone_agent=False, agents=tuple(dict.fromkeys(self._names.get(a) or a.role_name for a in agents)))
 
     @staticmethod
     def _workforce_agents(workforce: Any) -> list[Any]:
@@ -696,10 +696,6 @@ class CamelAdapter(Adapter):
                 self._end_session(instance, run, exc)
 
     # -- Workforce -------------------------------------------------------------------------
-    def _name(self, agent: Any) -> str:
-        """The step name of ``agent``: its role name, or the one :meth:`_name_workforce` gave it."""
-        return self._names.get(agent) or agent.role_name
-
     def _name_workforce(self, workforce: Any) -> None:
         """Name the workforce's agents whose role name camel calls generic (``System``, what a
         ``ChatAgent("...")`` gets; ``assistant``, ...) as camel does where it needs them apart: a
@@ -815,7 +811,7 @@ class CamelAdapter(Adapter):
             parent = run if society is not None else own_run  # None: the current run is the parent
             token = parent.attach() if parent is not None else None
             try:
-                step = start_step(probe, self._name(agent), run=run, agent_id=agent.agent_id, role=role,
+                step = start_step(probe, self._names.get(agent) or agent.role_name, run=run, agent_id=agent.agent_id, role=role,
                                   input_messages=lambda: [_message(message, "user")])  # only if it records
             finally:
                 if token is not None:

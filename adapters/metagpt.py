@@ -20,6 +20,9 @@ Span shape and where each span comes from (class-level patches, installed once):
   so each executed action is recorded as the step's tool call, with the action's output as the
   result. The model call of ``_think`` stays outside it, directly under the step; the model calls
   an action makes nest inside it. ``Action.run`` itself is not patched: every action overrides it.
+  A ``Role`` subclass's own ``_act`` (metagpt's ``Engineer``, the tutorials' ``SimpleCoder``) is
+  wrapped too (classes defined after install when a run starts), one span per action however many
+  ``super()._act()`` calls it makes; an ``_act`` with no action to do (``rc.todo`` None) makes none.
 - LLM: ``BaseLLM.aask`` (all of metagpt's model calls) -> ``chat {model}`` through
   :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. With interceptors
   (replay, injection) the call first yields to the event loop once, as a request to a model does,
@@ -131,11 +134,6 @@ def _aask_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return named
 
 
-def _messages(messages: Sequence[Message]) -> list[ChatMessage]:
-    """metagpt messages as neutral chat messages (the sender's role/profile as ``name``)."""
-    return [{"role": "user", "name": m.role, "content": m.content} for m in messages]
-
-
 class MetaGPTCodec:
     """One ``BaseLLM.aask`` call: prompt pieces <-> neutral messages, returned text <-> response.
 
@@ -207,6 +205,21 @@ class MetaGPTCodec:
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
         return response.content or ""
+
+
+#: The role whose own (overriding) ``_act`` runs in this task: its ``super()._act()`` is the same action.
+_ACTING: contextvars.ContextVar[Role | None] = contextvars.ContextVar("aegis_metagpt_acting", default=None)
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls``'s subclasses, all levels down."""
+    found: list[type] = []
+    todo: list[type] = list(cls.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        found.append(sub)
+        todo.extend(sub.__subclasses__())
+    return found
 
 
 #: The errors the ``Team.run`` running in this task swallows: its roles' and its budget check's.
@@ -305,11 +318,16 @@ class MetaGPTAdapter(Adapter):
 
     name = "metagpt"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._patched: set[type] = set()  # Role subclasses whose own ``_act`` is wrapped
+
     def detect(self, app: Any) -> bool:
         return isinstance(app, (Team, Role))
 
     def register(self, app: Any, probe: "Probe") -> AppInfo:
         self.registry.add(app, probe)
+        self.sync()
         if isinstance(app, Team):
             return AppInfo(type(app).__name__, False, tuple(r.name for r in app.env.roles.values()))
         return AppInfo(app.name, True, (app.name,))
@@ -324,6 +342,16 @@ class MetaGPTAdapter(Adapter):
         patcher.wrap(BaseLLM, "_update_costs", self._update_costs, enabled=_ACTIVE_CALL.get)  # only inside a traced ``aask``
         for llm_class in _ESTIMATING:
             patcher.wrap(llm_class, "_calc_usage", self._calc_usage, enabled=_ACTIVE_CALL.get)
+        self._patched.clear()  # (left as it was by uninstall, which does not sync)
+        self.sync_patches()
+
+    def sync_patches(self, **_: Any) -> None:
+        """Wrap the ``_act`` of every ``Role`` subclass that overrides it (metagpt's ``Engineer``, an
+        app's ``SimpleCoder``), defined since the last call too: its action is the step's tool call."""
+        for cls in _subclasses(Role):
+            if cls not in self._patched and "_act" in vars(cls):
+                self._patcher.wrap(cls, "_act", self._own_act)
+                self._patched.add(cls)
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
@@ -343,6 +371,7 @@ class MetaGPTAdapter(Adapter):
             run = None
         if run is None:
             return await wrapped(*args, **kwargs)
+        self.sync()  # role classes defined after install (trace-every-app mode)
         errors: list[BaseException] = []
         token = _SWALLOWED.set(errors)
         try:
@@ -376,6 +405,7 @@ class MetaGPTAdapter(Adapter):
             run = None
         if run is None:
             return await _noting_swallowed(wrapped(*args, **kwargs))
+        self.sync()
         return await _in_run(run, lambda: wrapped(*args, **kwargs))
 
     # -- steps and actions -----------------------------------------------------------------
@@ -391,7 +421,8 @@ class MetaGPTAdapter(Adapter):
             step = start_step(
                 run.probe, instance.name, run=run, agent_id=instance.role_id or None,
                 description=instance.goal or None, role=instance.profile or None,
-                input_messages=lambda: _messages(news),
+                # the news as neutral chat messages, the sender's role/profile as ``name`` (one call less per step)
+                input_messages=lambda: [{"role": "user", "name": m.role, "content": m.content} for m in news],
             )
         except Exception:
             log_hook_error("step start")
@@ -407,10 +438,12 @@ class MetaGPTAdapter(Adapter):
 
     def _act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Awaitable[Any]:
         step = current_step()
-        if step is None:
+        if step is None or _ACTING.get() is instance:  # outside steps, or the action's span is open
             return wrapped(*args, **kwargs)
         try:
             todo = instance.rc.todo
+            if todo is None:  # an overriding ``_act`` of a role without actions: no action to record
+                return wrapped(*args, **kwargs)
             tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__,
                               description=getattr(todo, "desc", None) or None)
         except Exception:
@@ -418,6 +451,18 @@ class MetaGPTAdapter(Adapter):
             return wrapped(*args, **kwargs)
         return await_in_scope(tool, lambda: wrapped(*args, **kwargs),
                               lambda msg: tool.finish(msg.content if isinstance(msg, Message) else msg), "action")
+
+    async def _own_act(self, wrapped: Callable[..., Any], instance: Role, args: tuple, kwargs: dict) -> Any:
+        """A subclass's own ``_act``: the action's span (:meth:`_act`), once however many
+        ``super()._act()`` calls (each an ``_act`` of a class up the chain) it makes."""
+        if _ACTING.get() is instance:
+            return await wrapped(*args, **kwargs)
+        acting = self._act(wrapped, instance, args, kwargs)  # opens the span now, if any
+        token = _ACTING.set(instance)
+        try:
+            return await acting
+        finally:
+            _ACTING.reset(token)
 
     # -- model calls -----------------------------------------------------------------------
     async def _aask(self, wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:

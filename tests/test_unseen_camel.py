@@ -280,9 +280,9 @@ def _two_worker_policy(body: dict[str, Any]) -> Reply:
         raise RuntimeError(f"multiplier backend down {KEY}")
     if body.get("tools"):
         return Reply(tool_calls=[("add", {"a": 2, "b": 3})])
-    if "recovery_strategy" in text:
+    if '"quality_score"' not in text and "recovery_strategy" in text:  # a failure's analysis
         return Reply(content=json.dumps({"reasoning": "try again", "recovery_strategy": "retry", "issues": ["down"]}))
-    return Reply(content=json.dumps({"reasoning": "fine", "quality_score": 95, "issues": []}))
+    return Reply(content=json.dumps({"reasoning": "fine", "quality_score": 95, "issues": []}))  # a result's quality
 
 
 def _two_workers(url: str) -> Any:

@@ -237,3 +237,58 @@ def test_a_lone_roles_error_fails_its_run_as_the_error_it_raised(where, model_se
         assert "Traceback" not in span.status.description and "[REDACTED]" in span.status.description
     assert probe.trajectory().error.startswith(error)
     _nowhere(KEY, spans, caplog.records, tmp_path / "store")
+
+
+class SimpleCoder(Role):
+    """metagpt's tutorial role: its own ``_act`` runs the action on the last message."""
+
+    async def _act(self) -> Message:
+        todo = self.rc.todo
+        text = await todo.run(self.get_memories(k=1))
+        return Message(content=text, role=self.profile, cause_by=type(todo))
+
+
+class CarefulCoder(SimpleCoder):
+    """An ``_act`` that logs around ``super()._act()`` (one action, one span)."""
+
+    async def _act(self) -> Message:
+        return await super()._act()
+
+
+def test_roles_with_their_own_act_record_their_action(model_server, provider, exporter, tmp_path):
+    """A role class overriding ``_act`` (defined after ``instrument``, too): each action is one
+    ``execute_tool`` span under the step, its model call inside it, with or without ``super()._act()``."""
+    from metagpt.roles import Engineer
+
+    originals = {cls: vars(cls)["_act"] for cls in (SimpleCoder, CarefulCoder, Engineer)}
+    server = model_server(policy)
+    ctx = demo.llm_context(server.base_url, MODEL, "sk-test")
+    team = Team(context=ctx)
+    team.hire([_role("Writer", [Draft], [UserRequirement], ctx)])
+    probe = aegis_probe.instrument(team, tracer_provider=provider, store=tmp_path / "store")
+    assert all(vars(cls)["_act"] is not act for cls, act in originals.items())
+
+    class LateCoder(Role):
+        async def _act(self) -> Message:
+            return Message(content=await self.rc.todo.run(self.get_memories(k=1)), role=self.profile, cause_by=type(self.rc.todo))
+
+    for cls, name in ((SimpleCoder, "Simple"), (CarefulCoder, "Careful"), (LateCoder, "Late")):
+        role = cls(name=name, profile=name, goal="code", context=ctx)
+        role.set_actions([Polish])
+        role._watch([Draft])
+        team.hire([role])
+    asyncio.run(_run(team, [{"n_round": 2, "idea": "code it"}]))
+    spans = _ours(exporter)
+    steps = {s.attributes[sc.AGENT_NAME]: s for s in spans if sc.STEP_INDEX in s.attributes}
+    assert sorted(steps) == ["Careful", "Late", "Simple", "Writer"]
+    tools = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_TOOL]
+    for name in ("Simple", "Careful", "Late"):
+        (tool,) = [t for t in tools if _parent(t, spans) is steps[name]]
+        assert tool.name == "execute_tool Polish" and tool.attributes[sc.TOOL_CALL_RESULT] == "polished"
+        (chat,) = [c for c in spans if c.attributes[sc.OPERATION] == sc.OP_CHAT and _parent(c, spans) is tool]
+        assert chat.attributes[sc.AGENT_NAME] == name
+    late = vars(LateCoder)["_act"]
+    assert hasattr(late, "__wrapped__")  # wrapped when the run started
+    probe.uninstrument()
+    assert all(vars(cls)["_act"] is act for cls, act in originals.items())
+    assert vars(LateCoder)["_act"] is late.__wrapped__
