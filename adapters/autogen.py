@@ -510,6 +510,8 @@ class RunStreamWrapper(_Wrapper):
 
     def _in_run(self, stream: AsyncIterator[Any], instance: Any, kwargs: dict) -> AsyncIterator[Any]:
         """``stream`` iterated in a new run (itself when none opens)."""
+        if getattr(instance, "_embedded_runtime", True) is False:  # (a team traced unregistered: trace-every-app)
+            self.adapter.own_runtimes = True  # its participants' handlers must be put back in its run
         run = self._open_run(instance, kwargs)
         if run is None:
             return stream

@@ -618,3 +618,44 @@ def test_a_message_filter_agent_alone_is_one_step_of_its_own_name(model_server, 
         assert (step.agent, [m.content for m in step.input_messages], step.output, len(step.llm_calls)) == (
             "reader", [seen], "reader answers", 1)
     no_hook_errors(caplog.records)
+
+
+def test_trace_every_app_mode_traces_a_team_on_the_app_own_runtime(model_server, tmp_path, caplog):
+    """Zero-code tracing (``AegisInstrumentor``, no ``instrument(app)``) of teams on a runtime the
+    app started itself (``runtime=``): each run holds its agents' steps and the selector's model
+    call (was: the root alone, the participants' handlers running outside it)."""
+    from aegis_probe.instrumentor import AegisInstrumentor
+
+    def policy(body: dict[str, Any]) -> Reply:
+        system = body["messages"][0]["content"]
+        return Reply(content="b") if "select the next role" in system else Reply(content=f"{system} answers")
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = AegisInstrumentor()
+    instrumentor.instrument(tracer_provider=provider, store=tmp_path / "store")
+    client = _client(model_server(policy))
+
+    async def main() -> None:
+        runtime = SingleThreadedAgentRuntime()
+        runtime.start()
+        pair = [AssistantAgent("a", model_client=client, system_message="a"), AssistantAgent("b", model_client=client, system_message="b")]
+        await RoundRobinGroupChat(pair, termination_condition=MaxMessageTermination(3), runtime=runtime).run(task="one")
+        pair = [AssistantAgent("a", model_client=client, system_message="a"), AssistantAgent("b", model_client=client, system_message="b")]
+        await SelectorGroupChat(pair, model_client=client, termination_condition=MaxMessageTermination(2), runtime=runtime).run(task="two")
+        await runtime.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        instrumentor.uninstrument()
+    spans = exporter.get_finished_spans()
+    roots = sorted((s for s in spans if s.parent is None), key=lambda s: s.start_time or 0)
+    assert [r.name for r in roots] == ["invoke_workflow RoundRobinGroupChat", "invoke_workflow SelectorGroupChat"]
+    for root, agents in zip(roots, (["a", "b"], ["b"])):
+        trace_spans = tuple(s for s in spans if s.context.trace_id == root.context.trace_id)
+        assert [s.attributes[sc.AGENT_NAME] for s in _steps(trace_spans)] == agents
+    (selection,) = _children(roots[1], spans, sc.OP_CHAT)
+    assert selection.attributes[sc.LLM_PURPOSE] == sc.PURPOSE_SPEAKER_SELECTION
+    no_hook_errors(caplog.records)
