@@ -1,5 +1,5 @@
 """AG2 in real use, through real ``GroupChat``s and two-agent chats and ag2's own openai client
-against the loopback model server: a group chat of 300 messages, odd bytes in the model's replies,
+against the loopback model server: a group chat of 120 messages, odd bytes in the model's replies,
 tool results and the user's task (NUL, lone surrogates, bytes that are not UTF-8, right-to-left
 text and emoji, control characters, a 1 MiB turn), and chats at once in two threads and in two
 asyncio tasks.
@@ -35,7 +35,7 @@ if HERE:
     import aegis_probe
     from aegis_probe.modelserver import Reply
 
-STEPS = 300
+STEPS = 120
 FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
 
 
@@ -65,18 +65,18 @@ def _speaker(body: dict[str, Any]) -> str:
 
 @needs_ag2
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["initiate_chat", "a_initiate_chat"])
-def test_a_group_chat_of_300_messages_is_whole(asynchronous, model_server, tmp_path, caplog):
+def test_a_group_chat_of_120_messages_is_whole(asynchronous, model_server, tmp_path, caplog):
     counter = itertools.count()
     server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
     user, manager = _talk(server.base_url, STEPS)
     probe = aegis_probe.instrument(manager, store=tmp_path / "store")
     start = user.a_initiate_chat if asynchronous else user.initiate_chat
-    result = start(manager, message="count to 300", silent=True, summary_method="last_msg")
+    result = start(manager, message=f"count to {STEPS}", silent=True, summary_method="last_msg")
     result = asyncio.run(result) if asynchronous else result
     said = result.chat_history[1:]
     assert len(said) == STEPS == len(server.requests) and result.summary == f"bob says {STEPS - 1}"
     traj = long_run_is_whole(probe, tmp_path / "store", [m["name"] for m in said], [m["content"] for m in said], STEPS)
-    assert traj.task == "count to 300" and [s.agent for s in traj.steps[:3]] == ["alice", "bob", "alice"]
+    assert traj.task == f"count to {STEPS}" and [s.agent for s in traj.steps[:3]] == ["alice", "bob", "alice"]
     no_hook_errors(caplog.records)
 
 
