@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import aegis_probe
 from aegis_probe.modelserver import ModelServer, Policy
+from phoenix_server import phoenix  # noqa: F401 - one real Phoenix for the whole session
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from aegis_probe import cli
 from aegis_probe import semconv as sc
 from aegis_probe.store import TraceStore
 from aegis_probe.trajectory import Trajectory, load_trajectories
-from test_otlp import phoenix  # noqa: F401 - the session's real OTLP receiver
 from toyrun import make_probe, run_script, sample_steps
 
 
@@ -92,7 +91,7 @@ def test_both_an_id_and_all_is_a_usage_error(store, capsys):
 
 
 @pytest.mark.phoenix
-def test_sent_to_a_real_otlp_receiver_as_stored(phoenix, store, tmp_path, capsys):  # noqa: F811
+def test_sent_to_a_real_otlp_receiver_as_stored(phoenix, store, tmp_path, capsys):
     """Every span of every trace reaches Phoenix with its ids, parent, name and attributes,
     the outcome amended after the run included."""
     project = f"aegis-export-{uuid.uuid4().hex[:8]}"

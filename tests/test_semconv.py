@@ -24,7 +24,6 @@ import aegis_probe
 from aegis_probe import semconv as sc
 from aegis_probe.probe import ProbeSetup
 from aegis_probe.store import TraceStore
-from test_otlp import phoenix  # noqa: F401  (the session fixture: a real Phoenix)
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "otel.md"
@@ -118,7 +117,7 @@ def test_framework_runs_emit_only_known_names(framework, model_server, provider,
 
 
 @pytest.mark.phoenix
-def test_phoenix_shows_agent_llm_and_tool_spans(phoenix, tmp_path, monkeypatch):  # noqa: F811
+def test_phoenix_shows_agent_llm_and_tool_spans(phoenix, tmp_path, monkeypatch):
     """Phoenix derives its span kinds from the GenAI attributes; no OpenInference attribute is needed."""
     project = f"aegis-kinds-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
