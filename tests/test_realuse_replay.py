@@ -122,13 +122,13 @@ def _streamed_talk(base_url: str, turns: int) -> Any:
     return graph.compile(name="talk", checkpointer=InMemorySaver())
 
 
-def test_langgraph_300_streamed_steps_replay_exactly_and_fork_with_a_label_of_their_own(model_server, tmp_path):
-    """A graph of 300 model-node steps, streamed models, read with ``astream`` (tokens and state);
-    then a single-step injection at step 150 keeps its failure labelled on the fork's trace only."""
+def test_langgraph_120_streamed_steps_replay_exactly_and_fork_with_a_label_of_their_own(model_server, tmp_path):
+    """A graph of 120 model-node steps, streamed models, read with ``astream`` (tokens and state);
+    then a single-step injection at step 60 keeps its failure labelled on the fork's trace only."""
     pytest.importorskip("langgraph")
     from test_realuse_langgraph import _speaker
 
-    steps, counter = 300, itertools.count()
+    steps, counter = 120, itertools.count()
     server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
 
     def run_app(app: Any, task: str) -> str:
@@ -143,24 +143,24 @@ def test_langgraph_300_streamed_steps_replay_exactly_and_fork_with_a_label_of_th
     spec = AppSpec(lambda base_url, model, api_key: _streamed_talk(base_url, steps), run_app)
     store = TraceStore(tmp_path / "store")
     judge = lambda task, answer: answer == f"bob says {steps - 1}"  # noqa: E731
-    trace_id, answer = _record(spec, server, store, "count to 300", judge)
+    trace_id, answer = _record(spec, server, store, f"count to {steps}", judge)
     assert len(server.requests) == steps and all(r["stream"] for r in server.requests)
     replays_exactly(spec, store, trace_id, answer, server)
-    forks_at(spec, store, trace_id, 150, server)
+    forks_at(spec, store, trace_id, 60, server)
     stored = _stored(store, trace_id)
-    injected = inject_step(trace_id, spec, 150, "FM-3.1", endpoint=Endpoint(server.base_url, MODEL, "sk-test"),
+    injected = inject_step(trace_id, spec, 60, "FM-3.1", endpoint=Endpoint(server.base_url, MODEL, "sk-test"),
                            judge=judge, store=store)
-    assert injected.kept and injected.result.trajectory.steps[150].output.startswith("The task is already finished")
+    assert injected.kept and injected.result.trajectory.steps[60].output.startswith("The task is already finished")
     fork = aegis_probe.Trajectory.from_spans(store.trace(injected.result.trajectory.trace_id))
-    assert [(f.agent, f.step, f.mode) for f in fork.labels.faults] == [("alice", 150, "FM-3.1")]
-    assert fork.labels.faults[0].span_id == fork.steps[150].span_id
+    assert [(f.agent, f.step, f.mode) for f in fork.labels.faults] == [("alice", 60, "FM-3.1")]
+    assert fork.labels.faults[0].span_id == fork.steps[60].span_id
     assert _stored(store, trace_id) == stored
     assert aegis_probe.Trajectory.from_spans(store.trace(trace_id)).labels.faults == []
     store_lines_are_valid(tmp_path / "store")
 
 
-def test_autogen_team_of_200_turns_with_a_tool_and_a_streamed_model_replays_exactly_and_forks(model_server, tmp_path, caplog):
-    """A counter whose streamed model calls ``tick`` every turn and a checker, 200 turns."""
+def test_autogen_team_of_80_turns_with_a_tool_and_a_streamed_model_replays_exactly_and_forks(model_server, tmp_path, caplog):
+    """A counter whose streamed model calls ``tick`` every turn and a checker, 80 turns."""
     pytest.importorskip("autogen_agentchat")
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.conditions import MaxMessageTermination
@@ -168,7 +168,7 @@ def test_autogen_team_of_200_turns_with_a_tool_and_a_streamed_model_replays_exac
     from autogen_core.tools import FunctionTool
     from test_realuse_autogen import _client, _consume, _said, _speaker
 
-    turns, counter = 200, itertools.count()
+    turns, counter = 80, itertools.count()
 
     def policy(body: dict[str, Any]) -> Reply:
         n = next(counter)
@@ -187,12 +187,12 @@ def test_autogen_team_of_200_turns_with_a_tool_and_a_streamed_model_replays_exac
     spec = AppSpec(build, lambda app, task: [m.to_text() for m in _said(asyncio.run(_consume(app, task)))])
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
-    trace_id, answer = _record(spec, server, store, "tick 100 times")
+    trace_id, answer = _record(spec, server, store, f"tick {turns // 2} times")
     assert len(answer) == turns and answer[0] == "tick 0"
     exact = replays_exactly(spec, store, trace_id, answer, server)
     assert [t.result for s in exact.trajectory.steps for t in s.tool_calls][:2] == ["tick 0", "tick 2"]
-    fork = forks_at(spec, store, trace_id, 101, server)  # a checker's turn
-    assert fork.answer[:101] == answer[:101] and fork.answer[101] == FORK and fork.answer[102] == f"tick {turns}"
+    fork = forks_at(spec, store, trace_id, 41, server)  # a checker's turn
+    assert fork.answer[:41] == answer[:41] and fork.answer[41] == FORK and fork.answer[42] == f"tick {turns}"
     no_hook_errors(caplog.records)
 
 
