@@ -145,10 +145,10 @@ def test_a_secret_straddling_the_end_of_a_remembered_clean_text_is_redacted(odd,
 
 # -- 3. a long run through CAMEL, stored with delta hints, read back exactly ---------------------
 def test_a_long_camel_run_reads_back_from_the_store_as_the_spans_recorded(tmp_path, monkeypatch):
-    """200 agent steps of a RolePlaying society: the store writes prompts as deltas (from the
+    """100 agent steps of a RolePlaying society: the store writes prompts as deltas (from the
     producers' hints); load_trajectories of the store equals that of the same spans written whole."""
     monkeypatch.setenv("CAMEL_WORKDIR", str(tmp_path / "camel"))
-    app, steps = camel_app(), 200
+    app, steps = camel_app(), 100
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
