@@ -50,7 +50,7 @@ class _Collector(http.server.BaseHTTPRequestHandler):
 
 def test_exit_with_a_live_collector_sends_everything_quietly(tmp_path: Path) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         done = _run_app(f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "store")
     finally:
@@ -133,7 +133,7 @@ def test_spans_of_multiprocessing_children_are_exported(tmp_path: Path, method: 
     processor still holds (5 s schedule delay), so the children's spans never reached the collector."""
     _Receiver.names = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     script = tmp_path / "children_app.py"
     script.write_text(_CHILDREN_APP)
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}"}

@@ -133,7 +133,7 @@ def _run_script(endpoint: str, tmp_path: Path) -> tuple[float, str]:
 
 def test_pending_spans_are_sent_at_exit(tmp_path):
     receiver = _SlowReceiver(delay=1.0)  # slower than the flush wait: the spans are still pending at exit
-    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
+    thread = threading.Thread(target=receiver.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         exit_s, _ = _run_script(f"http://127.0.0.1:{receiver.server_address[1]}", tmp_path)

@@ -57,7 +57,7 @@ class _OpenAIStream(BaseHTTPRequestHandler):
 def openai_stream() -> Iterator[str]:
     """The base URL of a loopback server streaming like OpenAI."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIStream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
     server.server_close()

@@ -88,7 +88,7 @@ class Receiver(http.server.ThreadingHTTPServer):
         self.status, self.posts = status, 0
         self.spans: list[dict[str, Any]] = []
         super().__init__(("127.0.0.1", 0), _Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def endpoint(self) -> str:

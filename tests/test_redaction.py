@@ -135,7 +135,7 @@ class _Receiver(ThreadingHTTPServer):
 @pytest.fixture
 def receiver() -> Iterator[_Receiver]:
     server = _Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()

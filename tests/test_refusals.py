@@ -83,7 +83,7 @@ class RefusingServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def __enter__(self) -> "RefusingServer":
-        threading.Thread(target=self._server.serve_forever, name="refusing-model", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="refusing-model", daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -345,7 +345,7 @@ def test_jaeger_file_and_url(tmp_path):
     assert t.agents == ["planner", "coder", "critic"] and t.steps[1].output == "coder says 1" and t.steps[1].error == "ValueError: x"
     assert t.labels.faults[0].agent == "coder" and t.outcome.success is False
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "srv")))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/api/traces"
         assert importers.detect(url) == "jaeger"
