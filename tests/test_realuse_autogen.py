@@ -1,6 +1,6 @@
 """AutoGen in real use, through real autogen-agentchat teams and agents and the real openai client
 (``OpenAIChatCompletionClient``) against the loopback model server: long runs (round-robin teams of
-120 turns, run, streamed and with a streaming model; a team whose agent calls a tool every other
+300 turns, and of 120 streamed and with a streaming model; a team whose agent calls a tool every other
 turn; a ``SelectorGroupChat``; a ``Swarm`` of handoffs; Magentic-One orchestrators, one retrying and
 re-planning), odd bytes in the model's replies, tool results and the user's task (NUL, lone
 surrogates, bytes that are not UTF-8, right-to-left text and emoji, control characters, a 1 MiB
@@ -39,6 +39,7 @@ from aegis_probe.store import TraceStore  # noqa: E402
 from aegis_probe.trajectory import load_trajectories  # noqa: E402
 
 STEPS = 120  # autogen sends the whole conversation every turn: a run's time grows as its square
+LONG_STEPS = 300  # the plain round-robin run: hundreds of turns, as real use has
 MODEL = "aegis-scripted"
 FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
 
@@ -73,18 +74,19 @@ async def _consume(app: Any, task: str) -> TaskResult:
     return result
 
 
-@pytest.mark.parametrize("how", ["run", "run_stream", "model_stream"])
-def test_a_team_of_120_turns_is_whole(how, model_server, tmp_path, caplog):
-    """alice and bob taking 120 turns: one step per turn, in order, each holding its model call."""
+@pytest.mark.parametrize("how, turns", [("run", LONG_STEPS), ("run_stream", STEPS), ("model_stream", STEPS)])
+def test_a_long_team_run_is_whole(how, turns, model_server, tmp_path, caplog):
+    """alice and bob taking hundreds of turns (run; streamed: 120): one step per turn, in order,
+    each holding its model call."""
     counter = itertools.count()
     server = model_server(lambda body: Reply(content=f"{_speaker(body)} says {next(counter)}"))
-    app = _talk(server.base_url, STEPS, stream=how == "model_stream")
-    probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda task, answer: answer.endswith(f" {STEPS - 1}"))
-    result = asyncio.run(_consume(app, f"count to {STEPS}") if how == "run_stream" else app.run(task=f"count to {STEPS}"))
+    app = _talk(server.base_url, turns, stream=how == "model_stream")
+    probe = aegis_probe.instrument(app, store=tmp_path / "store", judge=lambda task, answer: answer.endswith(f" {turns - 1}"))
+    result = asyncio.run(_consume(app, f"count to {turns}") if how == "run_stream" else app.run(task=f"count to {turns}"))
     said = _said(result)
-    assert len(said) == STEPS == len(server.requests) and said[-1].to_text() == f"bob says {STEPS - 1}"
-    traj = long_run_is_whole(probe, tmp_path / "store", [m.source for m in said], [m.to_text() for m in said], STEPS)
-    assert traj.task == f"count to {STEPS}" and traj.outcome.success and traj.outcome.answer == f"bob says {STEPS - 1}"
+    assert len(said) == turns == len(server.requests) and said[-1].to_text() == f"bob says {turns - 1}"
+    traj = long_run_is_whole(probe, tmp_path / "store", [m.source for m in said], [m.to_text() for m in said], turns)
+    assert traj.task == f"count to {turns}" and traj.outcome.success and traj.outcome.answer == f"bob says {turns - 1}"
     no_hook_errors(caplog.records)
 
 

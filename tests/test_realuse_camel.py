@@ -1,6 +1,6 @@
 """CAMEL in real use, through real ``RolePlaying`` societies, ``Workforce``s and ``ChatAgent``s with
 tools and camel's OpenAI-compatible backend (the real openai client) against the loopback model
-server: runs of 120 agent steps (far past an agent's 8-message window), odd bytes in the model's
+server: runs of 300 and 120 agent steps (far past an agent's 8-message window), odd bytes in the model's
 replies, tool results and the user's task (NUL, lone surrogates, right-to-left text and emoji, control
 characters, a 1 MiB turn), runs at once in two threads and in two asyncio tasks, a run cancelled beside
 another, and an app let go."""
@@ -30,6 +30,7 @@ from framework_checks import (  # noqa: E402
     run_at_once, store_lines_are_valid)
 
 STEPS = 120  # camel copies an agent's whole history every step, so a run's time grows as its square
+LONG_STEPS = 300  # the society's step() run: hundreds of steps, as real use has
 MODEL = "aegis-scripted"
 FILES = "files: " + os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8, as os.listdir gives it
 DONE = "CAMEL_TASK_DONE"
@@ -113,16 +114,16 @@ async def _aplay(society: Any, rounds: int) -> list[tuple[str, str]]:
     return said
 
 
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["step", "astep"])
-def test_a_society_of_120_steps_with_tools_is_whole(asynchronous, model_server, tmp_path, caplog):
-    """60 rounds of a society whose Adder calls its tool every turn; the Asker ends it with
-    CAMEL_TASK_DONE, which ends the conversation's run."""
+@pytest.mark.parametrize("asynchronous, steps", [(False, LONG_STEPS), (True, STEPS)], ids=["step", "astep"])
+def test_a_long_society_with_tools_is_whole(asynchronous, steps, model_server, tmp_path, caplog):
+    """150 rounds (astep: 60) of a society whose Adder calls its tool every turn; the Asker ends
+    it with CAMEL_TASK_DONE, which ends the conversation's run."""
     counter, asked = itertools.count(), itertools.count(1)
 
     def policy(body: dict[str, Any]) -> Reply:
         if _is_asker(body):
             n = next(asked)
-            return Reply(content=DONE if n == STEPS // 2 else f"Asker says {n}")
+            return Reply(content=DONE if n == steps // 2 else f"Asker says {n}")
         if body["messages"][-1]["role"] == "tool":
             return Reply(content=f"Adder says {body['messages'][-1]['content']}")
         return Reply(tool_calls=[("add", {"a": 1000, "b": next(counter)})])
@@ -130,12 +131,12 @@ def test_a_society_of_120_steps_with_tools_is_whole(asynchronous, model_server, 
     server = model_server(policy)
     society = _society(server.base_url, "Count together.")
     probe = aegis_probe.instrument(society, store=tmp_path / "store")
-    said = _play(society, STEPS, asynchronous)
-    assert len(said) == STEPS and said[-2] == ("Asker", DONE) and len(server.requests) == STEPS // 2 * 3
+    said = _play(society, steps, asynchronous)
+    assert len(said) == steps and said[-2] == ("Asker", DONE) and len(server.requests) == steps // 2 * 3
     traj = long_run_is_whole(probe, tmp_path / "store", [a for a, _ in said], [t for _, t in said], len(server.requests))
     assert traj.task == "Count together."
     adder = [s for s in traj.steps if s.agent == "Adder"]
-    assert [t.result for s in adder for t in s.tool_calls] == [str(1000 + i) for i in range(STEPS // 2)]
+    assert [t.result for s in adder for t in s.tool_calls] == [str(1000 + i) for i in range(steps // 2)]
     assert all(s.output == f"Adder says {s.tool_calls[0].result}" for s in adder)
     no_hook_errors(caplog.records)
 
