@@ -547,6 +547,22 @@ def _stands_for(traced: Any, coro: Any) -> None:
         weakref.finalize(traced, coro.close).atexit = False
 
 
+def _in_place_of(coro: Any, trace: Callable[[], Any], where: str) -> Any:
+    """``trace()`` (a coroutine awaiting ``coro`` traced), standing for ``coro`` (see
+    :func:`_stands_for`): what the app holds instead, a call never awaited behaving the same;
+    ``coro`` itself when the hook fails."""
+    try:
+        traced = trace()
+    except Exception:
+        log_hook_error(where)
+        return coro
+    try:
+        _stands_for(traced, coro)
+    except Exception:
+        log_hook_error(where)
+    return traced
+
+
 class RunWrapper(_Wrapper):
     """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
 
@@ -555,15 +571,10 @@ class RunWrapper(_Wrapper):
         try:
             if current_run() is not None or self.adapter.run_probe(instance) is None:
                 return coro
-            traced = self._traced(coro, instance, kwargs)
         except Exception:
             log_hook_error("run start")
             return coro
-        try:  # what the app holds instead of ``coro``: a call never awaited behaves the same
-            _stands_for(traced, coro)
-        except Exception:
-            log_hook_error("run start")
-        return traced
+        return _in_place_of(coro, lambda: self._traced(coro, instance, kwargs), "run start")
 
     async def _traced(self, coro: Any, instance: Any, kwargs: dict) -> Any:
         """``coro`` awaited in a new run, opened when it is awaited (a call never awaited opens none)."""
@@ -730,16 +741,7 @@ class OnMessagesWrapper(StepWrapper):
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         coro = wrapped(*args, **kwargs)
-        try:
-            traced = self._traced(coro, instance, args, kwargs)
-        except Exception:
-            log_hook_error("agent step start")
-            return coro
-        try:  # what the app holds instead of ``coro``: a call never awaited behaves the same
-            _stands_for(traced, coro)
-        except Exception:
-            log_hook_error("agent step start")
-        return traced
+        return _in_place_of(coro, lambda: self._traced(coro, instance, args, kwargs), "agent step start")
 
     async def _traced(self, coro: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``coro`` awaited as a step; a lone app's called outside runs, in a run of its own."""
