@@ -487,7 +487,7 @@ class CamelAdapter(Adapter):
             name = _society_name(app)
         else:
             agents = self._workforce_agents(app)
-            self._name_workforce(app)
+            self._try_naming(app)
             name = app.description
         for agent in agents:
             self.registry.add(agent, probe)
@@ -716,22 +716,26 @@ class CamelAdapter(Adapter):
         """``SingleAgentWorker._get_worker_agent``: the agent from its pool (a clone of its worker)
         gets the worker's step name."""
         agent = await wrapped(*args, **kwargs)
-        name = self._names.get(instance.worker)
-        if name is not None:
-            try:
+        try:
+            name = self._names.get(instance.worker)
+            if name is not None:
                 self._names[agent] = name
-            except Exception:
-                log_hook_error("camel worker name")
+        except Exception:
+            log_hook_error("camel worker name")
         return agent
+
+    def _try_naming(self, workforce: Any) -> None:
+        """:meth:`_name_workforce`, its errors logged (a camel that changed keeps its role names)."""
+        try:
+            self._name_workforce(workforce)
+        except Exception:
+            log_hook_error("camel worker names")
 
     def _start_workforce_run(self, workforce: Any, args: tuple, kwargs: dict) -> RunScope | None:
         probe = self.run_probe(workforce)
         if probe is None or current_run() is not None:
             return None
-        try:
-            self._name_workforce(workforce)  # trace-every-app mode registers none
-        except Exception:
-            log_hook_error("camel worker names")
+        self._try_naming(workforce)  # trace-every-app mode registers none
         try:
             task = kwargs["task"] if "task" in kwargs else args[0]
             return start_run(probe, workforce.description, framework=self.name, task=getattr(task, "content", None))

@@ -350,8 +350,11 @@ class MetaGPTAdapter(Adapter):
         app's ``SimpleCoder``), defined since the last call too: its action is the step's tool call."""
         for cls in _subclasses(Role):
             if cls not in self._patched and "_act" in vars(cls):
-                self._patcher.wrap(cls, "_act", self._own_act)
-                self._patched.add(cls)
+                self._patched.add(cls)  # tried once: a class that refuses the patch keeps its own
+                try:
+                    self._patcher.wrap(cls, "_act", self._own_act)
+                except Exception:
+                    log_hook_error(f"patching {cls.__qualname__}._act")
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, app: Any, name: str, task: str | None, lone: bool) -> "RunScope | None":
@@ -441,13 +444,13 @@ class MetaGPTAdapter(Adapter):
         if step is None or _ACTING.get() is instance:  # outside steps, or the action's span is open
             return wrapped(*args, **kwargs)
         try:
-            todo = instance.rc.todo
-            if todo is None:  # an overriding ``_act`` of a role without actions: no action to record
-                return wrapped(*args, **kwargs)
-            tool = start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__,
-                              description=getattr(todo, "desc", None) or None)
+            todo = instance.rc.todo  # None: an overriding ``_act`` of a role without actions, nothing to record
+            tool = None if todo is None else start_tool(step.probe, getattr(todo, "name", None) or type(todo).__name__,
+                                                        description=getattr(todo, "desc", None) or None)
         except Exception:
             log_hook_error("action start")
+            tool = None
+        if tool is None:
             return wrapped(*args, **kwargs)
         return await_in_scope(tool, lambda: wrapped(*args, **kwargs),
                               lambda msg: tool.finish(msg.content if isinstance(msg, Message) else msg), "action")
