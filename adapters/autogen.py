@@ -563,6 +563,25 @@ def _in_place_of(coro: Any, trace: Callable[[], Any], where: str) -> Any:
     return traced
 
 
+async def _awaited_in_run(run: "RunScope", awaitable: Any) -> Any:
+    """``awaitable``'s result, awaited in ``run``, which ends with it (its answer the result's)."""
+    hooks = _RunHooks(run)
+    token = run.attach()
+    try:
+        result = await awaitable
+    except BaseException as exc:
+        run.detach(token)
+        hooks.done(exc)
+        raise
+    run.detach(token)
+    try:
+        hooks.item(result)
+        hooks.done(None)  # (a step's Response has ended it already)
+    except Exception:
+        log_hook_error("run end")
+    return result
+
+
 class RunWrapper(_Wrapper):
     """``BaseChatAgent.run`` of a registered lone agent (it does not go through ``run_stream``)."""
 
@@ -581,21 +600,7 @@ class RunWrapper(_Wrapper):
         run = self._open_run(instance, kwargs)
         if run is None:
             return await coro
-        hooks = _RunHooks(run)
-        token = run.attach()
-        try:
-            result = await coro
-        except BaseException as exc:
-            run.detach(token)
-            hooks.done(exc)
-            raise
-        run.detach(token)
-        try:
-            hooks.item(result)
-            hooks.done(None)
-        except Exception:
-            log_hook_error("run end")
-        return result
+        return await _awaited_in_run(run, coro)
 
 
 def _end_step(scope: StepScope, response: Any) -> None:
@@ -753,20 +758,7 @@ class OnMessagesWrapper(StepWrapper):
             log_hook_error("run start")
         if run is None:
             return await self._in_step(coro, instance, args, kwargs)
-        hooks = _RunHooks(run)
-        token = run.attach()
-        try:
-            result = await self._in_step(coro, instance, args, kwargs)
-        except BaseException as exc:
-            run.detach(token)
-            hooks.done(exc)
-            raise
-        run.detach(token)
-        try:
-            hooks.item(result)
-        except Exception:
-            log_hook_error("run end")
-        return result
+        return await _awaited_in_run(run, self._in_step(coro, instance, args, kwargs))
 
     async def _in_step(self, coro: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
