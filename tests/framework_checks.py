@@ -114,6 +114,17 @@ def escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
+def ours(exporter: Any) -> list[Any]:
+    """aegis-probe's finished spans in ``exporter``, in start order."""
+    return sorted((s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"),
+                  key=lambda s: s.start_time)
+
+
+def parent_of(span: Any, spans: list[Any]) -> Any:
+    """``span``'s parent among ``spans`` (None: a root, or not among them)."""
+    return next((p for p in spans if span.parent is not None and p.context.span_id == span.parent.span_id), None)
+
+
 def _by_index(spans: list[Any]) -> list[Any]:
     steps = [s for s in spans if s.attributes.get(sc.STEP_INDEX) is not None]
     return sorted(steps, key=lambda s: s.attributes[sc.STEP_INDEX])

@@ -22,20 +22,11 @@ pytest.importorskip("camel.agents")
 import aegis_probe  # noqa: E402
 from aegis_probe import semconv as sc  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from framework_checks import no_hook_errors  # noqa: E402
+from framework_checks import no_hook_errors, ours, parent_of  # noqa: E402
+from test_realuse_camel import add  # noqa: E402
 
 KEY = "sk-proj-Jd9Kq2Lw7Xm4Np8Rt1Vy5Zb3Hc6"
 MODEL = "aegis-scripted"
-
-
-def add(a: int, b: int) -> int:
-    """Add two numbers.
-
-    Args:
-        a: The first number.
-        b: The second number.
-    """
-    return a + b
 
 
 async def amul(a: int, b: int) -> int:
@@ -83,15 +74,6 @@ def _agent(base_url: str, name: str, prompt: str, tools: list | None = None, **k
     return ChatAgent(BaseMessage.make_assistant_message(name, prompt), model=_backend(base_url, **kwargs), tools=tools)
 
 
-def _ours(exporter) -> list:
-    return sorted((s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"),
-                  key=lambda s: s.start_time)
-
-
-def _parent(span: Any, spans: list) -> Any:
-    return next((p for p in spans if span.parent is not None and p.context.span_id == span.parent.span_id), None)
-
-
 def _op(spans: list, operation: str) -> list:
     return [s for s in spans if s.attributes.get(sc.OPERATION) == operation]
 
@@ -136,15 +118,15 @@ def test_a_lone_agent_with_sync_async_and_failing_tools(mode, model_server, prov
         probe.flush()
     said = response.msgs[0].content
     assert said.startswith("results: 3 | 12 | ") and KEY in said  # the app gets what the tools said
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     (step,) = _steps(spans)
-    assert root.name == "invoke_agent Helper" and _parent(step, spans) is root and step.name == "invoke_agent Helper"
+    assert root.name == "invoke_agent Helper" and parent_of(step, spans) is root and step.name == "invoke_agent Helper"
     assert root.status.status_code is StatusCode.UNSET and root.attributes[sc.TASK] == "compute"
     chats, tools = _op(spans, sc.OP_CHAT), _op(spans, sc.OP_TOOL)
-    assert len(chats) == 2 and all(_parent(c, spans) is step for c in chats)
+    assert len(chats) == 2 and all(parent_of(c, spans) is step for c in chats)
     assert [t.attributes[sc.TOOL_NAME] for t in tools] == ["add", "amul", "vault", "broken", "missing"]
-    assert all(_parent(t, spans) is step for t in tools)
+    assert all(parent_of(t, spans) is step for t in tools)
     assert [t.status.status_code for t in tools] == [StatusCode.UNSET] * 3 + [StatusCode.ERROR] * 2
     assert [t.attributes[sc.TOOL_CALL_RESULT] for t in tools[:3]] == ["3", "12", "the key of db is [REDACTED]"]
     assert "[REDACTED]" in tools[3].attributes[sc.TOOL_CALL_RESULT]
@@ -163,7 +145,7 @@ def test_a_model_error_fails_the_step_and_the_run_without_the_key(mode, model_se
 
     with caplog.at_level(logging.DEBUG), pytest.raises(InternalServerError, match="upstream failure"):
         agent.step("please fail") if mode == "step" else asyncio.run(agent.astep("please fail"))
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     (step,) = _steps(spans)
     (chat,) = _op(spans, sc.OP_CHAT)
@@ -197,13 +179,13 @@ def test_structured_output_is_traced_on_both_openai_backends(model_server, provi
         parsed.append(asyncio.run(agent.astep("What is 40+2?", response_format=Answer)).msgs[0].parsed)
         probe.uninstrument()
     assert [p.total for p in parsed] == [42] * 4 and parsed[0].note == "caf\u00e9 \u202e \U0001F600"
-    spans = _ours(exporter)
+    spans = ours(exporter)
     steps = _steps(spans)
     assert len(steps) == 4 and len({s.context.trace_id for s in steps}) == 4
     for step in steps:
         (out,) = json.loads(step.attributes[sc.OUTPUT_MESSAGES])
         assert json.loads(out["parts"][0]["content"]) == {"total": 42, "note": "caf\u00e9 \u202e \U0001F600"}
-        children = [s for s in spans if _parent(s, spans) is step]
+        children = [s for s in spans if parent_of(s, spans) is step]
         assert [s.attributes[sc.OPERATION] for s in children] == [sc.OP_CHAT, sc.OP_TOOL, sc.OP_CHAT]
     assert {s.attributes[sc.REQUEST_MODEL] for s in _op(spans, sc.OP_CHAT)} == {MODEL, "gpt-4o-mini"}
 
@@ -217,7 +199,7 @@ def test_an_agent_reset_and_reused_makes_one_run_per_step(model_server, provider
     assert agent.step("two").msgs[0].content == "heard 4 messages"
     agent.reset()
     assert agent.step("three").msgs[0].content == "heard 2 messages"
-    spans = _ours(exporter)
+    spans = ours(exporter)
     roots = [s for s in spans if s.parent is None]
     assert [r.attributes[sc.TASK] for r in roots] == ["one", "two", "three"]
     assert [s.attributes[sc.STEP_INDEX] for s in _steps(spans)] == [0, 0, 0]
@@ -251,13 +233,13 @@ def test_a_society_whose_task_camel_specified_is_one_run(model_server, provider,
         message = assistant.msg
         if "CAMEL_TASK_DONE" in user.msg.content:
             break
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     assert root.name == "invoke_workflow Sorter & Boss" and root.attributes[sc.TASK] == society.specified_task_prompt
     steps = _steps(spans)
     assert [s.attributes[sc.AGENT_NAME] for s in steps] == ["Boss", "Sorter"] * 3
-    assert all(_parent(s, spans) is root for s in steps)
-    assert all(_parent(c, spans) in steps for c in _op(spans, sc.OP_CHAT))
+    assert all(parent_of(s, spans) is root for s in steps)
+    assert all(parent_of(c, spans) in steps for c in _op(spans, sc.OP_CHAT))
     assert probe.trajectory().steps[-1].agent == "Sorter"
 
 
@@ -310,7 +292,7 @@ def test_a_workforce_whose_task_fails_is_a_failed_run(model_server, provider, ex
         result = workforce.process_task(Task(content="Compute 2+3 and 4*5", id="0"))
         probe.flush()
     assert result.state is TaskState.FAILED
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     assert root.name == "invoke_workflow Calc team" and root.status.status_code is StatusCode.ERROR
     assert root.attributes[sc.OUTCOME_SUCCESS] is False and root.attributes[sc.ERROR_TYPE] == "TaskFailed"
@@ -318,9 +300,9 @@ def test_a_workforce_whose_task_fails_is_a_failed_run(model_server, provider, ex
     assert [s.attributes[sc.STEP_INDEX] for s in steps] == list(range(len(steps)))
     failed = [s for s in steps if s.attributes[sc.AGENT_NAME] == "Multiplier"]
     assert len(failed) == 3 and all(s.status.status_code is StatusCode.ERROR for s in failed)
-    (tool,) = [t for t in _op(spans, sc.OP_TOOL) if _parent(t, spans).attributes[sc.AGENT_NAME] == "Adder"][:1]
+    (tool,) = [t for t in _op(spans, sc.OP_TOOL) if parent_of(t, spans).attributes[sc.AGENT_NAME] == "Adder"][:1]
     assert tool.attributes[sc.TOOL_CALL_RESULT] == "5"
-    assert all(_parent(c, spans) in steps for c in _op(spans, sc.OP_CHAT))
+    assert all(parent_of(c, spans) in steps for c in _op(spans, sc.OP_CHAT))
     traj = probe.trajectory()
     assert traj.outcome.success is False and traj.error
     _nowhere(KEY, spans, caplog.records, tmp_path / "store")
@@ -365,7 +347,7 @@ def test_workforce_agents_with_generic_role_names_are_told_apart(model_server, p
     assert probe.apps[0].agents == ("Workforce Manager", "Task Planner", "Adder: adds with add", "Multiplier: multiplies")
     result = workforce.process_task(Task(content="Compute 2+3 and 4*5", id="0"))
     assert "result 5" in result.result and "20" in result.result
-    names = [s.attributes[sc.AGENT_NAME] for s in _steps(_ours(exporter))]
+    names = [s.attributes[sc.AGENT_NAME] for s in _steps(ours(exporter))]
     assert names[:2] == ["Task Planner", "Workforce Manager"] and "System" not in names
     assert sorted(names[2:4]) == ["Adder: adds with add", "Multiplier: multiplies"]
     probe.uninstrument()

@@ -27,7 +27,7 @@ from metagpt.roles.role import RoleReactMode  # noqa: E402
 from metagpt.schema import Message  # noqa: E402
 from metagpt.team import Team  # noqa: E402
 
-from framework_checks import no_hook_errors  # noqa: E402
+from framework_checks import no_hook_errors, ours, parent_of  # noqa: E402
 
 pytestmark = pytest.mark.metagpt
 
@@ -120,18 +120,9 @@ async def _run(team: Team, runs: list[dict[str, Any]]) -> None:
             await llm.aclient.close()
 
 
-def _ours(exporter) -> list:
-    return sorted((s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"),
-                  key=lambda s: s.start_time)
-
-
-def _parent(span: Any, spans: list) -> Any:
-    return next((p for p in spans if span.parent is not None and p.context.span_id == span.parent.span_id), None)
-
-
 def _step_of(span: Any, spans: list) -> Any:
     while span is not None and sc.STEP_INDEX not in span.attributes:
-        span = _parent(span, spans)
+        span = parent_of(span, spans)
     return span
 
 
@@ -151,7 +142,7 @@ def test_react_and_by_order_roles_keep_their_actions_and_calls(model_server, pro
     team = _writers(server.base_url)
     probe = aegis_probe.instrument(team, tracer_provider=provider, store=tmp_path / "store")
     asyncio.run(_run(team, [{"n_round": 3, "idea": "Write a haiku"}]))
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     assert root.attributes[sc.TASK] == "Write a haiku" and root.status.status_code is StatusCode.UNSET
     steps = [s for s in spans if sc.STEP_INDEX in s.attributes]
@@ -159,15 +150,15 @@ def test_react_and_by_order_roles_keep_their_actions_and_calls(model_server, pro
         (0, "Writer"), (1, "Editor"), (2, "Critic")]
     by_agent = {s.attributes[sc.AGENT_NAME]: s for s in steps}
     tools = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_TOOL]
-    assert [t.name for t in tools if _parent(t, spans) is by_agent["Writer"]] == [
+    assert [t.name for t in tools if parent_of(t, spans) is by_agent["Writer"]] == [
         "execute_tool Draft", "execute_tool Polish", "execute_tool Polish"]
-    assert [t.name for t in tools if _parent(t, spans) is by_agent["Editor"]] == ["execute_tool Draft", "execute_tool Polish"]
-    assert [t.name for t in tools if _parent(t, spans) is by_agent["Critic"]] == ["execute_tool Judge"]
+    assert [t.name for t in tools if parent_of(t, spans) is by_agent["Editor"]] == ["execute_tool Draft", "execute_tool Polish"]
+    assert [t.name for t in tools if parent_of(t, spans) is by_agent["Critic"]] == ["execute_tool Judge"]
     chats = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_CHAT]
     assert len(chats) == len(server.requests) == 3 * 2 + 2 + 1
     for chat in chats:  # each call under the step of the agent that made it
         assert _step_of(chat, spans).attributes[sc.AGENT_NAME] == chat.attributes[sc.AGENT_NAME]
-    choices = [c for c in chats if _parent(c, spans) is by_agent["Writer"]]
+    choices = [c for c in chats if parent_of(c, spans) is by_agent["Writer"]]
     assert [json.loads(c.attributes[sc.OUTPUT_MESSAGES])[0]["parts"][0]["content"] for c in choices] == ["0", "1", "1"]
     critic_input = [(m.name, m.content) for m in probe.trajectory().steps[2].input_messages]
     assert sorted(critic_input) == [("Editor", "polished"), ("Writer", "polished")]  # what each role published
@@ -184,7 +175,7 @@ def test_a_team_run_twice_with_round_limits_and_outside_messages(model_server, p
     asyncio.run(_run(team, [{"n_round": 1, "idea": "first idea"}, {"n_round": 2, "idea": "second idea"},
                             {"n_round": 1, "publish": "outside request"}, {"n_round": 1, "project": "a project"},
                             {"n_round": 1}]))
-    spans = _ours(exporter)
+    spans = ours(exporter)
     roots = [s for s in spans if s.parent is None]
     assert [r.attributes.get(sc.TASK) for r in roots] == ["first idea", "second idea", "outside request", "a project", "a project"]
     assert len({s.context.trace_id for s in spans}) == 5
@@ -205,7 +196,7 @@ def test_a_failing_action_fails_the_team_run_without_the_key(model_server, provi
     with caplog.at_level(logging.DEBUG):
         asyncio.run(_run(team, [{"n_round": 3, "idea": "go"}]))  # metagpt swallows the role's error
         probe.flush()
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     (step,) = [s for s in spans if sc.STEP_INDEX in s.attributes]
     (tool,) = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_TOOL]
@@ -228,7 +219,7 @@ def test_a_lone_roles_error_fails_its_run_as_the_error_it_raised(where, model_se
         asyncio.run(role.run("please FAIL"))
     assert type(raised.value) is Exception  # what the app gets, unchanged
     probe.flush()
-    spans = _ours(exporter)
+    spans = ours(exporter)
     (root,) = [s for s in spans if s.parent is None]
     (step,) = [s for s in spans if sc.STEP_INDEX in s.attributes]
     error = "RuntimeError" if where == "action" else "InternalServerError"
@@ -278,14 +269,14 @@ def test_roles_with_their_own_act_record_their_action(model_server, provider, ex
         role._watch([Draft])
         team.hire([role])
     asyncio.run(_run(team, [{"n_round": 2, "idea": "code it"}]))
-    spans = _ours(exporter)
+    spans = ours(exporter)
     steps = {s.attributes[sc.AGENT_NAME]: s for s in spans if sc.STEP_INDEX in s.attributes}
     assert sorted(steps) == ["Careful", "Late", "Simple", "Writer"]
     tools = [s for s in spans if s.attributes[sc.OPERATION] == sc.OP_TOOL]
     for name in ("Simple", "Careful", "Late"):
-        (tool,) = [t for t in tools if _parent(t, spans) is steps[name]]
+        (tool,) = [t for t in tools if parent_of(t, spans) is steps[name]]
         assert tool.name == "execute_tool Polish" and tool.attributes[sc.TOOL_CALL_RESULT] == "polished"
-        (chat,) = [c for c in spans if c.attributes[sc.OPERATION] == sc.OP_CHAT and _parent(c, spans) is tool]
+        (chat,) = [c for c in spans if c.attributes[sc.OPERATION] == sc.OP_CHAT and parent_of(c, spans) is tool]
         assert chat.attributes[sc.AGENT_NAME] == name
     late = vars(LateCoder)["_act"]
     assert hasattr(late, "__wrapped__")  # wrapped when the run started
