@@ -55,7 +55,7 @@ import weakref
 from asyncio import CancelledError
 from contextlib import nullcontext
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent, MessageFilterAgent
 from autogen_agentchat.base import Response, TaskResult
@@ -85,7 +85,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.config import env_flag
 from aegis_probe.counterfactual.order import in_recorded_order
 from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
@@ -1231,17 +1231,6 @@ def _thread_updated(wrapped: Callable[..., Any], instance: Any, args: tuple, kwa
 
 
 # -- the adapter ---------------------------------------------------------------------------------
-def _subclasses(base: type) -> Iterator[type]:
-    seen, stack = set(), [base]
-    while stack:
-        cls = stack.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        yield cls
-        stack.extend(cls.__subclasses__())
-
-
 class AutogenAdapter(Adapter):
     """Traces autogen-agentchat teams and agents."""
 
@@ -1307,23 +1296,23 @@ class AutogenAdapter(Adapter):
         """Patch the classes (and, with ``modules``, the autogen modules) not patched yet."""
         if modules:
             self._patch_modules()
-        for cls in _subclasses(BaseGroupChat):
+        for cls in subclasses(BaseGroupChat):
             self._patch(cls, "run_stream", self._run_stream)
-        for cls in _subclasses(BaseChatAgent):
+        for cls in subclasses(BaseChatAgent):
             self._patch(cls, "run_stream", self._run_stream)
             self._patch(cls, "run", self._run)
             self._patch(cls, "on_messages_stream", self._step)
             self._patch(cls, "on_messages", self._on_messages)
-        for cls in _subclasses(BaseGroupChatManager):
+        for cls in subclasses(BaseGroupChatManager):
             self._patch(cls, "update_message_thread", _thread_updated)
-        for cls in _subclasses(ChatCompletionClient):
+        for cls in subclasses(ChatCompletionClient):
             self._patch(cls, "create", self._create)
             self._patch(cls, "create_stream", self._create_stream)
-        for cls in _subclasses(BaseTool):
+        for cls in subclasses(BaseTool):
             self._patch(cls, "run_json", self._tool)
-        for cls in _subclasses(BaseStreamTool):
+        for cls in subclasses(BaseStreamTool):
             self._patch(cls, "run_json_stream", self._tool_stream)
-        for cls in _subclasses(Workbench):
+        for cls in subclasses(Workbench):
             self._patch(cls, "call_tool", self._workbench)
             self._patch(cls, "call_tool_stream", self._workbench_stream)
         if self.own_runtimes and (ChatAgentContainer, "on_message_impl") not in self._patched:

@@ -68,7 +68,7 @@ from metagpt.team import Team
 from metagpt.utils.common import any_to_str
 
 from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.counterfactual.order import in_recorded_order
 from aegis_probe.interception import LLMResponse, acall_llm
 from aegis_probe.messages import content_text
@@ -211,17 +211,6 @@ class MetaGPTCodec:
 _ACTING: contextvars.ContextVar[Role | None] = contextvars.ContextVar("aegis_metagpt_acting", default=None)
 
 
-def _subclasses(cls: type) -> list[type]:
-    """``cls``'s subclasses, all levels down."""
-    found: list[type] = []
-    todo: list[type] = list(cls.__subclasses__())
-    while todo:
-        sub = todo.pop()
-        found.append(sub)
-        todo.extend(sub.__subclasses__())
-    return found
-
-
 #: The errors the ``Team.run`` running in this task swallows: its roles' and its budget check's.
 _SWALLOWED: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("aegis_metagpt_swallowed", default=None)
 
@@ -348,8 +337,8 @@ class MetaGPTAdapter(Adapter):
     def sync_patches(self, **_: Any) -> None:
         """Wrap the ``_act`` of every ``Role`` subclass that overrides it (metagpt's ``Engineer``, an
         app's ``SimpleCoder``), defined since the last call too: its action is the step's tool call."""
-        for cls in _subclasses(Role):
-            if cls not in self._patched and "_act" in vars(cls):
+        for cls in subclasses(Role):
+            if cls is not Role and cls not in self._patched and "_act" in vars(cls):
                 self._patched.add(cls)  # tried once: a class that refuses the patch keeps its own
                 try:
                     self._patcher.wrap(cls, "_act", self._own_act)

@@ -17,7 +17,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import wrapt
 
@@ -27,6 +27,18 @@ if TYPE_CHECKING:
     from .probe import Probe
 
 logger = logging.getLogger("aegis_probe")
+
+
+def subclasses(base: type) -> Iterator[type]:
+    """``base`` and its subclasses, all levels down, each once (classes an adapter patches)."""
+    seen, stack = set(), [base]
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        yield cls
+        stack.extend(cls.__subclasses__())
 
 
 def call_arg(args: tuple, kwargs: dict, name: str, position: int) -> Any:

@@ -331,11 +331,11 @@ PATCHED_BASES = (BaseGroupChat, BaseChatAgent, ChatCompletionClient, BaseTool)
 
 def snapshot() -> dict[Any, dict[str, Any]]:
     """Every attribute of every class the adapter may patch, plus autogen modules' globals."""
-    from aegis_probe.adapters.autogen import _subclasses
+    from aegis_probe.adapter import subclasses
 
     snap: dict[Any, dict[str, Any]] = {}
     for base in PATCHED_BASES:
-        for cls in _subclasses(base):
+        for cls in subclasses(base):
             snap[cls] = dict(vars(cls))
     for name, module in list(sys.modules.items()):
         if module is not None and name.startswith(("autogen_core", "autogen_agentchat", "autogen_ext")):

@@ -19,7 +19,7 @@ from autogen_core.tools import BaseStreamTool, BaseTool
 
 import aegis_probe
 from aegis_probe import semconv as sc
-from aegis_probe.adapter import get_adapter
+from aegis_probe.adapter import get_adapter, subclasses
 from aegis_probe.demos import autogen as demo
 from aegis_probe.store import TraceStore
 
@@ -27,19 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 APPS, THREADS = 24, 8
 
 
-def _subclasses(base: type) -> set[type]:
-    out, stack = set(), [base]
-    while stack:
-        cls = stack.pop()
-        if cls not in out:
-            out.add(cls)
-            stack.extend(cls.__subclasses__())
-    return out
-
-
 def _class_dicts() -> dict[type, dict[str, Any]]:
     """The raw ``__dict__`` of every autogen class the adapter may patch."""
-    classes = set().union(*(_subclasses(b) for b in (BaseGroupChat, BaseChatAgent, ChatCompletionClient, BaseTool, BaseStreamTool)))
+    classes = set().union(*(set(subclasses(b)) for b in (BaseGroupChat, BaseChatAgent, ChatCompletionClient, BaseTool, BaseStreamTool)))
     return {cls: dict(vars(cls)) for cls in classes}
 
 
