@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from opentelemetry import context as otel_context
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
-from aegis_probe.messages import content_text
-from aegis_probe.spans import (
+from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.spans import (
     Actor,
     RunScope,
     StepScope,
@@ -59,7 +59,7 @@ from aegis_probe.spans import (
 )
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "ag2"
 

@@ -84,13 +84,13 @@ from autogen_core.utils import extract_json_from_str
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher, subclasses
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.config import env_flag
 from aegis_probe.counterfactual.order import in_recorded_order
-from aegis_probe.interception import LLMResponse, acall_llm, astream_llm
-from aegis_probe.messages import SharedMessage, content_text
-from aegis_probe.spans import (
+from aegis_probe.capture.interception import LLMResponse, acall_llm, astream_llm
+from aegis_probe.capture.messages import SharedMessage, content_text
+from aegis_probe.capture.spans import (
     Actor,
     ChatMessage,
     StepScope,
@@ -110,8 +110,8 @@ from aegis_probe.spans import (
 )
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
-    from aegis_probe.spans import RunScope
+    from aegis_probe.capture.probe import Probe
+    from aegis_probe.capture.spans import RunScope
 
 FRAMEWORK = "autogen"
 #: Set to ``true`` to keep autogen-core's runtime messaging spans (and the trace context it

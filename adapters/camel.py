@@ -16,7 +16,7 @@ Class-level patches, installed once:
   agent whose role name camel calls generic (``System``, what ``ChatAgent("...")`` gets) is named as
   camel tells them apart: a worker (and the clones ``SingleAgentWorker._get_worker_agent`` hands
   out) by its description, the coordinator and task planner ``Workforce Manager``/``Task Planner``;
-- LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.interception.call_llm`;
+- LLM call: ``ModelManager.run/arun`` through :func:`~aegis_probe.capture.interception.call_llm`;
 - tool call: ``ChatAgent._execute_tool/_aexecute_tool`` -> ``execute_tool {tool}``.
 
 ``step_timeout`` runs ``ChatAgent._step_impl`` in a pool thread that does not inherit the
@@ -48,7 +48,7 @@ agent's run) stays open until the app has consumed the stream, the step current 
 response is produced; the step's output is the whole streamed text. A stream the app leaves before
 its end (closed, dropped, or dropped unread) ends the step, and a lone agent's run or the
 conversation's, cancelled (ERROR, ``error.type`` ``CancelledError``), its output what was streamed. ``ModelManager.run/arun`` then
-return a chunk stream, traced by :func:`~aegis_probe.interception.call_llm_chunks` (content, tool
+return a chunk stream, traced by :func:`~aegis_probe.capture.interception.call_llm_chunks` (content, tool
 calls, usage of the last chunk, finish reason); replayed and injected responses reach camel as
 chunks too. Tools camel runs while streaming: ``_execute_tool_from_stream_data`` (in the pool
 threads of ``_execute_tools_sync_with_status_accumulator``, which hands them the step like
@@ -73,11 +73,11 @@ from weakref import WeakKeyDictionary, WeakSet
 
 from opentelemetry.trace import Status, StatusCode
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
-from aegis_probe.messages import SharedMessage, content_text
-from aegis_probe.spans import (
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
+from aegis_probe.capture.messages import SharedMessage, content_text
+from aegis_probe.capture.spans import (
     ChatMessage,
     RunScope,
     StepScope,
@@ -94,10 +94,10 @@ from aegis_probe.spans import (
     start_tool,
     when_no_run_is_open,
 )
-from aegis_probe.streaming import WatchedStream, end_once
+from aegis_probe.capture.streaming import WatchedStream, end_once
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 TASK_DONE = "CAMEL_TASK_DONE"  # RolePlaying's convention for "the user agent is satisfied"
 _COORDINATOR, _PLANNER = "Workforce Manager", "Task Planner"  # camel's names for a Workforce's own agents

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from opentelemetry import context as otel_context
 
-from aegis_probe.adapter import Adapter, AppInfo, Patcher, call_arg
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
-from aegis_probe.jsontext import json_text
-from aegis_probe.spans import (
+from aegis_probe.capture.jsontext import json_text
+from aegis_probe.capture.spans import (
     RunScope,
     StepScope,
     call_in_scope,
@@ -47,7 +47,7 @@ from aegis_probe.spans import (
 )
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "crewai"
 _NO_RUN = object()

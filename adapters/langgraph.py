@@ -15,9 +15,9 @@ Class- and module-level patches, installed once:
   told by id once messages were removed; on a checkpointer thread, since its last step in any of
   the thread's runs in this process, an interrupted step not counting;
   a state without ``messages``: the state itself), its output the messages the node wrote
-  (else its writes); a state or writes as JSON text whatever they hold (:func:`~aegis_probe.jsontext.json_text`);
+  (else its writes); a state or writes as JSON text whatever they hold (:func:`~aegis_probe.capture.jsontext.json_text`);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
-  model, streaming or not) through :func:`~aegis_probe.interception.call_llm` with
+  model, streaming or not) through :func:`~aegis_probe.capture.interception.call_llm` with
   :class:`LangChainCodec`;
 - tool call: ``BaseTool.run/arun`` (what ``ToolNode`` and ``tool.invoke`` call) -> ``execute_tool {tool}``;
   a tool that interrupts (``interrupt()`` asking a human) ends its span without error.
@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.interception import LLMResponse, acall_llm, call_llm
-from aegis_probe.jsontext import json_text
-from aegis_probe.messages import SharedMessage, content_text
-from aegis_probe.spans import (
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.capture.interception import LLMResponse, acall_llm, call_llm
+from aegis_probe.capture.jsontext import json_text
+from aegis_probe.capture.messages import SharedMessage, content_text
+from aegis_probe.capture.spans import (
     ChatMessage,
     RunScope,
     StepScope,
@@ -58,10 +58,10 @@ from aegis_probe.spans import (
     start_step,
     start_tool,
 )
-from aegis_probe.streaming import WatchedStream, end_once
+from aegis_probe.capture.streaming import WatchedStream, end_once
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 
@@ -75,7 +75,7 @@ _NOT_TEXT = frozenset({"tool_use", "tool_call", "tool_call_chunk", "function_cal
 
 def _text(content: Any) -> str:
     """Text of a LangChain message content: a string, or a list of parts read by the rule every
-    adapter shares (:func:`~aegis_probe.messages.content_text`: one part per line, an image or a
+    adapter shares (:func:`~aegis_probe.capture.messages.content_text`: one part per line, an image or a
     file as ``[its type]``), leaving out tool-call and reasoning parts."""
     if isinstance(content, list):
         return content_text([p for p in content if not (isinstance(p, dict) and str(p.get("type")) in _NOT_TEXT)])

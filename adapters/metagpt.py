@@ -24,7 +24,7 @@ Span shape and where each span comes from (class-level patches, installed once):
   wrapped too (classes defined after install when a run starts), one span per action however many
   ``super()._act()`` calls it makes; an ``_act`` with no action to do (``rc.todo`` None) makes none.
 - LLM: ``BaseLLM.aask`` (all of metagpt's model calls) -> ``chat {model}`` through
-  :func:`aegis_probe.interception.acall_llm` with :class:`MetaGPTCodec`. With interceptors
+  :func:`aegis_probe.capture.interception.acall_llm` with :class:`MetaGPTCodec`. With interceptors
   (replay, injection) the call first yields to the event loop once, as a request to a model does,
   so an answer that needs no network still lets the round's other roles start first (the order
   above, on which a role's observed history depends); a replayed answer then reaches its role in
@@ -67,12 +67,12 @@ from metagpt.schema import Message
 from metagpt.team import Team
 from metagpt.utils.common import any_to_str
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher, subclasses
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.counterfactual.order import in_recorded_order
-from aegis_probe.interception import LLMResponse, acall_llm
-from aegis_probe.messages import content_text
-from aegis_probe.spans import (
+from aegis_probe.capture.interception import LLMResponse, acall_llm
+from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.spans import (
     ChatMessage,
     await_in_scope,
     current_run,
@@ -84,8 +84,8 @@ from aegis_probe.spans import (
 )
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
-    from aegis_probe.spans import RunScope
+    from aegis_probe.capture.probe import Probe
+    from aegis_probe.capture.spans import RunScope
 
 #: metagpt ``api_type`` values whose GenAI ``gen_ai.provider.name`` differs from the value.
 _PROVIDERS = {

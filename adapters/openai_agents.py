@@ -42,12 +42,12 @@ from asyncio import CancelledError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.adapters.openai_client import OpenAIClientSeam
-from aegis_probe.jsontext import json_text
-from aegis_probe.messages import content_text
-from aegis_probe.spans import (
+from aegis_probe.capture.jsontext import json_text
+from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.spans import (
     RunScope,
     StepScope,
     ToolScope,
@@ -62,7 +62,7 @@ from aegis_probe.spans import (
 )
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "openai-agents"
 
@@ -73,7 +73,7 @@ _TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "ref
 
 def _text(content: Any) -> str:
     """Text of a Responses-format content: a string, or a list of parts read by the rule every adapter
-    shares (:func:`~aegis_probe.messages.content_text`: one part per line, a part without text, an
+    shares (:func:`~aegis_probe.capture.messages.content_text`: one part per line, a part without text, an
     image or a file, as ``[its type]``); text parts (``input_text``, ``output_text``) and a refusal
     by their text."""
     if not isinstance(content, list):

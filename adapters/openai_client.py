@@ -1,9 +1,9 @@
 """The openai client's chat-completions call as a model-call seam, for adapters whose framework
 calls the openai SDK itself (OpenAI Agents SDK, AG2): ``Completions.create`` /
 ``AsyncCompletions.create`` inside a run of that framework go through
-:func:`~aegis_probe.interception.call_llm` / ``acall_llm``.
+:func:`~aegis_probe.capture.interception.call_llm` / ``acall_llm``.
 
-Streamed calls (``stream=True``) go through :func:`~aegis_probe.interception.call_llm_chunks` /
+Streamed calls (``stream=True``) go through :func:`~aegis_probe.capture.interception.call_llm_chunks` /
 ``acall_llm_chunks`` (chunks as ``ChatCompletionChunk``s). Calls through the client's
 ``with_raw_response`` (CrewAI's OpenAI provider) are read through the raw response's (cached)
 ``parse()``; a replayed or injected answer reaches the caller rebuilt as the raw response it asked
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import Patcher
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import Patcher
 from aegis_probe.adapters.camel import CamelCodec
-from aegis_probe.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
-from aegis_probe.spans import current_run, in_llm_call
+from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
+from aegis_probe.capture.spans import current_run, in_llm_call
 
 if TYPE_CHECKING:
-    from aegis_probe.probe import Probe
+    from aegis_probe.capture.probe import Probe
 
 
 class ChatCompletionsCodec(CamelCodec):

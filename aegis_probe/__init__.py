@@ -14,20 +14,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .probe import Probe, instrument, uninstrument
+from .capture.probe import Probe, instrument, uninstrument
 
 __version__ = "0.1.0"
 
 #: public name -> the module (relative to this package) that defines it, imported on first use
 _LAZY: dict[str, str] = {
     "AegisProbeError": ".errors",
-    "Adapter": ".adapter",
-    "AppInfo": ".adapter",
-    "Patcher": ".adapter",
+    "Adapter": ".capture.adapter",
+    "AppInfo": ".capture.adapter",
+    "Patcher": ".capture.adapter",
     "AppSpec": ".apps",
-    "AegisInstrumentor": ".instrumentor",
-    "TraceFileError": ".store",
-    "TraceStore": ".store",
+    "AegisInstrumentor": ".capture.instrumentor",
+    "TraceFileError": ".storage.store",
+    "TraceStore": ".storage.store",
     "BlameReport": ".counterfactual.blame",
     "ReplayResult": ".counterfactual.replayer",
     "blame": ".counterfactual.blame",
@@ -87,11 +87,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .adapter import Adapter, AppInfo, Patcher
+    from .capture.adapter import Adapter, AppInfo, Patcher
     from .apps import AppSpec
     from .counterfactual.blame import BlameReport, blame
     from .counterfactual.replayer import ReplayResult, replay
     from .errors import AegisProbeError
-    from .instrumentor import AegisInstrumentor
-    from .store import TraceFileError, TraceStore
+    from .capture.instrumentor import AegisInstrumentor
+    from .storage.store import TraceFileError, TraceStore
     from .trajectory import Fault, Labels, LLMCall, Message, Outcome, Step, ToolCall, Trajectory, Usage, load_trajectories

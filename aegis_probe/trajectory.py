@@ -14,9 +14,9 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from . import semconv as sc
+from .capture import semconv as sc
 from .errors import validation_summary
-from .otlp_json import SpanRecord
+from .storage.otlp_json import SpanRecord
 from .redact import encodable, redact_secrets
 
 logger = logging.getLogger(__name__)
@@ -347,7 +347,7 @@ def load_trajectories(source: Any = None) -> list[Trajectory]:
     Ordered by the start time of each trace.
     """
     from .config import ProbeConfig
-    from .store import TraceStore, merge_records, read_span_file, span_files
+    from .storage.store import TraceStore, merge_records, read_span_file, span_files
 
     if source is None:
         source = ProbeConfig.resolve().trace_dir

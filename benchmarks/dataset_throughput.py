@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from aegis_probe import semconv as sc
-from aegis_probe.otlp_json import SpanRecord
-from aegis_probe.store import TraceStore
+from aegis_probe.capture import semconv as sc
+from aegis_probe.storage.otlp_json import SpanRecord
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.train import builders
 from aegis_probe.train.importers.otlp import load_otlp
 

@@ -62,7 +62,7 @@ def _child(framework: str, mode: str, repeats: int) -> None:
     from apps import APPS
     from opentelemetry.sdk.trace import TracerProvider
 
-    from aegis_probe import exporting
+    from aegis_probe.storage import exporting
 
     logging.getLogger("camel").setLevel(logging.ERROR)
     app = APPS[framework]()

@@ -147,7 +147,7 @@ def by_min(r: dict[str, Any], name: str, floors: list[float], clock: str = "cpu"
 def writer_cost(app: App, repeats: int) -> tuple[float, float]:
     """Seconds the store's writer thread spends per span of one run (encode + write, measured on
     this thread), and the floor per span, interleaved: medians of ``repeats``."""
-    from aegis_probe.store import StoreSpanProcessor, TraceStore
+    from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 
     spans = configs(app)["spans only"]()[1]
     processor = StoreSpanProcessor(TraceStore(_STORE_DIR))

@@ -30,7 +30,7 @@ from typing import Any
 
 import aegis_probe
 from _harness import elapsed, spread, start
-from aegis_probe.store_writer import shared_writer
+from aegis_probe.storage.writer import shared_writer
 from apps import APPS, App, installed
 
 

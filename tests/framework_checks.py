@@ -15,13 +15,13 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame
 from aegis_probe.demos.task import judge
 from aegis_probe.injection.campaign import run_campaign
 from aegis_probe.modelserver import Policy, Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import load_trajectories
 from test_replay import _planted_failure, _record
 

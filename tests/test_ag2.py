@@ -23,7 +23,7 @@ def test_in_own_environment():
 needs_ag2 = pytest.mark.skipif(not HERE, reason="ag2 is not installed here (it runs in .venv-ag2)")
 if HERE:
     import aegis_probe
-    from aegis_probe import semconv as sc
+    from aegis_probe.capture import semconv as sc
     from aegis_probe.demos import ag2 as demo
     from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,

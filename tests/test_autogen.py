@@ -27,7 +27,7 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.util._once import Once
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.demos import autogen as demo
 from aegis_probe.demos.task import calculate, message_text
 from aegis_probe.modelserver import Reply
@@ -331,7 +331,7 @@ PATCHED_BASES = (BaseGroupChat, BaseChatAgent, ChatCompletionClient, BaseTool)
 
 def snapshot() -> dict[Any, dict[str, Any]]:
     """Every attribute of every class the adapter may patch, plus autogen modules' globals."""
-    from aegis_probe.adapter import subclasses
+    from aegis_probe.capture.adapter import subclasses
 
     snap: dict[Any, dict[str, Any]] = {}
     for base in PATCHED_BASES:
@@ -390,7 +390,7 @@ def test_instrument_uninstrument_instrument(team, provider, exporter):
 # -- failures --------------------------------------------------------------------------------------
 def test_hook_errors_never_reach_the_app(team, provider, exporter, monkeypatch, caplog):
     import aegis_probe.adapters.autogen as adapter_module
-    import aegis_probe.interception as interception
+    import aegis_probe.capture.interception as interception
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("hook exploded")

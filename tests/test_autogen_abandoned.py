@@ -22,7 +22,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import aegis_probe
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from framework_checks import the_one_run_ended_cancelled
 
 

@@ -15,7 +15,7 @@ from autogen_core.models import UserMessage
 from autogen_core.tools import FunctionTool
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
 from test_autogen import MODEL, demo_model_info
 

@@ -22,11 +22,11 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec
 from aegis_probe.counterfactual import replay
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 MODEL = "aegis-scripted"
 

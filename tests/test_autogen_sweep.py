@@ -12,9 +12,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 
 def _client_info() -> Any:
@@ -329,7 +329,7 @@ def test_streams_dropped_or_closed_before_running_open_no_run(model_server, tmp_
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
 
-    from aegis_probe import spans as core
+    from aegis_probe.capture import spans as core
 
     client = _client(model_server(_by_system_prompt))
     team = RoundRobinGroupChat([AssistantAgent("a", model_client=client, system_message="a"),

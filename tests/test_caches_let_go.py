@@ -136,8 +136,8 @@ def test_a_society_dropped_while_another_run_stays_open_leaves_nothing(tmp_path:
 def test_a_finished_runs_prompt_is_let_go_while_another_run_stays_open(tmp_path: Any) -> None:
     """A long-lived process may always have some run open: what was remembered for a run that is
     over (its last prompt's messages and JSON, its long texts) goes when it ends."""
-    from aegis_probe.messages import SharedMessage
-    from aegis_probe.spans import start_llm
+    from aegis_probe.capture.messages import SharedMessage
+    from aegis_probe.capture.spans import start_llm
 
     society = _society()
     probe = aegis_probe.instrument(society, store=tmp_path / "store")

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("camel.agents")
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import _MISSING, get_adapter
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import _MISSING, get_adapter
 from aegis_probe.demos import camel as demo
 from aegis_probe.demos.task import EXPECTED, EXPRESSION, calculate
 from aegis_probe.modelserver import Reply
@@ -174,7 +174,7 @@ def test_trace_every_app_mode_groups_a_conversation_stepped_without_init_chat(mo
     app's own first message: its rounds are one run, not one run per agent step."""
     from camel.messages import BaseMessage
 
-    from aegis_probe.instrumentor import AegisInstrumentor
+    from aegis_probe.capture.instrumentor import AegisInstrumentor
 
     AegisInstrumentor().instrument(tracer_provider=provider, store=False)
     try:
@@ -504,7 +504,7 @@ def test_exact_replay_of_a_workforce_run(model_server, tmp_path):
 
     from aegis_probe.apps import AppSpec
     from aegis_probe.counterfactual import replay
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     class Endpoint:
         def __init__(self, base_url: str) -> None:
@@ -578,7 +578,7 @@ def test_prompt_conversion_converts_only_what_extends_the_conversation():
     from camel.prompts import TextPrompt
 
     from adapters import camel as adapter_module
-    from aegis_probe.messages import SharedMessage
+    from aegis_probe.capture.messages import SharedMessage
 
     codec = adapter_module.CamelCodec()
     call = {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "3+4"}'}}
@@ -750,7 +750,7 @@ def _astep_text(calc: Any) -> str:
 
 
 def test_streaming_injection_reaches_the_app_as_chunks(model_server, provider, exporter):
-    from aegis_probe.interception import ModelCall, LLMResponse
+    from aegis_probe.capture.interception import ModelCall, LLMResponse
 
     class Corrupt:
         """Replaces the final answer (tool calls pass)."""
@@ -777,7 +777,7 @@ def test_streaming_injection_reaches_the_app_as_chunks(model_server, provider, e
 def test_exact_replay_of_a_streaming_run(model_server, tmp_path):
     from aegis_probe.apps import AppSpec
     from aegis_probe.counterfactual import replay
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     store = TraceStore(tmp_path / "store")
     calc = streaming_calculator(model_server(tool_policy).base_url)

@@ -206,7 +206,7 @@ def test_traces_ls_into_a_closed_pipe_is_quiet(tmp_path):
 def test_traces_show_prints_an_attribution_verdict(tmp_path, capsys):
     pytest.importorskip("autogen_agentchat")
     from aegis_probe.cli import main
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
     from aegis_probe.trajectory import Fault, label_attributes
 
     store = TraceStore(tmp_path / "store")

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.cli import main
 from aegis_probe.demos import FRAMEWORKS, TEAMS
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.cli import main
 
 from test_cli_fuzz_inputs import APP, _error

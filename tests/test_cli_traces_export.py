@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from aegis_probe import cli
-from aegis_probe import semconv as sc
-from aegis_probe.store import TraceStore
+from aegis_probe.capture import semconv as sc
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Trajectory, load_trajectories
 from toyrun import make_probe, run_script, sample_steps
 

@@ -14,8 +14,8 @@ import json
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import _MISSING, get_adapter
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import _MISSING, get_adapter
 from aegis_probe.demos import FRAMEWORKS, TEAMS, demo_module
 
 API_KEY = "sk-test-key-do-not-leak-1234567890"
@@ -169,7 +169,7 @@ def test_uninstrument_restores(demo, model_server, provider, exporter, tmp_path)
 
 
 def test_hook_errors_never_reach_app(demo, model_server, provider, tmp_path, monkeypatch, caplog):
-    import aegis_probe.spans as spans
+    import aegis_probe.capture.spans as spans
 
     def boom(*args, **kwargs):
         raise RuntimeError("hook failure")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aegis_probe.messages import content_text
+from aegis_probe.capture.messages import content_text
 
 
 class Image:  # a framework's own non-text part (AutoGen's Image, for one)

@@ -17,12 +17,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 import aegis_probe
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
 from aegis_probe.redact import REDACTED, make_redactor, redact_secrets
-from aegis_probe.messages import SharedMessage, encode_messages
-from aegis_probe.spans import attached, current_step, iterate_in_scope, start_llm, start_step
-from aegis_probe.store import TraceStore
+from aegis_probe.capture.messages import SharedMessage, encode_messages
+from aegis_probe.capture.spans import attached, current_step, iterate_in_scope, start_llm, start_step
+from aegis_probe.storage.store import TraceStore
 from toyrun import StepSpec, ToolSpec, make_probe, run_script
 
 # -- Patcher -------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ MESSAGES = [
 @pytest.mark.parametrize("message", MESSAGES)
 def test_message_json_is_the_documented_encoding(message):
     """The directly built JSON of a plain message equals json.dumps of its GenAI form."""
-    from aegis_probe.messages import _encode_message, _fragment
+    from aegis_probe.capture.messages import _encode_message, _fragment
 
     assert _fragment(message, redact_secrets) == json.dumps(_encode_message(message, redact_secrets), ensure_ascii=False)
     assert "hunter2" not in _fragment(message, redact_secrets)

@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import aegis_probe
 from aegis_probe import cli
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec
 from aegis_probe.counterfactual import RecordingError
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from toyrun import StepSpec, make_probe, run_script
 
 LONG = "word " * 100

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from aegis_probe.store import SPANS_FILE, TraceStore
+from aegis_probe.storage.store import SPANS_FILE, TraceStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 

@@ -28,7 +28,7 @@ def test_tasks_file_with_bytes_that_are_not_utf8_names_file_and_line(tmp_path, c
 
 
 def test_jsonl_reader_ignores_a_byte_order_mark(tmp_path):
-    from aegis_probe.jsonl import read_jsonl
+    from aegis_probe.storage.jsonl import read_jsonl
 
     tasks = tmp_path / "tasks.jsonl"  # as PowerShell's Out-File -Encoding utf8 writes it
     tasks.write_bytes(b"\xef\xbb\xbf" + json.dumps(TASK).encode() + b"\r\n")
@@ -92,9 +92,9 @@ def test_demo_against_an_endpoint_that_fails_is_one_redacted_line(model_server, 
 
 
 def test_traces_show_prints_a_blame_label_without_none():
-    from aegis_probe import semconv as sc
-    from aegis_probe.otlp_json import SpanRecord
-    from aegis_probe.steptable import summary
+    from aegis_probe.capture import semconv as sc
+    from aegis_probe.storage.otlp_json import SpanRecord
+    from aegis_probe.report.steptable import summary
     from aegis_probe.trajectory import Fault, Trajectory, label_attributes
 
     root = SpanRecord("ab" * 16, "cd" * 8, None, "invoke_workflow team", 1, 2, attributes={sc.OUTCOME_SUCCESS: False})
@@ -185,7 +185,7 @@ def test_single_step_injection_against_a_dead_endpoint_keeps_no_run(tmp_path, ca
     from aegis_probe.apps import AppSpec, Endpoint
     from aegis_probe.counterfactual import inject_step
     from aegis_probe.demos.task import judge
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     assert cli.main(["demo"]) == 0
     trace_id = re.search(r"^trace\s+([0-9a-f]{32})$", capsys.readouterr().out, re.MULTILINE).group(1)
@@ -212,7 +212,7 @@ def test_demo_prints_the_answer_redacted_as_the_trace_has_it(model_server, tmp_p
 
 
 def test_one_trace_is_read_without_decoding_the_others_and_as_before(tmp_path, capsys):
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     ids = []
     for _ in range(2):
@@ -314,7 +314,7 @@ def test_traces_print_terminal_control_characters_escaped(tmp_path, capsys):
     the user's terminal."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
     from toyrun import StepSpec, make_probe, run_script
 
     store = TraceStore(tmp_path / "store")

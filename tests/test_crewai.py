@@ -35,7 +35,7 @@ needs_crewai = pytest.mark.skipif(not HERE, reason="crewai is not installed here
 if HERE:
     os.environ.update(TELEMETRY_OFF)
     import aegis_probe
-    from aegis_probe import semconv as sc
+    from aegis_probe.capture import semconv as sc
     from aegis_probe.demos import crewai as demo
     from aegis_probe.demos.task import request_texts
     from aegis_probe.modelserver import Reply
@@ -84,7 +84,7 @@ def test_task_turns_are_steps(model_server, provider, exporter, tmp_path):
 @needs_crewai
 def test_injected_answer_reaches_the_crew(model_server, provider, tmp_path):
     """An interceptor's answer goes back through the raw-response wrapper CrewAI parses."""
-    from aegis_probe.interception import LLMResponse
+    from aegis_probe.capture.interception import LLMResponse
 
     class Reviewer:
         def before(self, call):

@@ -15,13 +15,14 @@ from typing import Iterator
 import pytest
 
 from aegis_probe import cli
+from aegis_probe.cli.common import EXAMPLES
 from aegis_probe.train import cli as train_cli
 
 
 def _example_lines(parser: argparse.ArgumentParser) -> list[str]:
     """The example command lines of ``parser``'s ``--help``, after its name (``[]`` when it has none)."""
     epilog = parser.epilog or ""
-    if not epilog.startswith(cli.EXAMPLES):
+    if not epilog.startswith(EXAMPLES):
         return []
     return [line.strip().removeprefix("%(prog)s").strip() for line in epilog.splitlines()[1:]]
 

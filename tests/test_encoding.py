@@ -21,9 +21,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 import aegis_probe
 from aegis_probe.modelserver import Reply
-from aegis_probe.otlp_json import utf8
-from aegis_probe.report import render_report
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.otlp_json import utf8
+from aegis_probe.report.html import render_report
+from aegis_probe.storage.store import TraceStore
 from test_redaction import receiver, run_lone_agent  # noqa: F401  (receiver: the real OTLP/HTTP receiver fixture)
 
 NAME = os.fsdecode(b"report-\xe9t\xe9.txt")  # 'report-\udce9t\udce9.txt'

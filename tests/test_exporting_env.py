@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from aegis_probe.probe import ProbeSetup
+from aegis_probe.capture.probe import ProbeSetup
 
 
 def _exported(provider: TracerProvider, exporter: InMemorySpanExporter) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 _APP = textwrap.dedent("""
     import sys
-    from aegis_probe.probe import ProbeSetup
+    from aegis_probe.capture.probe import ProbeSetup
     tracer = ProbeSetup.resolve(store=sys.argv[1]).provider.get_tracer("t")
     for i in range(1200):
         tracer.start_span(f"s{i}").end()
@@ -88,7 +88,7 @@ def test_exit_waits_about_one_export_timeout_not_one_per_batch(tmp_path: Path) -
 
 _CHILDREN_APP = textwrap.dedent("""
     import multiprocessing, sys
-    from aegis_probe.probe import ProbeSetup
+    from aegis_probe.capture.probe import ProbeSetup
 
     def work(store, i):
         tracer = ProbeSetup.resolve(store=store).provider.get_tracer("t")

@@ -19,7 +19,7 @@ import pytest
 
 import aegis_probe
 from aegis_probe.demos import autogen as demo
-from aegis_probe.exporting import EXPORT_TIMEOUT_S
+from aegis_probe.storage.exporting import EXPORT_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 2.0  # well under one export timeout (5 s): the exit did not wait for the exporter

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.injection import (
     MODES, OPERATORS, Context, DeterministicManipulator, InjectionPlan, LLMManipulator, Target, exact, judge_for,
     numeric, run_with_plan, unit_tests,
@@ -20,7 +20,7 @@ from aegis_probe.injection import (
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.injection.campaign import run_campaign
 from aegis_probe.injection.operators import TERMINATION_MARKERS, numbers
-from aegis_probe.interception import LLMResponse
+from aegis_probe.capture.interception import LLMResponse
 from aegis_probe.modelserver import Reply
 from aegis_probe.trajectory import Fault, load_trajectories
 
@@ -311,7 +311,7 @@ class _Killed(BaseException):
 def test_campaign_killed_between_record_and_trace_resumes_with_one_trace_per_record(store, tmp_path, monkeypatch, caplog):
     pytest.importorskip("autogen_agentchat")
     from aegis_probe.injection.campaign import Campaign, read_records
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     out = tmp_path / "campaign"
     app = f"{EXAMPLES / 'autogen_math.py'}:build_app"

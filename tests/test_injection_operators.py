@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from aegis_probe.injection import MODES, Context, DeterministicManipulator, InjectionPlan
-from aegis_probe.interception import LLMResponse
+from aegis_probe.capture.interception import LLMResponse
 from aegis_probe.modelserver import Reply
 
 _CALL = {"id": "c1", "name": "transfer_to_flights", "arguments": "{}"}

@@ -10,14 +10,14 @@ import re
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame
 from aegis_probe.demos import autogen as demo
 from aegis_probe.demos.task import judge
 from aegis_probe.injection import InjectionPlan
-from aegis_probe.report import render_report, step_marks
-from aegis_probe.store import TraceStore
+from aegis_probe.report.html import render_report, step_marks
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Fault, Labels, LabelSet, Trajectory, label_attributes
 
 CORRECT = "(17 + 25) * 3 = 126"
@@ -93,7 +93,7 @@ def test_attribution_verdict_sits_next_to_the_labels_and_is_never_primary():
         f"{sc.ATTRIBUTION}.agent": "reviewer", f"{sc.ATTRIBUTION}.step": 2, f"{sc.ATTRIBUTION}.modes": ["FM-3.3"],
         f"{sc.ATTRIBUTION}.model": "dcl-small", f"{sc.ATTRIBUTION}.agent_score": 0.8, f"{sc.ATTRIBUTION}.step_score": 0.6,
     }
-    from aegis_probe.otlp_json import SpanRecord
+    from aegis_probe.storage.otlp_json import SpanRecord
 
     root = SpanRecord("ab" * 16, "cd" * 8, None, "invoke_workflow team", 1, 2, attributes=attrs)
     traj = Trajectory.from_spans([root])
@@ -107,7 +107,7 @@ def test_attribution_verdict_sits_next_to_the_labels_and_is_never_primary():
 
 
 def test_label_attributes_append_per_source():
-    from aegis_probe.otlp_json import SpanRecord
+    from aegis_probe.storage.otlp_json import SpanRecord
 
     first, second = Fault(agent="a", step=0), Fault(agent="b", step=1)
     root = SpanRecord("ab" * 16, "cd" * 8, None, "invoke_workflow team", 1, 2,

@@ -15,7 +15,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
@@ -263,7 +263,7 @@ def test_follow_up_run_on_a_thread_shows_each_node_only_what_it_has_not_seen(mod
 def test_nodes_memory_of_the_least_recently_run_thread_is_forgotten(model_server, provider, tmp_path, monkeypatch):
     """The nodes' memory is kept for the most recently run threads only (a server's many users): an
     older thread's next run shows its nodes the whole thread again, as if they were new to it."""
-    from aegis_probe.adapter import get_adapter
+    from aegis_probe.capture.adapter import get_adapter
 
     monkeypatch.setattr(get_adapter("langgraph"), "THREADS_KEPT", 2)
     app = _chat_app(model_server)

@@ -16,7 +16,7 @@ pytest.importorskip("langchain_openai")
 
 import aegis_probe  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.storage.store import TraceStore  # noqa: E402
 from framework_checks import the_one_run_ended_cancelled  # noqa: E402
 
 ENDINGS = ["closed", "dropped", "never iterated", "async closed", "async dropped after its loop closed",

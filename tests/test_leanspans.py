@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, DEFAULT_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from aegis_probe.leanspans import LeanSpan, LeanTracer, LeanTracerProvider
-from aegis_probe.probe import ProbeSetup
-from aegis_probe.store import StoreSpanProcessor, TraceStore
+from aegis_probe.capture.leanspans import LeanSpan, LeanTracer, LeanTracerProvider
+from aegis_probe.capture.probe import ProbeSetup
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 
 
 class Model(str, enum.Enum):  # a str subclass, as CAMEL's ModelType

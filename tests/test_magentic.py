@@ -15,14 +15,14 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame, replay
 from aegis_probe.demos import magentic as demo
 from aegis_probe.demos.task import EXPECTED, judge, solve
 from aegis_probe.injection import InjectionPlan, Target
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 ORCH = demo.ORCHESTRATOR
 SPEC = AppSpec(demo.build_app, demo.run_app)

@@ -22,11 +22,11 @@ from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.apps import AppSpec  # noqa: E402
 from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.storage.store import TraceStore  # noqa: E402
 
 MODEL = "aegis-scripted"
 SERVER = Path(__file__).with_name("mcp_server.py")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from aegis_probe.messages import SharedMessage, _encode_message, encode_messages
+from aegis_probe.capture.messages import SharedMessage, _encode_message, encode_messages
 from aegis_probe.redact import redact_secrets
 
 

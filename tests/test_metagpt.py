@@ -11,8 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.interception import ModelCall, LLMResponse
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.interception import ModelCall, LLMResponse
 from aegis_probe.modelserver import Reply
 
 demo = pytest.importorskip("aegis_probe.demos.metagpt")
@@ -308,7 +308,7 @@ def test_hook_errors_never_reach_app(server, provider, exporter, tmp_path, monke
 
 
 def test_hook_errors_at_span_end(server, provider, exporter, tmp_path, monkeypatch, caplog):
-    import aegis_probe.spans as spans_module
+    import aegis_probe.capture.spans as spans_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("hook failure")
@@ -430,7 +430,7 @@ def test_replay_keeps_the_order_concurrent_roles_see_each_other_in(last, model_s
 
     from aegis_probe.apps import AppSpec
     from aegis_probe.counterfactual import load_recording, replay
-    from aegis_probe.store import TraceStore
+    from aegis_probe.storage.store import TraceStore
 
     def answers_last(body: dict[str, Any]) -> Reply:
         if f"named {last}" in json.dumps(body):

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import ModelServer, count_tokens, prompt_text
 from sse import send_events
 

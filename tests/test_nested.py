@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 
 def _client(server):

@@ -27,7 +27,7 @@ def test_in_own_environment():
 needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
 if HERE:
     import aegis_probe
-    from aegis_probe import semconv as sc
+    from aegis_probe.capture import semconv as sc
     from aegis_probe.demos import openai_agents as demo
     from aegis_probe.modelserver import Reply
     from framework_checks import (blame_finds_planted_step, campaign_keeps_labelled_failures,

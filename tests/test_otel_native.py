@@ -29,15 +29,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import ADAPTERS, AUTO_PROBES
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import ADAPTERS, AUTO_PROBES
 from aegis_probe.config import ProbeConfig
-from aegis_probe.exporting import otlp_exporter
-from aegis_probe.instrumentor import ENTRY_POINT, AegisInstrumentor
-from aegis_probe.metrics import MetricsSpanProcessor
-from aegis_probe.probe import ProbeSetup
-from aegis_probe.spans import current_run, start_run
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.exporting import otlp_exporter
+from aegis_probe.capture.instrumentor import ENTRY_POINT, AegisInstrumentor
+from aegis_probe.storage.metrics import MetricsSpanProcessor
+from aegis_probe.capture.probe import ProbeSetup
+from aegis_probe.capture.spans import current_run, start_run
+from aegis_probe.storage.store import TraceStore
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from aegis_probe import exporting
+from aegis_probe.storage import exporting
 from aegis_probe.config import ProbeConfig
-from aegis_probe.exporting import otlp_exporter
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.exporting import otlp_exporter
+from aegis_probe.storage.store import TraceStore
 from phoenix_server import free_port  # the session's Phoenix is the `phoenix` fixture of conftest.py
 from toyrun import default_probe, run_script, sample_steps
 
@@ -70,7 +70,7 @@ def test_spans_are_flushed_at_exit(phoenix, tmp_path):
     project = f"aegis-exit-{uuid.uuid4().hex[:8]}"
     script = (
         "from aegis_probe.config import ProbeConfig\n"
-        "from aegis_probe.store import TraceStore\n"
+        "from aegis_probe.storage.store import TraceStore\n"
         "from toyrun import default_probe, run_script, sample_steps\n"
         "probe = default_probe(ProbeConfig.resolve(), TraceStore(ProbeConfig.resolve().trace_dir))\n"
         "print(run_script(probe, 't', sample_steps()).trace_id)\n"

@@ -9,7 +9,7 @@ import aegis_probe
 
 #: modules that must not load with the package: replay, blame, injection, model server, report, HTTP
 LAZY_MODULES = ("aegis_probe.counterfactual", "aegis_probe.injection", "aegis_probe.modelserver",
-                "aegis_probe.report", "aegis_probe.instrumentor", "http.server")
+                "aegis_probe.report.html", "aegis_probe.capture.instrumentor", "http.server")
 
 
 def test_import_loads_only_the_instrumentation_core() -> None:

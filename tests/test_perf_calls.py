@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from aegis_probe.leanspans import LeanSpan, LeanTracerProvider
-from aegis_probe.spans import await_in_scope, call_in_scope, start_run, start_step
-from aegis_probe.store import StoreSpanProcessor, TraceStore
+from aegis_probe.capture.leanspans import LeanSpan, LeanTracerProvider
+from aegis_probe.capture.spans import await_in_scope, call_in_scope, start_run, start_step
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 from toyrun import make_probe
 
 
@@ -108,7 +108,7 @@ def test_the_store_queues_an_ending_span_in_one_call(tmp_path: Path) -> None:
     ctx = trace.set_span_in_context(root)
     tracer.start_span("first", context=ctx).end()
     calls = _calls(lambda: tracer.start_span("second", context=ctx, attributes={"k": "v"}).end())
-    assert [(name, n) for name, n in calls.items() if name.startswith("store_writer.py:")] == [("store_writer.py:on_end", 1)]
+    assert [(name, n) for name, n in calls.items() if name.startswith("writer.py:")] == [("writer.py:on_end", 1)]
     root.end()
     (spans,) = store.traces().values()
     assert sorted(s.name for s in spans) == ["first", "root", "second"]
@@ -144,7 +144,7 @@ def test_a_step_in_scope_costs_few_calls(tmp_path: Path) -> None:
                  "spans.py:content", "spans.py:next_step_index"):
         assert hook not in calls, calls
     assert calls["spans.py:__init__"] == 1, calls  # StepScope's; not _Scope's too
-    own = {name: n for name, n in calls.items() if name.split(":")[0] in ("spans.py", "leanspans.py", "store_writer.py")}
+    own = {name: n for name, n in calls.items() if name.split(":")[0] in ("spans.py", "leanspans.py", "writer.py")}
     assert sum(n for name, n in own.items() if name.startswith("spans.py:")) <= 8, own
     assert sum(own.values()) <= 13, own  # content encoding and redaction aside
     provider.shutdown()
@@ -197,7 +197,7 @@ def _benchmark_apps() -> Any:
 
 
 #: The modules of the span path: scopes, lean spans, the store's processor and writer.
-_SPAN_PATH = ("spans.py", "leanspans.py", "store_writer.py", "otlp_encode.py", "store_delta.py")
+_SPAN_PATH = ("spans.py", "leanspans.py", "writer.py", "otlp_encode.py", "delta.py")
 #: Python calls per agent step into the span path and the adapter, on the app's thread, in the
 #: default configuration (``instrument(app)``: lean spans, the store; its writer thread not counted).
 _STEP_CALLS = {"metagpt": 77, "camel": 71}  # camel: +1 since its prompts are remembered per run (current_run)

@@ -18,9 +18,9 @@ pytest.importorskip("autogen_agentchat")
 
 import aegis_probe  # noqa: E402
 from aegis_probe.demos import autogen as demo  # noqa: E402
-from aegis_probe.instrumentor import AegisInstrumentor  # noqa: E402
+from aegis_probe.capture.instrumentor import AegisInstrumentor  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.probe import AmbiguousRun  # noqa: E402
+from aegis_probe.capture.probe import AmbiguousRun  # noqa: E402
 
 TASKS = {  # two tasks the scripted model solves, told apart in the store by their text
     "pens": demo.TASK,

@@ -15,14 +15,14 @@ if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its 
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
 from aegis_probe.counterfactual import blame  # noqa: E402
 from aegis_probe.demos.task import judge  # noqa: E402
 from aegis_probe.executors import RayExecutor, ThreadExecutor, app_runtime_env  # noqa: E402
 from aegis_probe.injection.campaign import run_campaign  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.storage.store import TraceStore  # noqa: E402
 from aegis_probe.trajectory import load_trajectories  # noqa: E402
 from leaky_apps import KEY, leaky_app  # noqa: E402
 

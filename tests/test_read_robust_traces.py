@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.cli import main
 from aegis_probe.counterfactual.recording import load_recording
-from aegis_probe.jsonl import read_jsonl
-from aegis_probe.store import StoreSpanProcessor, TraceStore, read_span_file
+from aegis_probe.storage.jsonl import read_jsonl
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore, read_span_file
 
 from test_cli_fuzz_inputs import _error
 

@@ -19,12 +19,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
 import aegis_probe
-from aegis_probe import semconv as sc, store_delta
-from aegis_probe.messages import SharedMessage, _encode_message, encode_messages
-from aegis_probe.otlp_encode import encode_request
-from aegis_probe.otlp_json import SpanRecord
+from aegis_probe.capture import semconv as sc
+from aegis_probe.storage import delta as store_delta
+from aegis_probe.capture.messages import SharedMessage, _encode_message, encode_messages
+from aegis_probe.storage.otlp_encode import encode_request
+from aegis_probe.storage.otlp_json import SpanRecord
 from aegis_probe.redact import REDACTED, encodable, make_redactor, redact_secrets
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import load_trajectories
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

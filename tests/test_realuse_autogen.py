@@ -31,11 +31,11 @@ from autogen_agentchat.teams import MagenticOneGroupChat, RoundRobinGroupChat, S
 from autogen_core.tools import FunctionTool  # noqa: E402
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.demos.autogen import model_client  # noqa: E402
 from aegis_probe.demos.magentic import FACTS_PROMPT, LEDGER_PROMPT, PLAN_PROMPT, ledger  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.storage.store import TraceStore  # noqa: E402
 from aegis_probe.trajectory import load_trajectories  # noqa: E402
 
 STEPS = 120  # autogen sends the whole conversation every turn: a run's time grows as its square
@@ -505,7 +505,7 @@ def _at_once_under_one_probe(store: Any, one_async: Any) -> list[str]:
     """``run_at_once`` of ``one_async(probe, key)`` with every app traced by one probe
     (``AegisInstrumentor``, trace-every-app mode, storing in ``store``; uninstrumented after, which
     flushes it): the runs' answers."""
-    from aegis_probe.instrumentor import AegisInstrumentor
+    from aegis_probe.capture.instrumentor import AegisInstrumentor
 
     instrumentor = AegisInstrumentor()
     instrumentor.instrument(store=store)

@@ -14,7 +14,7 @@ from framework_checks import AT_ONCE, all_in_flight, no_hook_errors, run_at_once
 import aegis_probe
 from aegis_probe.injection import InjectionPlan, run_with_plan
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import load_trajectories
 
 #: What the FM-3.1 operator (terminate early) makes of an agent's action.

@@ -163,7 +163,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     """One graph, one probe: two runs in two threads and two in two asyncio tasks, all four at once,
     each on its own checkpointer thread. Each run's spans, conversation id and outcome label are its
     own trace's."""
-    from aegis_probe import semconv as sc
+    from aegis_probe.capture import semconv as sc
 
     server = model_server(all_in_flight(
         4, _task_key, lambda key, body: Reply(content=f"{key} says {len(body['messages'])}")))
@@ -186,7 +186,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     assert [a.split()[0] for a in answers] == list(tasks)
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
-    store = aegis_probe.store.TraceStore(tmp_path / "store")
+    store = aegis_probe.storage.store.TraceStore(tmp_path / "store")
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["alice", "bob", "alice", "bob"]
         assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
@@ -292,7 +292,7 @@ def test_a_task_of_several_parts_is_read_by_the_shared_rule(model_server, tmp_pa
     traj = probe.trajectory()
     assert traj.task == f"Compare these.\nFirst: {ODD}\n[image_url]"
     assert [m.content for m in traj.steps[0].input_messages] == [traj.task]
-    (chat,) = [s for s in aegis_probe.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
+    (chat,) = [s for s in aegis_probe.storage.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
                if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert json.loads(chat.attributes["gen_ai.input.messages"])[-1]["parts"][0]["content"] == traj.task
     no_hook_errors(caplog.records)

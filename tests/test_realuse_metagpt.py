@@ -25,7 +25,7 @@ from metagpt.team import Team  # noqa: E402
 
 import aegis_probe  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
-from aegis_probe.store import TraceStore  # noqa: E402
+from aegis_probe.storage.store import TraceStore  # noqa: E402
 from framework_checks import (  # noqa: E402
     AT_ONCE, LONE, MEGA, ODD, SlowOrFast, all_in_flight, cancel_one_beside_another, cancelled_beside_whole, escaped,
     long_run_is_whole, memory_held_after, no_hook_errors, runs_stay_apart, run_at_once, store_lines_are_valid)

@@ -34,7 +34,7 @@ def test_in_own_environment():
 needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
 if HERE:
     import aegis_probe
-    from aegis_probe import semconv as sc
+    from aegis_probe.capture import semconv as sc
     from aegis_probe.modelserver import Reply
 
 STEPS = 300
@@ -224,7 +224,7 @@ def test_runs_at_once_in_threads_and_tasks_stay_apart(model_server, tmp_path, ca
     assert answers == [f"{key} from bob" for key in tasks]
     probe.flush()
     runs = runs_stay_apart(tmp_path / "store", tasks, {k: k for k in tasks})
-    store = aegis_probe.store.TraceStore(tmp_path / "store")
+    store = aegis_probe.storage.store.TraceStore(tmp_path / "store")
     for key, traj in runs.items():
         assert [s.agent for s in traj.steps] == ["alice", "bob"]
         assert {s.attributes.get(sc.CONVERSATION_ID) for s in store.trace(traj.trace_id)} == {key}
@@ -265,7 +265,7 @@ def test_a_task_of_several_parts_is_read_as_the_model_gets_it(model_server, tmp_
     traj = probe.trajectory()
     assert traj.task == f"Compare these.\nFirst: {ODD}\n[input_image]"
     assert [m.content for m in traj.steps[0].input_messages] == [traj.task]
-    (chat,) = [s for s in aegis_probe.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
+    (chat,) = [s for s in aegis_probe.storage.store.TraceStore(tmp_path / "store").trace(traj.trace_id)
                if s.attributes.get(sc.OPERATION) == sc.OP_CHAT]
     prompt = json.loads(chat.attributes[sc.INPUT_MESSAGES])[-1]["parts"][0]["content"]
     assert prompt.split("\n")[:-1] == traj.task.split("\n")[:-1], "the texts as the chat span has them"

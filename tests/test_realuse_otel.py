@@ -32,10 +32,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import aegis_probe
-from aegis_probe.adapter import _MISSING, AUTO_PROBES, get_adapter
-from aegis_probe.instrumentor import AegisInstrumentor
+from aegis_probe.capture.adapter import _MISSING, AUTO_PROBES, get_adapter
+from aegis_probe.capture.instrumentor import AegisInstrumentor
 from aegis_probe.modelserver import ModelServer
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 TOOL = Path(sys.executable).parent / "opentelemetry-instrument"
 ZEROCODE_APP = Path(__file__).with_name("zerocode_app.py")

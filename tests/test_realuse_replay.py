@@ -18,13 +18,13 @@ from framework_checks import MEGA, ODD, no_hook_errors, store_lines_are_valid
 from own_env import INSIDE, importable, run_in_own_env
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import inject_step, load_recording, replay
-from aegis_probe.interception import LLMResponse
+from aegis_probe.capture.interception import LLMResponse
 from aegis_probe.injection import InjectionPlan, Target
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 MODEL = "aegis-scripted"
 FORK = "FORKED " + ODD  # the substitute of the forked step
@@ -338,7 +338,7 @@ def test_replays_beside_injected_runs_traced_by_one_probe_stay_apart(model_serve
     pytest.importorskip("autogen_agentchat")
     from test_realuse_autogen import _talk
 
-    from aegis_probe.instrumentor import AegisInstrumentor
+    from aegis_probe.capture.instrumentor import AegisInstrumentor
 
     spec = AppSpec(lambda base_url, model, api_key: _talk(base_url, 20),
                    lambda app, task: [m.to_text() for m in asyncio.run(app.run(task=task)).messages])

@@ -28,10 +28,10 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 
 import aegis_probe  # noqa: E402
-from aegis_probe import store as store_module  # noqa: E402
+from aegis_probe.storage import store as store_module  # noqa: E402
 from aegis_probe.cli import main  # noqa: E402
-from aegis_probe.report import write_report  # noqa: E402
-from aegis_probe.store import SPANS_FILE, TraceStore  # noqa: E402
+from aegis_probe.report.html import write_report  # noqa: E402
+from aegis_probe.storage.store import SPANS_FILE, TraceStore  # noqa: E402
 from aegis_probe.trajectory import Trajectory, load_trajectories  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

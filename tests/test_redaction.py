@@ -25,8 +25,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 import aegis_probe
 from aegis_probe.modelserver import Reply
 from aegis_probe.redact import REDACTED, redact_secrets
-from aegis_probe.report import render_report
-from aegis_probe.store import TraceStore
+from aegis_probe.report.html import render_report
+from aegis_probe.storage.store import TraceStore
 
 API_KEY = "sk-client-key-never-recorded-0123456789"
 POSITIONS = ("task", "system", "reply", "args", "result", "exception")

@@ -17,8 +17,8 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 import aegis_probe
 from aegis_probe.modelserver import Reply
 from aegis_probe.redact import REDACTED, environment_secrets, redact_secrets, remember_environment_secrets
-from aegis_probe.report import render_report
-from aegis_probe.store import TraceStore
+from aegis_probe.report.html import render_report
+from aegis_probe.storage.store import TraceStore
 from test_redaction import run_lone_agent
 
 #: Shapes no built-in form knows: an Azure-style hex key, a bare alphanumeric one, a password.

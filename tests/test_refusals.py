@@ -22,12 +22,12 @@ from own_env import INSIDE, importable, run_in_own_env
 from sse import send_events
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec
 from aegis_probe.counterfactual import replay
-from aegis_probe.interception import LLMResponse, ModelCall
-from aegis_probe.otlp_json import SpanRecord
-from aegis_probe.store import TraceStore
+from aegis_probe.capture.interception import LLMResponse, ModelCall
+from aegis_probe.storage.otlp_json import SpanRecord
+from aegis_probe.storage.store import TraceStore
 
 HERE = importable("agents.run")
 REFUSAL = "I can't help with that."

@@ -11,7 +11,7 @@ import pytest
 import aegis_probe
 from aegis_probe.apps import AppSpec
 from aegis_probe.counterfactual import replay
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from test_refusals import REFUSED, TASK, RefusingServer, chat_outputs
 
 pytestmark = pytest.mark.camel

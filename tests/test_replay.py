@@ -7,13 +7,13 @@ import importlib
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.counterfactual import blame, load_recording, replay
 from aegis_probe.demos import FRAMEWORKS, demo_module
 from aegis_probe.demos.task import judge
 from aegis_probe.modelserver import Reply
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.train.builders import is_positive
 
 
@@ -82,7 +82,7 @@ def test_fresh_values_match_only_under_one_consistent_renaming():
     import uuid
 
     from aegis_probe.counterfactual.fresh_ids import FreshIds
-    from aegis_probe.interception import LLMResponse
+    from aegis_probe.capture.interception import LLMResponse
 
     a, b, c, x, y, z = (str(uuid.uuid4()) for _ in range(6))
     ids = FreshIds()
@@ -106,7 +106,7 @@ def test_replayed_answers_reach_threads_in_the_recorded_order(monkeypatch):
     from aegis_probe.counterfactual import order as order_module
     from aegis_probe.counterfactual.order import RecordedOrder
     from aegis_probe.counterfactual.recording import RecordedCall
-    from aegis_probe.interception import LLMResponse
+    from aegis_probe.capture.interception import LLMResponse
 
     def call(agent: str, start: int, end: int) -> RecordedCall:
         return RecordedCall(agent, 0, None, "[]", LLMResponse(content=agent), start, end)

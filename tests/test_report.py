@@ -19,15 +19,15 @@ from urllib.parse import quote
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.cli import main
 from aegis_probe.config import ProbeConfig
 from aegis_probe.demos import FRAMEWORKS, demo_module
 from aegis_probe.demos.task import EXPRESSION, TASK, calculate, judge
-from aegis_probe.probe import Probe
-from aegis_probe.report import ENV_JAEGER_URL, ENV_PHOENIX_URL, render_report, step_marks, trace_links, write_report
-from aegis_probe.spans import start_llm, start_run, start_step, start_tool
-from aegis_probe.store import StoreSpanProcessor, TraceStore
+from aegis_probe.capture.probe import Probe
+from aegis_probe.report.html import ENV_JAEGER_URL, ENV_PHOENIX_URL, render_report, step_marks, trace_links, write_report
+from aegis_probe.capture.spans import start_llm, start_run, start_step, start_tool
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 from aegis_probe.trajectory import Fault, Labels, Message, Step, Trajectory, Usage
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "report"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from aegis_probe.spans import await_in_scope, start_run, start_step
-from aegis_probe.store import TraceStore
+from aegis_probe.capture.spans import await_in_scope, start_run, start_step
+from aegis_probe.storage.store import TraceStore
 from toyrun import make_probe
 
 

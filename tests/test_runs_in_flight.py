@@ -10,9 +10,9 @@ import threading
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from aegis_probe.probe import AmbiguousRun
-from aegis_probe.spans import attached, start_run
-from aegis_probe.store import TraceStore
+from aegis_probe.capture.probe import AmbiguousRun
+from aegis_probe.capture.spans import attached, start_run
+from aegis_probe.storage.store import TraceStore
 from toyrun import make_probe
 
 

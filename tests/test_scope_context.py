@@ -11,11 +11,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from aegis_probe.spans import (  # pylint: disable=protected-access
+from aegis_probe.capture.spans import (  # pylint: disable=protected-access
     _STEP_KEY, attached, await_in_scope, call_in_scope, current_run, current_step, in_llm_call, scoped_wrappers,
     start_llm, start_run, start_step, start_tool,
 )
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from toyrun import make_probe
 
 APP_KEY = otel_context.create_key("the app's own")

@@ -1,7 +1,7 @@
 """Semantic-convention compliance: every name aegis-probe emits is OpenTelemetry's or documented as its own.
 
 Names are gathered from real runs (a framework-free script and each installed framework's demo
-team), from the ``aegis_probe.semconv`` constants and from the metrics; OpenTelemetry's names come
+team), from the ``aegis_probe.capture.semconv`` constants and from the metrics; OpenTelemetry's names come
 from the ``opentelemetry-semantic-conventions`` package, aegis-probe's own from docs/otel.md. The
 Phoenix test checks that a real Phoenix shows the steps, model calls and tool calls as AGENT, LLM
 and TOOL spans from the GenAI attributes alone.
@@ -21,9 +21,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiOperationNameValues
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.probe import ProbeSetup
-from aegis_probe.store import TraceStore
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.probe import ProbeSetup
+from aegis_probe.storage.store import TraceStore
 from toyrun import ToyAdapter, ToyApp, run_script, sample_steps
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "otel.md"

@@ -17,9 +17,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.spans import start_llm, start_run, start_step
-from aegis_probe.store import SPANS_FILE, TraceFileError, TraceStore
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.spans import start_llm, start_run, start_step
+from aegis_probe.storage.store import SPANS_FILE, TraceFileError, TraceStore
 from toyrun import StepSpec, make_probe, run_script, sample_steps
 
 
@@ -124,7 +124,7 @@ def test_outcome_reported_during_the_run_lands_on_that_run(probe, store):
 
 
 def test_app_exception_marks_run_and_step(probe, store):
-    from aegis_probe.spans import start_run, start_step
+    from aegis_probe.capture.spans import start_run, start_step
 
     run = start_run(probe, "toy-team", framework="toy", task="t")
     token = run.attach()
@@ -160,7 +160,7 @@ def test_truncated_last_line_is_skipped_with_warning(probe, store, caplog, cut):
         a, b = cut.split("/")
         pos = len(last) * int(a) // int(b)
     store.file.write_bytes(data[:start] + last[:pos])
-    with caplog.at_level(logging.WARNING, logger="aegis_probe.store"):
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.storage.store"):
         trajs = aegis_probe.load_trajectories(store.path)
     if cut == "no-newline-complete":
         assert [t.trace_id for t in trajs] == ids
@@ -191,7 +191,7 @@ def test_a_last_line_without_newline_that_is_not_a_crash_is_kept(probe, store, c
     first = _write_runs(probe, 1)
     data = store.file.read_bytes() + tail.encode()
     store.file.write_bytes(data)
-    with caplog.at_level(logging.ERROR, logger="aegis_probe.store"):
+    with caplog.at_level(logging.ERROR, logger="aegis_probe.storage.store"):
         later = run_script(probe, "after", sample_steps("x")).trace_id
         assert probe.store.flush()
     assert "could not write" not in caplog.text
@@ -367,7 +367,7 @@ def _tiny_run(probe) -> str:
 
 def test_full_queue_drops_and_counts_never_blocks(store, caplog):
     """A writer stuck on a slow disk: the app goes on, the spans beyond the bound are dropped and counted."""
-    from aegis_probe.store import StoreSpanProcessor
+    from aegis_probe.storage.store import StoreSpanProcessor
 
     entered, release = threading.Event(), threading.Event()
     write_line = store.write_line
@@ -383,7 +383,7 @@ def test_full_queue_drops_and_counts_never_blocks(store, caplog):
     probe = make_probe(provider, None, extra=processor)
     first = _tiny_run(probe)
     assert entered.wait(10), "the writer took the first trace and is stuck writing it"
-    with caplog.at_level(logging.WARNING, logger="aegis_probe.store"):
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.storage.store"):
         second = run_script(probe, "t", sample_steps())  # 11 spans: 2 queued, 9 dropped (the root among them)
     assert processor.dropped_spans == 9
     assert any("queue full" in r.getMessage() for r in caplog.records)
@@ -460,7 +460,7 @@ def test_long_conversation_stores_each_message_once(tmp_path):
 
 
 def test_delta_whose_base_is_missing_is_left_out_with_warning(tmp_path, caplog):
-    from aegis_probe.store_delta import DELTA_PREFIX
+    from aegis_probe.storage.delta import DELTA_PREFIX
 
     trace_id = "0123456789abcdef0123456789abcdef"
     attrs = [{"key": sc.AGENT_NAME, "value": {"stringValue": "a"}},
@@ -468,9 +468,9 @@ def test_delta_whose_base_is_missing_is_left_out_with_warning(tmp_path, caplog):
                  {"stringValue": "00000000000000ff"}, {"intValue": "300"}, {"stringValue": "tail"}]}}}]
     path = tmp_path / "run.jsonl"
     path.write_text(_line([{"traceId": trace_id, "spanId": "0123456789abcdef", "name": "chat m", "attributes": attrs}]) + "\n")
-    from aegis_probe.store import merge_records, read_span_file
+    from aegis_probe.storage.store import merge_records, read_span_file
 
-    with caplog.at_level(logging.WARNING, logger="aegis_probe.store_delta"):
+    with caplog.at_level(logging.WARNING, logger="aegis_probe.storage.delta"):
         [span] = merge_records(read_span_file(path))[trace_id]
     assert span.attributes == {sc.AGENT_NAME: "a"}
     assert any("not stored" in r.getMessage() for r in caplog.records)
@@ -483,7 +483,7 @@ def test_process_exit_writes_queued_traces(tmp_path):
 
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from opentelemetry.sdk.trace import TracerProvider\n"
-            "from aegis_probe.store import TraceStore\n"
+            "from aegis_probe.storage.store import TraceStore\n"
             "from toyrun import make_probe, run_script, sample_steps\n"
             "probe = make_probe(TracerProvider(shutdown_on_exit=False), TraceStore(%r))\n"
             "for i in range(5): print(run_script(probe, 't', sample_steps(str(i))).trace_id)\n"
@@ -502,8 +502,8 @@ def test_a_run_left_unfinished_at_exit_has_no_app_taken_from_a_step(tmp_path):
 
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from opentelemetry.sdk.trace import TracerProvider\n"
-            "from aegis_probe.store import TraceStore\n"
-            "from aegis_probe.spans import start_run, start_step\n"
+            "from aegis_probe.storage.store import TraceStore\n"
+            "from aegis_probe.capture.spans import start_run, start_step\n"
             "from toyrun import make_probe\n"
             "probe = make_probe(TracerProvider(shutdown_on_exit=False), TraceStore(%r))\n"
             "run = start_run(probe, 'toy-team', framework='toy', task='t')\n"
@@ -563,7 +563,7 @@ def test_a_line_another_process_is_writing_is_no_truncated_line(probe, store, tm
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline() == "half\n"
-        with caplog.at_level(logging.DEBUG, logger="aegis_probe.store"):
+        with caplog.at_level(logging.DEBUG, logger="aegis_probe.storage.store"):
             assert [t.trace_id for t in aegis_probe.load_trajectories(store.path)] == ids[:earlier]
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
         assert "being written" in caplog.text

@@ -11,11 +11,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
-from aegis_probe import semconv as sc
-from aegis_probe import store_delta
-from aegis_probe.otlp_encode import encode_span, sdk_span_json
-from aegis_probe.otlp_json import SpanRecord
-from aegis_probe.store import StoreSpanProcessor, TraceStore
+from aegis_probe.capture import semconv as sc
+from aegis_probe.storage import delta as store_delta
+from aegis_probe.storage.otlp_encode import encode_span, sdk_span_json
+from aegis_probe.storage.otlp_json import SpanRecord
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 
 
 def _any_value(value: Any) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseStreamTool, BaseTool
 
 import aegis_probe
-from aegis_probe import semconv as sc
-from aegis_probe.adapter import get_adapter, subclasses
+from aegis_probe.capture import semconv as sc
+from aegis_probe.capture.adapter import get_adapter, subclasses
 from aegis_probe.demos import autogen as demo
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS, THREADS = 24, 8
@@ -79,7 +79,7 @@ def test_parallel_instrument_run_uninstrument(model_server, tmp_path):
 
 
 def test_patcher_wraps_each_attribute_once_across_threads():
-    from aegis_probe.adapter import Patcher
+    from aegis_probe.capture.adapter import Patcher
 
     class Target:
         def method(self) -> int:

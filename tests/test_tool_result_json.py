@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
 
 pytest.importorskip("camel")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.cli import main as aegis_main
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Trajectory
 from aegis_probe.train import cli
 from aegis_probe.train.builders import build_dcl

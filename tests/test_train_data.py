@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
-from aegis_probe.otlp_json import SpanRecord
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.otlp_json import SpanRecord
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Fault, Labels, Step, Trajectory
 from aegis_probe.train import builders, cli, importers, metrics, rewards
 from aegis_probe.train.answers import Attribution, gold_attribution, parse_agent_step, parse_pairs
@@ -702,7 +702,7 @@ def test_eval_matches_predictions_keyed_by_trace_id(tmp_path, capsys):
 
 def test_jsonl_errors_name_file_and_line_and_keep_existing_output(tmp_path):
     from aegis_probe.train.evaluate import read_predictions
-    from aegis_probe.jsonl import read_jsonl, write_jsonl
+    from aegis_probe.storage.jsonl import read_jsonl, write_jsonl
 
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"id": "a", "turns": []}\n\n{"id": "b"}\nnot json\n')

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from aegis_probe import semconv as sc  # noqa: E402
-from aegis_probe.store import StoreSpanProcessor, TraceStore  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore  # noqa: E402
 from aegis_probe.trajectory import Trajectory  # noqa: E402
 
 pytestmark = pytest.mark.train

@@ -33,7 +33,7 @@ from autogen_core.models import ChatCompletionClient, CreateResult, ModelFamily,
 from autogen_ext.models.openai import OpenAIChatCompletionClient  # noqa: E402
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 
 SECRET = "sk-proj-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LmNb"
@@ -624,7 +624,7 @@ def test_trace_every_app_mode_traces_a_team_on_the_app_own_runtime(model_server,
     """Zero-code tracing (``AegisInstrumentor``, no ``instrument(app)``) of teams on a runtime the
     app started itself (``runtime=``): each run holds its agents' steps and the selector's model
     call (was: the root alone, the participants' handlers running outside it)."""
-    from aegis_probe.instrumentor import AegisInstrumentor
+    from aegis_probe.capture.instrumentor import AegisInstrumentor
 
     def policy(body: dict[str, Any]) -> Reply:
         system = body["messages"][0]["content"]

@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode
 pytest.importorskip("camel.agents")
 
 import aegis_probe  # noqa: E402
-from aegis_probe import semconv as sc  # noqa: E402
+from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import no_hook_errors, ours, parent_of  # noqa: E402
 from test_realuse_camel import add  # noqa: E402

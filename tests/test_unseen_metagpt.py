@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import aegis_probe
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.modelserver import Reply
 
 demo = pytest.importorskip("aegis_probe.demos.metagpt")

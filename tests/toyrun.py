@@ -12,12 +12,12 @@ from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from aegis_probe.adapter import Adapter, AppInfo, Patcher
+from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.config import ProbeConfig
-from aegis_probe.exporting import default_provider
-from aegis_probe.probe import Judge, Probe
-from aegis_probe.spans import RunScope, start_llm, start_run, start_step, start_tool
-from aegis_probe.store import StoreSpanProcessor, TraceStore
+from aegis_probe.storage.exporting import default_provider
+from aegis_probe.capture.probe import Judge, Probe
+from aegis_probe.capture.spans import RunScope, start_llm, start_run, start_step, start_tool
+from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
 
 
 class ToyApp:

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aegis_probe import semconv as sc
+from aegis_probe.capture import semconv as sc
 from aegis_probe.config import ProbeConfig
-from aegis_probe.store import TraceStore
+from aegis_probe.storage.store import TraceStore
 from aegis_probe.redact import redact_secrets
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Literal
 from aegis_probe.trajectory import Trajectory
 
 from .answers import decisive_fault, fault_reason, format_agent_step, format_pairs, gold_attribution, recovered
-from aegis_probe.jsonl import read_jsonl, write_jsonl  # noqa: F401 - re-exported: rows are read and written here
+from aegis_probe.storage.jsonl import read_jsonl, write_jsonl  # noqa: F401 - re-exported: rows are read and written here
 from .modes import MODES
 from .render import render, step_text, strip_artefacts
 

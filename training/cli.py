@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from aegis_probe.cli import add_examples, configure_logging, on_terminal, plain_help, progress_on_terminal_only, run_command, version
+from aegis_probe.cli.common import add_examples, configure_logging, on_terminal, plain_help, progress_on_terminal_only, run_command, version
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from aegis_probe.jsonl import read_jsonl, write_jsonl
+from aegis_probe.storage.jsonl import read_jsonl, write_jsonl
 
 #: The name ending of a gzipped input (``rows.jsonl.gz``, ``12.json.gz``), read as the plain file.
 GZIP_SUFFIX = ".gz"
@@ -52,7 +52,7 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
 
 
 def read_rows(path: str | os.PathLike[str], required: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file, as :func:`aegis_probe.jsonl.read_jsonl` reads them
+    """The JSON objects of a JSON-lines file, as :func:`aegis_probe.storage.jsonl.read_jsonl` reads them
     (a record that is not a JSON object of the ``required`` fields is a ``ValueError`` naming file
     and line; a ``.jsonl.gz`` file read through gzip, one that is no readable gzip named)."""
     if Path(path).is_dir():
@@ -62,7 +62,7 @@ def read_rows(path: str | os.PathLike[str], required: Iterable[str] = ()) -> lis
 
 def write_rows(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str]) -> Path:
     """Write rows (objects, or JSON text) as JSON lines, whole or not at all, as
-    :func:`aegis_probe.jsonl.write_jsonl` does; gzipped when ``path`` ends in ``.gz`` (so that it
+    :func:`aegis_probe.storage.jsonl.write_jsonl` does; gzipped when ``path`` ends in ``.gz`` (so that it
     reads back as the inputs named so do). Returns the path."""
     if not str(path).endswith(GZIP_SUFFIX):
         return write_jsonl(rows, path)

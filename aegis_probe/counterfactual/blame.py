@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from .. import semconv as sc
+from ..capture import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..errors import one_line
 from ..executors import Executor
-from ..probe import Judge
-from ..store import TraceStore
+from ..capture.probe import Judge
+from ..storage.store import TraceStore
 from ..redact import redact_secrets
 from ..trajectory import Fault, Trajectory, label_attributes
 from .recording import load_recording

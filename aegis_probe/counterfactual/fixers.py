@@ -8,7 +8,7 @@ write the final answer in.
 
 from __future__ import annotations
 
-from ..steptable import transcript
+from ..report.steptable import transcript
 from ..trajectory import Trajectory
 
 _INSTRUCTION = (

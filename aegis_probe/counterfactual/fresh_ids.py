@@ -16,7 +16,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from ..interception import LLMResponse
+from ..capture.interception import LLMResponse
 
 FRESH = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
                    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?)")

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from ..apps import AppSpec, Endpoint
 from ..executors import Executor, Failure, outcome
-from ..otlp_json import SpanRecord
-from ..probe import Judge
-from ..store import TraceStore
+from ..storage.otlp_json import SpanRecord
+from ..capture.probe import Judge
+from ..storage.store import TraceStore
 from .replayer import replay
 
 if TYPE_CHECKING:

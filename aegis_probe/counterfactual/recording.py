@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .. import semconv as sc
+from ..capture import semconv as sc
 from ..errors import AegisProbeError
-from ..interception import LLMResponse
-from ..otlp_json import SpanRecord
+from ..capture.interception import LLMResponse
+from ..storage.otlp_json import SpanRecord
 
 Key = tuple[str, int]
 

@@ -18,14 +18,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import semconv as sc
+from ..capture import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..config import ProbeConfig
-from ..interception import InterceptAbort, LLMResponse, ModelCall, UnansweredCalls
-from ..otlp_json import SpanRecord
-from ..probe import Judge, instrument
-from ..spans import encode_messages
-from ..store import TraceStore
+from ..capture.interception import InterceptAbort, LLMResponse, ModelCall, UnansweredCalls
+from ..storage.otlp_json import SpanRecord
+from ..capture.probe import Judge, instrument
+from ..capture.spans import encode_messages
+from ..storage.store import TraceStore
 from ..trajectory import Step, Trajectory
 from .fresh_ids import FreshIds
 from .order import RecordedOrder

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .. import semconv as sc
+from ..capture import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..injection.operators import Context, DeterministicManipulator
-from ..probe import Judge
-from ..store import TraceStore
+from ..capture.probe import Judge
+from ..storage.store import TraceStore
 from ..trajectory import Fault, Trajectory
 from .recording import load_recording
 from .replayer import STEP_INJECTION_SOURCE, ReplayResult, replay

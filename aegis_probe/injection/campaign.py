@@ -37,16 +37,16 @@ from typing import Any, Iterable, Iterator, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-from .. import semconv as sc
+from ..capture import semconv as sc
 from ..apps import AppSpec, Endpoint
 from ..errors import AegisProbeError, one_line
 from ..executors import Executor, Failure, NotRetried, ThreadExecutor
-from ..interception import UnansweredCalls
-from ..jsonl import read_jsonl
-from ..leanspans import LeanTracerProvider
+from ..capture.interception import UnansweredCalls
+from ..storage.jsonl import read_jsonl
+from ..capture.leanspans import LeanTracerProvider
 from ..modelserver import ModelServer
-from ..otlp_json import SpanRecord
-from ..store import TraceStore
+from ..storage.otlp_json import SpanRecord
+from ..storage.store import TraceStore
 from ..trajectory import Trajectory
 from .judges import judge_for
 from .operators import Manipulator

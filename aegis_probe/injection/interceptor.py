@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from opentelemetry import context as otel_context
 
-from .. import semconv as sc
-from ..interception import ModelCall, LLMResponse
-from ..spans import current_step, log_hook_error
+from ..capture import semconv as sc
+from ..capture.interception import ModelCall, LLMResponse
+from ..capture.spans import current_step, log_hook_error
 from .operators import Context, DeterministicManipulator, Manipulator
 from .plan import AppliedFault, InjectionPlan, Target, faults_json
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from ..interception import LLMResponse
+from ..capture.interception import LLMResponse
 from .operators import Context, latest_input
 
 #: What the faulty agent should do, per mode (phrased as an instruction to the manipulator).

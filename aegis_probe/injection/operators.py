@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
-from ..interception import LLMResponse
+from ..capture.interception import LLMResponse
 
 _NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w)")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -7,7 +7,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..interception import ModelCall
+from ..capture.interception import ModelCall
 from ..mast import MODES
 from ..trajectory import Fault
 
@@ -25,7 +25,7 @@ class Target(BaseModel):
 
     ``when`` is exactly one of ``nth`` (the agent's n-th step that calls the model, 0-based),
     ``step`` (the global ``aegis.step.index``) or ``predicate`` (a Python callable on the
-    :class:`~aegis_probe.interception.ModelCall`; not serialised). With none given, ``nth=0``.
+    :class:`~aegis_probe.capture.interception.ModelCall`; not serialised). With none given, ``nth=0``.
     A target fires at most once per run, at the first model call of the selected step the
     manipulator can act on.
     """

@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
-from aegis_probe.otlp_json import SpanRecord, decode_request
-from aegis_probe.store import merge_records
+from aegis_probe.storage.otlp_json import SpanRecord, decode_request
+from aegis_probe.storage.store import merge_records
 from aegis_probe.trajectory import Trajectory
 
 from .base import ImportIssue, ImportResult, data_files, iter_records, label_flags

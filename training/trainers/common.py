@@ -25,7 +25,7 @@ def device_defaults() -> dict[str, Any]:
     pipes). A value from ``--config`` or the command line wins."""
     import torch
 
-    from aegis_probe.cli import on_terminal
+    from aegis_probe.cli.common import on_terminal
 
     return ({} if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else {"bf16": False}) | (
         {} if on_terminal() else {"disable_tqdm": True})

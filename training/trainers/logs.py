@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from transformers import TrainerCallback
 
-from aegis_probe.jsonl import read_jsonl
+from aegis_probe.storage.jsonl import read_jsonl
 
 LOG_FILE = "log.jsonl"
 logger = logging.getLogger("aegis_probe.train")

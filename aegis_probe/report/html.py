@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from . import semconv as sc
-from .redact import redact_secrets
-from .report_assets import CSS, JS
+from ..capture import semconv as sc
+from ..redact import redact_secrets
+from .assets import CSS, JS
 from .steptable import UNPRINTABLE
-from .trajectory import Step, Trajectory
+from ..trajectory import Step, Trajectory
 
 ENV_JAEGER_URL = "AEGIS_JAEGER_URL"
 ENV_PHOENIX_URL = "AEGIS_PHOENIX_URL"

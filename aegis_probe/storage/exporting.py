@@ -15,9 +15,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from .config import ProbeConfig
-from .leanspans import LeanTracerProvider
-from .redact import encodable
+from ..config import ProbeConfig
+from ..capture.leanspans import LeanTracerProvider
+from ..redact import encodable
 from .store import StoreSpanProcessor, TraceStore
 
 logger = logging.getLogger("aegis_probe")

@@ -20,7 +20,7 @@ from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
     GEN_AI_CLIENT_TOKEN_USAGE,
 )
 
-from . import semconv as sc
+from ..capture import semconv as sc
 
 #: The bucket boundaries the GenAI conventions advise.
 DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]

@@ -12,7 +12,7 @@ import json
 from json.encoder import encode_basestring as _quote  # what json.dumps(ensure_ascii=False) uses
 from typing import Any, Callable, Iterable, Mapping
 
-from .store_delta import note_extension
+from ..storage.delta import note_extension
 
 # A neutral chat message, as adapters hand them over: {"role", "content", optional "name",
 # optional "tool_calls": [{"id", "name", "arguments"}], optional "tool_call_id"}.

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
-from ..cli import add_examples, http_url, seconds
-from ..otlp_encode import encode_request
-from ..otlp_json import SpanRecord
-from ..report import write_atomically
-from ..store import TraceStore
+from .common import add_examples, http_url, seconds
+from ..storage.otlp_encode import encode_request
+from ..storage.otlp_json import SpanRecord
+from ..report.html import write_atomically
+from ..storage.store import TraceStore
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

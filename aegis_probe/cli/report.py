@@ -13,9 +13,9 @@ import argparse
 import re
 from pathlib import Path
 
-from ..cli import add_examples, http_url
-from ..report import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
-from ..store import SPANS_FILE, merge_records, read_span_file, span_files
+from .common import add_examples, http_url
+from ..report.html import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
+from ..storage.store import SPANS_FILE, merge_records, read_span_file, span_files
 from ..trajectory import Trajectory, load_trajectories
 from .traces import store_at, stored
 

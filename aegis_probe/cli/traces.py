@@ -7,12 +7,12 @@ import logging
 import os
 from datetime import datetime, timezone
 
-from ..cli import add_examples
+from .common import add_examples
 from ..config import ProbeConfig
 from ..errors import one_line
-from ..otlp_json import SpanRecord
-from ..steptable import printable, step_table, summary
-from ..store import SPANS_FILE, TraceStore
+from ..storage.otlp_json import SpanRecord
+from ..report.steptable import printable, step_table, summary
+from ..storage.store import SPANS_FILE, TraceStore
 from ..trajectory import Trajectory
 from . import export
 

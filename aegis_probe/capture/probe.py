@@ -19,20 +19,20 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
-from .config import ProbeConfig
-from .errors import AegisProbeError
+from ..config import ProbeConfig
+from ..errors import AegisProbeError
 from .interception import Interceptor
 from .messages import forget as forget_messages
-from .metrics import add_metrics
-from .exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
-from .redact import make_redactor, remember_environment_secrets
+from ..storage.metrics import add_metrics
+from ..storage.exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
+from ..redact import make_redactor, remember_environment_secrets
 from .spans import RunScope, current_run, start_run
-from .store import StoreSpanProcessor, TraceStore
-from .store_writer import SCOPE
-from .trajectory import Outcome, Trajectory
+from ..storage.store import StoreSpanProcessor, TraceStore
+from ..storage.writer import SCOPE
+from ..trajectory import Outcome, Trajectory
 
 if TYPE_CHECKING:
-    from .injection import InjectionPlan, Injector
+    from ..injection import InjectionPlan, Injector
 
 logger = logging.getLogger("aegis_probe")
 
@@ -235,7 +235,7 @@ class Probe:
     @contextmanager
     def inject(self, plan: "InjectionPlan", **options: Any) -> Iterator["Injector"]:
         """Apply a fault-injection ``plan`` to the runs inside the ``with`` block (see docs/injection.md)."""
-        from .injection import Injector
+        from ..injection import Injector
 
         with self.intercept(Injector(plan, **options)) as injector, injector.here():
             yield injector
@@ -468,7 +468,7 @@ def uninstrument() -> None:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 

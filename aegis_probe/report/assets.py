@@ -1,4 +1,4 @@
-"""Inline stylesheet and script of the HTML trace report (:mod:`aegis_probe.report`).
+"""Inline stylesheet and script of the HTML trace report (:mod:`aegis_probe.report.html`).
 
 The script only reads the page's own DOM: it filters steps (agent, text, flagged only; also from
 ``?agent=NAME&q=TEXT&flagged=1`` in the URL), opens the step a timeline link points to, and

@@ -1,13 +1,5 @@
-"""Command line: ``aegis-probe`` (or ``python -m aegis_probe``) and its ``train`` half.
-
-``demo | traces | inject | blame | report`` live here, one module per command; ``train ...`` is
-the same command line as ``python -m aegis_probe.train ...`` (:mod:`aegis_probe.train.cli`).
-Both follow one convention: a command module's ``add_parser(subparsers)`` adds its sub-parser and
-sets ``func(args) -> exit code``; both run it through :func:`run_command`, which turns bad input
-into one ``error:`` line and exit status 2, and refuses outputs that would overwrite an input or
-a trace store file. Command modules import their heavy dependencies (frameworks, tqdm) only when
-they run, so ``--help`` stays fast and a missing extra only breaks its own command.
-"""
+"""What every command of both command lines shares: examples and plain help, errors as one
+``error:`` line (:func:`run_command`), output checks, quiet framework imports, logging."""
 
 from __future__ import annotations
 
@@ -25,18 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-from .errors import one_line, validation_summary
-from .redact import redact_secrets, redacted_log_records
-
-#: command name -> "module:function" that adds the command's sub-parser.
-COMMANDS: dict[str, str] = {
-    "demo": "aegis_probe.commands.demo:add_parser",
-    "traces": "aegis_probe.commands.traces:add_parser",
-    "inject": "aegis_probe.commands.inject:add_parser",
-    "blame": "aegis_probe.commands.blame:add_parser",
-    "report": "aegis_probe.commands.report:add_parser",
-}
-TRAIN_HELP = "import datasets, build training rows, train and evaluate attributors (train --help)"
+from ..errors import one_line, validation_summary
+from ..redact import redact_secrets, redacted_log_records
 
 #: Exceptions that mean bad input (a file, a record, an option, an app that does not load): one line, exit 2.
 BAD_INPUT: tuple[type[BaseException], ...] = (OSError, LookupError, ValueError, RecursionError, OverflowError,
@@ -104,7 +86,7 @@ def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -211,7 +193,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 
     ``ValueError`` names the option and what it would overwrite; nothing has been written yet.
     """
-    from .config import ProbeConfig
+    from ..config import ProbeConfig
 
     _check_writable_place(args)
     inputs = {p for _, p in _paths(args, INPUT_DESTS) if p.exists()}
@@ -356,40 +338,3 @@ def _loguru_off() -> Iterator[None]:
 def configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-
-
-# -- the parser ------------------------------------------------------------------------------
-def build_parser(prog: str = "aegis-probe") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="aegis-probe: trace, inject faults into, replay and debug LLM multi-agent apps, "
-                    "and train failure-attribution models on the traces. COMMAND --help: a command's options, "
-                    "their defaults and examples.",
-    )
-    add_examples(parser, "demo                    # an instrumented AutoGen team on a scripted model; prints its trace",
-                 "demo --inject FM-2.6    # a failed run, to blame",
-                 "traces ls               # the runs in ./aegis-traces",
-                 "train --help            # datasets, training rows, attributors")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output of aegis-probe; tracebacks of errors")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for target in COMMANDS.values():
-        module, _, func = target.partition(":")
-        getattr(importlib.import_module(module), func)(sub)
-    sub.add_parser("train", help=TRAIN_HELP, add_help=False)  # dispatched before parsing: see main()
-    return plain_help(parser)
-
-
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    prog = prog or prog_name("aegis-probe")
-    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
-    if first is not None and argv[first] == "train":  # the training command line, unchanged
-        from .train.cli import main as train_main
-
-        verbose = any(a in ("-v", "--verbose") for a in argv[:first])
-        return train_main(argv[first + 1:], prog=f"{prog} train", verbose=verbose)
-    args = build_parser(prog).parse_args(argv)
-    configure_logging(args.verbose)
-    progress_on_terminal_only(args)
-    return run_command(args.func, args, verbose=args.verbose)

@@ -18,9 +18,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from . import semconv as sc
+from ..capture import semconv as sc
 from .otlp_json import SpanRecord, plain_attributes
-from .store_delta import DELTA_PREFIX, MIN_SHARED, Bases, shorten
+from .delta import DELTA_PREFIX, MIN_SHARED, Bases, shorten
 
 _STATUS_NUMBER = {"UNSET": 0, "OK": 1, "ERROR": 2}
 # Looked up by id: hashing an enum member runs Python code.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from .trajectory import ATTRIBUTION_SOURCE, Trajectory
+from ..trajectory import ATTRIBUTION_SOURCE, Trajectory
 
 
 #: Characters a terminal acts on (C0/C1 controls: escape sequences that recolour, retitle or

@@ -27,12 +27,12 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .otlp_encode import request_json, sdk_span_json
 from .otlp_json import resource_attributes
-from .store_delta import Bases, want_hints
+from .delta import Bases, want_hints
 
 if TYPE_CHECKING:
     from .store import TraceStore
 
-logger = logging.getLogger("aegis_probe.store")
+logger = logging.getLogger("aegis_probe.storage.store")
 
 #: Spans waiting for the writer, per process, before new ones are dropped.
 MAX_QUEUE = 8192

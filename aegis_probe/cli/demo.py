@@ -19,10 +19,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..cli import add_examples, check_place, http_url, quiet_frameworks, quiet_imports
+from .common import add_examples, check_place, http_url, quiet_frameworks, quiet_imports
 from ..demos import FRAMEWORKS, REQUIREMENTS, TEAMS, demo_module
 from ..demos.task import judge
-from ..store import SPANS_FILE
+from ..storage.store import SPANS_FILE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config import ENV_TRACE_DIR, ProbeConfig
     from ..modelserver import ModelServer
-    from ..report import write_report
-    from ..steptable import step_table, summary
+    from ..report.html import write_report
+    from ..report.steptable import step_table, summary
 
     args.framework = demo_name(args.framework, args.team)
     if args.base_url is not None:

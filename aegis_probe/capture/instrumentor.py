@@ -20,7 +20,7 @@ from opentelemetry.instrumentation.dependencies import DependencyConflict, get_d
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
-from .config import ENV_TRACE_DIR
+from ..config import ENV_TRACE_DIR
 
 if TYPE_CHECKING:
     from .probe import Probe, ProbeSetup

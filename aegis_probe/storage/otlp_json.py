@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from .redact import encodable
+from ..redact import encodable
 
 _STATUS_CODE = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _STATUS_NAME = {0: "UNSET", 1: "OK", 2: "ERROR"}

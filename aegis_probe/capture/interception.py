@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Protocol, Sequence
 
-from .errors import AegisProbeError
+from ..errors import AegisProbeError
 from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:

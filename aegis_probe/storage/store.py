@@ -22,11 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
 
-from .errors import AegisProbeError
+from ..errors import AegisProbeError
 from .otlp_encode import encode_request
 from .otlp_json import SpanRecord, decode_request, utf8
-from .store_delta import expand
-from .store_writer import StoreSpanProcessor, flush_writers
+from .delta import expand
+from .writer import StoreSpanProcessor, flush_writers
 
 __all__ = ["SPANS_FILE", "StoreSpanProcessor", "TraceFileError", "TraceStore", "merge_records", "read_span_file", "span_files"]
 

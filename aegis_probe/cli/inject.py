@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports, seconds
+from .common import add_examples, http_url, quiet_frameworks, quiet_imports, seconds
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 

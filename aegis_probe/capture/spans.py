@@ -28,7 +28,7 @@ from . import semconv as sc
 from .leanspans import LeanSpan
 from .jsontext import json_text
 from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_long_texts as forget_long_encoded_texts
-from .redact import forget as forget_redactions, forget_long_texts as forget_long_clean_texts, redact_secrets
+from ..redact import forget as forget_redactions, forget_long_texts as forget_long_clean_texts, redact_secrets
 
 if TYPE_CHECKING:
     from .probe import Probe

@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from ..apps import AppSpec, Endpoint, check_signature, load_module
-from ..cli import add_examples, http_url, quiet_frameworks, quiet_imports
+from .common import add_examples, http_url, quiet_frameworks, quiet_imports
 from ..errors import one_line
 from ..executors import add_executor_arguments, executor_from_args
 from .traces import store_at, stored

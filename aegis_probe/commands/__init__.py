@@ -1,1 +1,0 @@
-"""One module per CLI command (see :data:`aegis_probe.cli.COMMANDS`)."""
