@@ -29,6 +29,10 @@ class Reply:
 
     content: str | None = None
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Usage details to report: ``prompt_tokens_details.cached_tokens`` and
+    #: ``completion_tokens_details.reasoning_tokens`` (left out when None, as older models do).
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 Policy = Callable[[dict[str, Any]], Reply]
@@ -85,7 +89,7 @@ class ModelServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    def complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run the policy on a request; return the assistant message and usage."""
         with self._lock:
             self.requests.append(body)
@@ -102,8 +106,12 @@ class ModelServer:
             ]
         out_text = (reply.content or "") + "".join(json.dumps(a) for _, a in reply.tool_calls)
         prompt_tokens, completion_tokens = count_tokens(prompt_text(body)), max(1, count_tokens(out_text))
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
+        usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                 "total_tokens": prompt_tokens + completion_tokens}
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(reply.cached_tokens, prompt_tokens)}
+        if reply.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(reply.reasoning_tokens, completion_tokens)}
         return message, usage
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -133,6 +141,11 @@ class ModelServer:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
+                if self.path.rstrip("/").endswith("/responses"):  # the OpenAI Responses API
+                    from aegis_probe.modelapis import responses
+
+                    responses.answer(self, server, json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"))
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -152,7 +165,7 @@ class ModelServer:
                 options = body.get("stream_options")
                 self._stream(base, message, usage, finish, isinstance(options, dict) and bool(options.get("include_usage")))
 
-            def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, int], finish: str,
+            def _stream(self, base: dict[str, Any], message: dict[str, Any], usage: dict[str, Any], finish: str,
                         usage_asked: bool) -> None:
                 """SSE chunks: the deltas, the finish reason, then the usage alone (``choices`` empty; with
                 ``usage_asked`` every earlier chunk says ``"usage": null``, as OpenAI's do)."""
