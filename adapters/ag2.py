@@ -18,10 +18,10 @@ Class-level patches, installed once:
   speaker selection (``GroupChat.select_speaker/a_select_speaker``): their model calls are
   ``chat`` spans named after the manager with ``aegis.llm.purpose = speaker_selection``.
   Messages of a nested chat are steps inside the step that started it;
-- LLM call: the openai client's ``Completions.create``/``AsyncCompletions.create``
-  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`), under ag2's own
-  ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it unchanged.
-  ``a_generate_oai_reply`` runs the sync client in an executor thread, which does not inherit
+- LLM call: the ``create(params)`` of each model client ``OpenAIWrapper.create`` walks, whatever
+  its ``api_type`` or a user's ``model_client_cls`` (:mod:`~aegis_probe.adapters.ag2_models`),
+  under ag2's own ``OpenAIWrapper`` (cache, cost), so replayed and injected answers pass through it
+  unchanged. ``a_generate_oai_reply`` runs the sync client in an executor thread, which does not inherit
   the caller's context: ``a_generate_reply`` hands its step over to ``generate_oai_reply`` there
   (keyed by the agent and its sender), also outside steps (automatic speaker selection's helper agents);
 - tool call: ``ConversableAgent.execute_function/a_execute_function`` -> ``execute_tool {tool}``
@@ -40,7 +40,7 @@ from opentelemetry import context as otel_context
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg
-from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.adapters.ag2_models import ModelClientSeam, to_neutral
 from aegis_probe.capture.messages import content_text
 from aegis_probe.capture.spans import (
     Actor,
@@ -62,30 +62,6 @@ if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "ag2"
-
-
-def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
-    """A neutral message of an ag2 message (an OpenAI-style dict, or a string)."""
-    if not isinstance(message, dict):
-        return {"role": role, "content": content_text(message)}
-    out: dict[str, Any] = {"role": message.get("role") or role, "content": content_text(message.get("content"))}
-    if out["role"] == "function":
-        out["role"] = "tool"
-    if message.get("name"):
-        out["name"] = message["name"]
-    calls = message.get("tool_calls")
-    if calls:
-        out["tool_calls"] = [{"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
-                              "arguments": (c.get("function") or {}).get("arguments")} for c in calls]
-    elif isinstance(message.get("function_call"), dict):  # the legacy form of one tool call
-        call = message["function_call"]
-        out["tool_calls"] = [{"id": None, "name": call.get("name"), "arguments": call.get("arguments")}]
-    if message.get("tool_call_id"):
-        out["tool_call_id"] = message["tool_call_id"]
-    responses = message.get("tool_responses")
-    if responses and not out["content"]:
-        out["content"] = "\n".join(content_text(r.get("content")) for r in responses if isinstance(r, dict))
-    return out
 
 
 def _own(messages: list[Any], i: int, agent: Any, two_party: bool) -> bool:
@@ -157,7 +133,7 @@ class AG2Adapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seam = OpenAIClientSeam(FRAMEWORK)
+        self.seam = ModelClientSeam(FRAMEWORK)
         #: (id(agent), id(sender)) -> the context of its async step, for the executor thread
         #: ``a_generate_oai_reply`` runs ``generate_oai_reply`` in (``run_in_executor`` does not carry
         #: the caller's context); keyed by the sender too, as one agent may serve several chats at once
@@ -178,6 +154,10 @@ class AG2Adapter(Adapter):
             agents += list(app.groupchat.agents)
         for agent in agents:
             self.registry.add(agent, probe)
+            try:
+                self.seam.cover(getattr(agent, "client", None))
+            except Exception:
+                log_hook_error("ag2 model clients")
         names = tuple(dict.fromkeys(a.name for a in agents if not isinstance(a, GroupChatManager)))
         return AppInfo(name=app.name, lone_agent=False, agents=names)
 
@@ -195,6 +175,10 @@ class AG2Adapter(Adapter):
         patcher.wrap(GroupChat, "select_speaker", self._select)
         patcher.wrap(GroupChat, "a_select_speaker", self._aselect)
         self.seam.install(patcher)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        self.seam.reset()
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, initiator: Any, args: tuple, kwargs: dict) -> RunScope | None:

@@ -258,12 +258,12 @@ def test_step_input_in_a_group_chat_includes_others_tool_calls(model_server, pro
 @needs_ag2
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from autogen import ConversableAgent, GroupChat
-    from openai.resources.chat.completions import AsyncCompletions, Completions
+    from autogen.oai.client import OpenAIClient, OpenAIWrapper
 
     names = [(ConversableAgent, n) for n in ("initiate_chat", "a_initiate_chat", "generate_reply", "a_generate_reply",
                                              "execute_function", "a_execute_function", "_run_async_in_thread")]
-    names += [(GroupChat, "select_speaker"), (GroupChat, "a_select_speaker"), (Completions, "create"),
-              (AsyncCompletions, "create")]
+    names += [(GroupChat, "select_speaker"), (GroupChat, "a_select_speaker"), (OpenAIWrapper, "create"),
+              (OpenAIClient, "create")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
