@@ -95,6 +95,7 @@ from aegis_probe.capture.spans import (
     when_no_run_is_open,
 )
 from aegis_probe.capture.streaming import WatchedStream, end_once
+from aegis_probe.capture.usage import openai_usage
 
 if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
@@ -263,8 +264,7 @@ class CamelCodec:
                 for c in choice.message.tool_calls or ()
                 if getattr(c, "function", None) is not None
             ],
-            input_tokens=usage.prompt_tokens if usage else None,
-            output_tokens=usage.completion_tokens if usage else None,
+            **openai_usage(usage),
             model=raw.model,
             finish_reason=choice.finish_reason,
             id=raw.id,
@@ -312,8 +312,7 @@ class CamelCodec:
         return LLMResponse(
             content="".join(text) or None,
             tool_calls=[calls[i] for i in sorted(calls)],
-            input_tokens=usage.prompt_tokens if usage else None,
-            output_tokens=usage.completion_tokens if usage else None,
+            **openai_usage(usage),
             model=model,
             finish_reason=finish,
             refusal="".join(refusal) or None,
@@ -350,11 +349,16 @@ def _openai_tool_calls(response: LLMResponse) -> list[dict[str, Any]]:
     ]
 
 
-def _openai_usage(response: LLMResponse) -> dict[str, int] | None:
+def _openai_usage(response: LLMResponse) -> dict[str, Any] | None:
     if response.input_tokens is None and response.output_tokens is None:
         return None
     i, o = response.input_tokens or 0, response.output_tokens or 0
-    return {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
+    usage: dict[str, Any] = {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
+    if response.cache_read_input_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": response.cache_read_input_tokens}
+    if response.reasoning_output_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": response.reasoning_output_tokens}
+    return usage
 
 
 class _StreamedOutput:

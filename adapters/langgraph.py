@@ -59,6 +59,7 @@ from aegis_probe.capture.spans import (
     start_tool,
 )
 from aegis_probe.capture.streaming import WatchedStream, end_once
+from aegis_probe.capture.usage import langchain_usage
 
 if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
@@ -215,8 +216,7 @@ class LangChainCodec:
         return LLMResponse(
             content=neutral["content"] or None,
             tool_calls=neutral.get("tool_calls", []),
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
+            **langchain_usage(usage),
             model=meta.get("model_name"),
             finish_reason=meta.get("finish_reason"),
             id=meta.get("id") or getattr(message, "id", None),
@@ -228,10 +228,15 @@ class LangChainCodec:
 
         meta = {"model_name": response.model or "aegis",
                 "finish_reason": response.finish_reason or ("tool_calls" if response.tool_calls else "stop")}
-        usage = None
+        usage: dict[str, Any] | None = None
         if response.input_tokens is not None or response.output_tokens is not None:
             i, o = response.input_tokens or 0, response.output_tokens or 0
             usage = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+            cached = {"cache_read": response.cache_read_input_tokens, "cache_creation": response.cache_creation_input_tokens}
+            if any(v is not None for v in cached.values()):
+                usage["input_token_details"] = {k: v for k, v in cached.items() if v is not None}
+            if response.reasoning_output_tokens is not None:
+                usage["output_token_details"] = {"reasoning": response.reasoning_output_tokens}
         old = raw.generations[0].message if raw is not None and raw.generations else None
         message = AIMessage(content=response.content or "", tool_calls=_tool_calls(response.tool_calls),
                             usage_metadata=usage, response_metadata=meta,

@@ -72,6 +72,7 @@ from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.counterfactual.order import in_recorded_order
 from aegis_probe.capture.interception import LLMResponse, acall_llm
 from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.usage import provider_usage
 from aegis_probe.capture.spans import (
     ChatMessage,
     await_in_scope,
@@ -196,12 +197,7 @@ class MetaGPTCodec:
             self.usage = data
 
     def response(self, raw: Any) -> LLMResponse:
-        usage = self.usage or {}
-        return LLMResponse(
-            content=None if raw is None else str(raw),
-            input_tokens=usage.get("prompt_tokens"),
-            output_tokens=usage.get("completion_tokens"),
-        )
+        return LLMResponse(content=None if raw is None else str(raw), **provider_usage(self.usage or {}))
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
         return response.content or ""

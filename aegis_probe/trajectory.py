@@ -48,15 +48,24 @@ class LLMCall(BaseModel):
     provider: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
     output: str | None = None
     span_id: str | None = None
 
 
 class Usage(BaseModel):
-    """Token usage summed over a step's LLM calls (None when no call reported usage)."""
+    """Token usage summed over a step's LLM calls (None when no call reported usage).
+
+    ``input_tokens`` counts every input token; the cache and reasoning counts are parts of the
+    input and output counts."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
 
 
 class Step(BaseModel):
@@ -306,11 +315,14 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 provider=s.attributes.get(sc.PROVIDER),
                 input_tokens=s.attributes.get(sc.USAGE_INPUT_TOKENS),
                 output_tokens=s.attributes.get(sc.USAGE_OUTPUT_TOKENS),
+                cache_read_input_tokens=s.attributes.get(sc.USAGE_CACHE_READ_INPUT_TOKENS),
+                cache_creation_input_tokens=s.attributes.get(sc.USAGE_CACHE_CREATION_INPUT_TOKENS),
+                reasoning_output_tokens=s.attributes.get(sc.USAGE_REASONING_OUTPUT_TOKENS),
                 output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))) or None,
                 span_id=s.span_id,
             )
             step.llm_calls.append(call)
-            for field in ("input_tokens", "output_tokens"):
+            for field in Usage.model_fields:
                 value = getattr(call, field)
                 if value is not None:
                     setattr(step.usage, field, (getattr(step.usage, field) or 0) + value)

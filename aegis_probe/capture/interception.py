@@ -34,7 +34,7 @@ class LLMResponse:
 
     content: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments"}]
-    input_tokens: int | None = None
+    input_tokens: int | None = None  #: every input token, cached ones included (see ``capture.usage``)
     output_tokens: int | None = None
     model: str | None = None
     finish_reason: str | None = None
@@ -42,6 +42,9 @@ class LLMResponse:
     #: The model's refusal text (OpenAI's ``message.refusal``): kept apart from ``content``, so a
     #: replay gives it back as a refusal (recorded as a text part marked ``"refusal": true``).
     refusal: str | None = None
+    cache_read_input_tokens: int | None = None  #: input tokens read from the provider's prompt cache
+    cache_creation_input_tokens: int | None = None  #: input tokens written to it
+    reasoning_output_tokens: int | None = None  #: output tokens spent on reasoning
 
     def as_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -150,6 +153,9 @@ def _finish(scope: "LLMScope", response: LLMResponse) -> None:
         [response.as_message()],
         input_tokens=response.input_tokens,
         output_tokens=response.output_tokens,
+        cache_read_input_tokens=response.cache_read_input_tokens,
+        cache_creation_input_tokens=response.cache_creation_input_tokens,
+        reasoning_output_tokens=response.reasoning_output_tokens,
         response_model=response.model,
         finish_reasons=[response.finish_reason] if response.finish_reason else None,
         response_id=response.id,

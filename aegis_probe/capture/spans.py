@@ -367,6 +367,9 @@ class LLMScope(_Scope):
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
         response_id: str | None = None,
+        cache_read_input_tokens: int | None = None,
+        cache_creation_input_tokens: int | None = None,
+        reasoning_output_tokens: int | None = None,
     ) -> None:
         if not self.span.is_recording():
             self.end()
@@ -378,6 +381,12 @@ class LLMScope(_Scope):
             attrs[sc.USAGE_INPUT_TOKENS] = int(input_tokens)
         if output_tokens is not None:
             attrs[sc.USAGE_OUTPUT_TOKENS] = int(output_tokens)
+        if cache_read_input_tokens is not None:
+            attrs[sc.USAGE_CACHE_READ_INPUT_TOKENS] = int(cache_read_input_tokens)
+        if cache_creation_input_tokens is not None:
+            attrs[sc.USAGE_CACHE_CREATION_INPUT_TOKENS] = int(cache_creation_input_tokens)
+        if reasoning_output_tokens is not None:
+            attrs[sc.USAGE_REASONING_OUTPUT_TOKENS] = int(reasoning_output_tokens)
         if response_model:
             attrs[sc.RESPONSE_MODEL] = response_model
         if finish_reasons:

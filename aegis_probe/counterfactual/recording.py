@@ -61,6 +61,9 @@ def response_from_span(span: SpanRecord) -> LLMResponse:
         tool_calls=tool_calls,
         input_tokens=span.attributes.get(sc.USAGE_INPUT_TOKENS),
         output_tokens=span.attributes.get(sc.USAGE_OUTPUT_TOKENS),
+        cache_read_input_tokens=span.attributes.get(sc.USAGE_CACHE_READ_INPUT_TOKENS),
+        cache_creation_input_tokens=span.attributes.get(sc.USAGE_CACHE_CREATION_INPUT_TOKENS),
+        reasoning_output_tokens=span.attributes.get(sc.USAGE_REASONING_OUTPUT_TOKENS),
         model=span.attributes.get(sc.RESPONSE_MODEL),
         finish_reason=finish,
     )
