@@ -44,9 +44,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.adapters.openai_client import OpenAIClientSeam
-from aegis_probe.capture.jsontext import json_text
-from aegis_probe.capture.messages import content_text
+from aegis_probe.adapters.openai_agents_model import ModelSeam
+from aegis_probe.adapters.openai_agents_items import _parts, _text, item_message
 from aegis_probe.capture.spans import (
     RunScope,
     StepScope,
@@ -65,71 +64,6 @@ if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "openai-agents"
-
-
-#: Responses-format content parts that carry text, and the field that holds it.
-_TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
-
-
-def _text(content: Any) -> str:
-    """Text of a Responses-format content: a string, or a list of parts read by the rule every adapter
-    shares (:func:`~aegis_probe.capture.messages.content_text`: one part per line, a part without text, an
-    image or a file, as ``[its type]``); text parts (``input_text``, ``output_text``) and a refusal
-    by their text."""
-    if not isinstance(content, list):
-        return "" if content is None else str(content)
-    parts: list[Any] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-            continue
-        kind = _field(part, "type")
-        field = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
-        parts.append({"type": "text", "text": str(_field(part, field) or "")} if field else {"type": kind or type(part).__name__})
-    return content_text(parts)
-
-
-def _field(part: Any, name: str) -> Any:
-    """A field of a content part, a dict or the SDK's pydantic object."""
-    return part.get(name) if isinstance(part, dict) else getattr(part, name, None)
-
-
-#: The types of the content parts a tool may return (``ToolOutputText``, ``ToolOutputImage``,
-#: ``ToolOutputFileContent``) and of the input items the SDK makes of them.
-_PART_TYPES = frozenset({"text", "image", "file", "input_text", "input_image", "input_file"})
-
-
-def _parts(output: Any) -> bool:
-    """Whether a tool's output is a list of content parts, not other data that is a list."""
-    if not isinstance(output, (list, tuple)) or not output:
-        return False
-    kinds = [_field(p, "type") for p in output]
-    return all(isinstance(k, str) and k in _PART_TYPES for k in kinds)
-
-
-def _output_text(output: Any) -> str:
-    """Text of a tool's output: a string as it is, content parts by :func:`_text`, other data as JSON."""
-    if isinstance(output, str):
-        return output
-    if _parts(output):
-        return _text(list(output))
-    return json_text(output)
-
-
-def item_message(item: Any) -> dict[str, Any] | None:
-    """A neutral message of one Responses-format input item (a dict), or None for other kinds."""
-    if not isinstance(item, dict):
-        return None
-    kind = item.get("type")
-    if kind == "function_call":
-        return {"role": "assistant", "content": "", "tool_calls": [
-            {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}]}
-    if kind == "function_call_output":
-        return {"role": "tool", "content": _output_text(item.get("output")), "tool_call_id": item.get("call_id")}
-    if "role" in item:
-        role = "system" if item["role"] == "developer" else item["role"]
-        return {"role": role, "content": _text(item.get("content"))}
-    return None
 
 
 def _messages(items: Any) -> list[dict[str, Any]]:
@@ -268,7 +202,7 @@ class OpenAIAgentsAdapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seam = OpenAIClientSeam(FRAMEWORK)
+        self.seam = ModelSeam(FRAMEWORK)
         self._turn = scoped_wrappers(self._open_single_turn, self._turn_finisher, "openai-agents step")[1]
         self._resumed_turn = scoped_wrappers(self._open_resumed_turn, self._turn_finisher, "openai-agents step")[1]
         self._streamed_turn = scoped_wrappers(self._open_streamed_turn, self._turn_finisher, "openai-agents step")[1]
@@ -282,6 +216,7 @@ class OpenAIAgentsAdapter(Adapter):
         agents = self._reachable(app)
         for agent in agents:
             self.registry.add(agent, probe)
+        self.sync()
         return AppInfo(name=app.name, lone_agent=False, agents=tuple(dict.fromkeys(a.name for a in agents)))
 
     @staticmethod
@@ -320,7 +255,15 @@ class OpenAIAgentsAdapter(Adapter):
         patcher.wrap(run_loop, "resolve_interrupted_turn", self._resumed_turn)
         patcher.wrap(tool_execution, "_invoke_function_tool_with_metadata", self._tool)
         patcher.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", self._tool_failed)
-        self.seam.install(patcher, sync=False)
+        self.seam.sync(patcher)
+
+    def sync_patches(self, **_: Any) -> None:
+        """Patch the ``Model`` classes defined since (a user's own model class)."""
+        self.seam.sync(self._patcher)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        self.seam.clear()
 
     # -- runs ------------------------------------------------------------------------------
     def _start(self, args: tuple, kwargs: dict) -> RunScope | None:
@@ -331,6 +274,10 @@ class OpenAIAgentsAdapter(Adapter):
         probe = self.run_probe(agent)
         if probe is None or current_run() is not None:
             return None
+        try:
+            self.sync()  # a Model class defined since instrument(): its calls are chat spans too
+        except Exception:
+            log_hook_error("openai-agents model classes")
         try:
             task = kwargs["input"] if "input" in kwargs else args[1] if len(args) > 1 else None
             return start_run(probe, agent.name, framework=self.name, task=_task_text(task),

@@ -319,15 +319,17 @@ def test_tool_error_is_an_error_span_and_the_run_goes_on(model_server, provider,
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     import agents.run as run_module
     from agents.run import AgentRunner
-    from agents.run_internal import tool_execution
+    from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel
+    from agents.run_internal import run_loop, tool_execution
     from openai.resources.chat.completions import AsyncCompletions
 
-    from agents.run_internal import run_loop
-
+    client_create = vars(AsyncCompletions)["create"]
     names = [(AgentRunner, "run"), (run_module, "run_single_turn"), (run_module, "resolve_interrupted_turn"),
-             (run_loop, "resolve_interrupted_turn"),
-             (tool_execution, "_invoke_function_tool_with_metadata"), (AsyncCompletions, "create")]
+             (run_loop, "resolve_interrupted_turn"), (tool_execution, "_invoke_function_tool_with_metadata"),
+             *((cls, name) for cls in (OpenAIResponsesModel, OpenAIChatCompletionsModel)
+               for name in ("get_response", "stream_response"))]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
+    assert vars(AsyncCompletions)["create"] is client_create, "the model seam is the SDK's Model, not the openai client"
 
 
 @needs_sdk

@@ -105,7 +105,7 @@ def _message_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
     at = {"item_id": item["id"], "output_index": index}
     for c, part in enumerate(item.get("content") or ()):
         field, kind = ("refusal", "refusal") if part.get("type") == "refusal" else ("text", "output_text")
-        extra = {} if field == "refusal" else {"logprobs": []}
+        extra: dict[str, Any] = {} if field == "refusal" else {"logprobs": []}
         events.append({"type": "response.content_part.added", **at, "content_index": c, "part": {**part, field: ""}})
         events += [{"type": f"response.{kind}.delta", **at, "content_index": c, "delta": d, **extra}
                    for d in _pieces(part.get(field) or "")]
