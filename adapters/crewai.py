@@ -16,9 +16,10 @@ Class-level patches, installed once:
   a coworker's turn it delegates (the delegation tools call ``execute_task``) is a step nested in
   the manager's. A failed turn CrewAI retries (``max_retry_limit``: ``_handle_execution_error``
   calls ``execute_task`` again from inside it) ends failed there, and the retry is a step beside it;
-- LLM call: the openai client's ``Completions.create/AsyncCompletions.create`` inside a run
-  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`, which serves the
-  ``with_raw_response`` calls CrewAI's native OpenAI provider makes);
+- LLM call: CrewAI's own model abstraction, ``BaseLLM.call/acall`` of every model class (native
+  providers, the LiteLLM fallback, a user's own subclass) inside a run
+  (:class:`~aegis_probe.adapters.crewai_llm.CrewAILLMSeam`; classes defined after ``instrument()``
+  are wrapped when a run starts);
 - tool call: ``BaseTool.run`` and ``Tool.run`` (what ``@tool`` makes) -> ``execute_tool {tool}``,
   named as the model sees the tool (CrewAI's ``sanitize_tool_name``: ``delegate_work_to_coworker``).
 """
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from opentelemetry import context as otel_context
 
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg
-from aegis_probe.adapters.openai_client import OpenAIClientSeam
+from aegis_probe.adapters.crewai_llm import CrewAILLMSeam
 from aegis_probe.capture.jsontext import json_text
 from aegis_probe.capture.spans import (
     RunScope,
@@ -72,7 +73,7 @@ class CrewAIAdapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seam = OpenAIClientSeam(FRAMEWORK)
+        self.seam = CrewAILLMSeam(FRAMEWORK)
         self._tool_name: Callable[[str], str] = str
         self._kickoff, self._akickoff = scoped_wrappers(self._start, self._run_finisher, "crewai run")
         self._replay, _ = scoped_wrappers(self._start_replay, self._run_finisher, "crewai run")
@@ -109,6 +110,11 @@ class CrewAIAdapter(Adapter):
         patcher.wrap(Tool, "run", self._tool)
         self.seam.install(patcher)
 
+    def sync_patches(self, **_: Any) -> None:
+        """Wrap the model classes defined since :meth:`install` (a user's ``BaseLLM`` subclass, a
+        native provider imported late)."""
+        self.seam.sync(self._patcher)
+
     # -- runs ------------------------------------------------------------------------------
     def _start(self, crew: Any, args: tuple, kwargs: dict) -> RunScope | None:
         # A streaming crew's kickoff only returns its streaming output; iterating it kicks the crew
@@ -137,6 +143,7 @@ class CrewAIAdapter(Adapter):
             given = inputs()
             if given is _NO_RUN:
                 return None
+            self.sync()  # model classes defined since instrument()
             return start_run(probe, crew.name or "crew", framework=self.name, task=run_task(crew, given))
         except Exception:
             log_hook_error("crewai run start")
