@@ -76,6 +76,8 @@ ADAPTERS: dict[str, AdapterEntry] = {
                         "ag2 >= 0.14, < 1"),
     "crewai": AdapterEntry("crewai", "aegis_probe.adapters.crewai:CrewAIAdapter",
                            "CrewAI Crew (sequential and hierarchical processes)", "crewai >= 1.15, < 2"),
+    "pydantic-ai": AdapterEntry("pydantic_ai", "aegis_probe.adapters.pydantic_ai:PydanticAIAdapter",
+                                "Pydantic AI Agent (and a WrapperAgent around one)", "pydantic-ai-slim >= 2.68, < 3"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

@@ -10,11 +10,12 @@ agreement.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Protocol, Sequence
 
 from ..errors import AegisProbeError
-from .spans import ChatMessage, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
+from .spans import ChatMessage, attached, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -428,3 +429,69 @@ async def acall_llm_chunks(
         return _ahanded_on(_complete(prep, probe, _ChunkList(codec), chunks))  # type: ignore[arg-type]
     passing = _PassingChunks(scope, codec)
     return iterate_in_scope(stream.__aiter__(), scope, on_item=passing.item, on_done=passing.end)
+
+
+class StreamReader(Protocol):
+    """How to read a model call that is an async context manager yielding a stream (Pydantic AI's
+    ``Model.request_stream``): the framework's response object once the app is done with it, the
+    stream read to its end first (for interceptors), and a stream that carries a given response."""
+
+    def final(self, stream: Any) -> Any:
+        """The response object ``stream`` holds so far (what the app read of it)."""
+
+    async def drain(self, stream: Any) -> Any:
+        """Read ``stream`` to its end; its whole response object."""
+
+    def as_stream(self, raw: Any, args: tuple, kwargs: dict) -> Any:
+        """A stream carrying the response object ``raw`` (a replayed or injected answer)."""
+
+
+@asynccontextmanager
+async def aopen_llm_stream(
+    probe: "Probe", codec: LLMCodec, reader: StreamReader, wrapped: Callable[..., Any], instance: Any,
+    args: tuple, kwargs: dict,
+) -> AsyncGenerator[Any, None]:
+    """Run a model call that is an async context manager yielding a stream inside a ``chat`` span.
+
+    Without interceptors the stream reaches the app as it is and the span ends, when the app
+    leaves the context, with what it read (``reader.final``). Interceptors see and may replace the
+    whole response, so with interceptors the stream is read to its end first and the app gets
+    ``reader.as_stream`` of the response (also of a short-circuit response from ``before``).
+    """
+    prep = _prepare(probe, codec, instance, args, kwargs)
+    if prep is None:
+        async with wrapped(*args, **kwargs) as stream:
+            yield stream
+        return
+    if prep.short_circuit is not None:
+        yield reader.as_stream(_complete(prep, probe, codec, None), args, kwargs)
+        return
+    scope = prep.scope
+    token = scope.attach()
+    try:
+        manager = wrapped(*prep.args, **prep.kwargs)
+        stream = await manager.__aenter__()
+    except BaseException as exc:
+        scope.fail(exc)
+        raise
+    finally:
+        scope.detach(token)
+    try:
+        if probe.interceptors:
+            with attached(scope):
+                raw = await reader.drain(stream)
+            handed = _complete(prep, probe, codec, raw)
+            yield stream if handed is raw else reader.as_stream(handed, args, kwargs)
+        else:
+            yield stream
+            try:
+                _finish_converted(scope, lambda: codec.response(reader.final(stream)))
+            except Exception:
+                log_hook_error("llm stream end")
+                scope.end()
+    except BaseException as exc:
+        scope.fail(exc)
+        if not await manager.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await manager.__aexit__(None, None, None)

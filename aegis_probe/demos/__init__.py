@@ -5,7 +5,7 @@ Each module exposes ``FRAMEWORK, TASK, EXPECTED, AGENTS, TOOL, policy, build_app
 conformance tests use them. :data:`REQUIREMENTS` says what each needs installed.
 """
 
-FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai")
+FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai", "pydantic-ai")
 
 #: framework -> (the module its demo imports, how to install it).
 REQUIREMENTS: dict[str, tuple[str, str]] = {
@@ -16,6 +16,7 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
     "openai-agents": ("agents", "pip install 'aegis-probe[openai-agents]' (an environment of its own: see README.md)"),
     "ag2": ("autogen", "pip install 'aegis-probe[ag2]' (an environment of its own: see README.md)"),
     "crewai": ("crewai", "pip install 'aegis-probe[crewai]' (an environment of its own: see README.md)"),
+    "pydantic-ai": ("pydantic_ai", "pip install 'aegis-probe[pydantic-ai]'"),
 }
 
 #: ``demo --team`` -> the demo module of that team type (its framework implied).
