@@ -9,7 +9,7 @@ the class that defines the ``create`` of each client it meets: those of the agen
 registers, and any other when a wrapper's ``create`` runs inside a run. ``params`` are
 OpenAI-style (``messages``, ``model``, ``tools``...); a response is ``ChatCompletion``-like
 (``choices[0].message``, ``usage``), which is read and, for a replayed or injected answer,
-rebuilt: the client's own response type when it is a pydantic model, else the ``ChatCompletion``
+rebuilt: usage read as OpenAI's (cached and reasoning tokens from its details); the client's own response type when it is a pydantic model, else the ``ChatCompletion``
 of the openai SDK (``OpenAIClient``) or of ag2 (``autogen.oai.oai_models``, every other client).
 
 A streamed call (``stream=True``) reaches the app as ``StreamEvent`` text deltas sent to ag2's
@@ -30,6 +30,7 @@ from aegis_probe.capture.adapter import Patcher, call_arg
 from aegis_probe.capture.interception import LLMResponse, call_llm
 from aegis_probe.capture.messages import content_text
 from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call, log_hook_error
+from aegis_probe.capture.usage import openai_usage
 
 if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
@@ -184,8 +185,7 @@ class ModelClientCodec:
         return LLMResponse(
             content=content if content is None or isinstance(content, str) else content_text(content),
             tool_calls=calls,
-            input_tokens=_field(usage, "prompt_tokens"),
-            output_tokens=_field(usage, "completion_tokens"),
+            **openai_usage(usage),
             model=_field(raw, "model"),
             finish_reason=_field(choices[0], "finish_reason") if choices else None,
             id=_field(raw, "id"),
@@ -204,10 +204,7 @@ class ModelClientCodec:
         base = raw.model_dump() if raw is not None and isinstance(raw, cls) else {
             "id": response.id or "aegis-replayed", "object": "chat.completion", "created": int(time.time()),
             "model": response.model or "aegis"}
-        i, o = response.input_tokens, response.output_tokens
-        usage = None if i is None and o is None else {"prompt_tokens": i or 0, "completion_tokens": o or 0,
-                                                       "total_tokens": (i or 0) + (o or 0)}
-        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=usage)
+        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=_usage(response))
         built = cls.model_validate(base)
         self.replaced = True
         if self.stream is not None:
@@ -233,6 +230,19 @@ class ModelClientCodec:
         self.stream.held = []
         for piece in stream_pieces(text) if text else ():
             self.stream.target.send(StreamEvent(content=piece))
+
+
+def _usage(response: LLMResponse) -> dict[str, Any] | None:
+    """``response``'s usage as a ``ChatCompletion``'s (cached and reasoning tokens in their details)."""
+    i, o = response.input_tokens, response.output_tokens
+    if i is None and o is None:
+        return None
+    usage: dict[str, Any] = {"prompt_tokens": i or 0, "completion_tokens": o or 0, "total_tokens": (i or 0) + (o or 0)}
+    if response.cache_read_input_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": response.cache_read_input_tokens}
+    if response.reasoning_output_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": response.reasoning_output_tokens}
+    return usage
 
 
 def _openai_tool_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ if HERE:
 TASK = "Say hello in a few words."
 ANSWER = "Hello there from the scripted model"
 INJECTED = "Injected words reach the app"
+CACHED = 3  #: the prompt tokens :class:`ScriptedClient` reports read from a cache
 
 
 def _chats(exporter) -> list[Any]:
@@ -63,7 +64,8 @@ class ScriptedClient:
             data = json.load(reply)
         choice = data["choices"][0]
         message = SimpleNamespace(content=choice["message"]["content"], tool_calls=None, function_call=None)
-        usage = SimpleNamespace(**{k: data["usage"][k] for k in ("prompt_tokens", "completion_tokens")})
+        usage = SimpleNamespace(**{k: data["usage"][k] for k in ("prompt_tokens", "completion_tokens")},
+                                prompt_tokens_details={"cached_tokens": CACHED}, completion_tokens_details={"reasoning_tokens": 1})
         return SimpleNamespace(id=data["id"], model=data["model"], usage=usage,
                                choices=[SimpleNamespace(message=message, finish_reason=choice["finish_reason"])])
 
@@ -184,6 +186,7 @@ def test_ag2_models_a_users_model_client_is_traced_replayed_and_injected(model_s
     assert len(chats) == len(server.requests) == 2
     assert chats[0].attributes[sc.PROVIDER] == "ScriptedClient" and chats[0].attributes[sc.USAGE_OUTPUT_TOKENS] == 6
     assert ANSWER in chats[0].attributes[sc.OUTPUT_MESSAGES]
+    assert (chats[0].attributes[sc.USAGE_CACHE_READ_INPUT_TOKENS], chats[0].attributes[sc.USAGE_REASONING_OUTPUT_TOKENS]) == (CACHED, 1)
     trace_id = probe.last_trace_id
     probe.uninstrument()
 
