@@ -20,7 +20,8 @@ import sys
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Protocol
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -29,10 +30,17 @@ from .otlp_encode import request_json, sdk_span_json
 from .otlp_json import resource_attributes
 from .delta import Bases, want_hints
 
-if TYPE_CHECKING:
-    from .store import TraceStore
 
 logger = logging.getLogger("aegis_probe.storage.store")
+
+
+class LineSink(Protocol):
+    """Where the writer puts a trace: one encoded export request a line (a :class:`.store.TraceStore`)."""
+
+    path: Path  # named in the writer's error lines
+
+    def write_line(self, line: str) -> None: ...
+
 
 #: Spans waiting for the writer, per process, before new ones are dropped.
 MAX_QUEUE = 8192
@@ -212,7 +220,7 @@ _KNOWN_RUNS = 1024
 
 
 class StoreSpanProcessor(SpanProcessor):
-    """Sends finished spans to a :class:`TraceStore`: one line per trace, written off the app thread.
+    """Sends finished spans to a store (a :class:`LineSink`): one line per trace, written off the app thread.
 
     ``max_queue`` gives this processor its own writer with that bound (default: the process's
     shared writer, :data:`MAX_QUEUE` spans). ``runs_only`` keeps only traces that hold
@@ -220,7 +228,7 @@ class StoreSpanProcessor(SpanProcessor):
     request traces are not runs).
     """
 
-    def __init__(self, store: "TraceStore", *, max_queue: int | None = None, runs_only: bool = False) -> None:
+    def __init__(self, store: LineSink, *, max_queue: int | None = None, runs_only: bool = False) -> None:
         self.store = store
         self.runs_only = runs_only
         self._runs: dict[int, None] = {}  # writer thread: trace ids of runs written (runs_only)
