@@ -1,8 +1,10 @@
 """Secret redaction applied to every string the probe writes, whatever the content-capture setting.
 
-Detected forms: provider keys and tokens by their shape
-(``sk-``, ``github_pat_``, ``xoxb-``, ``sk_live_``, ``hf_``, AWS, Google, JWTs, PEM private
-keys), bearer/basic credentials, ``name = value`` / ``"name": "value"`` pairs whose name says
+Detected forms: provider keys and tokens by their shape (OpenAI, Anthropic, DeepSeek, OpenRouter
+``sk-``; Groq, xAI, Perplexity, Replicate, Together, Fireworks, NVIDIA, Hugging Face, LangSmith;
+AWS key ids, the secret key beside one and session tokens; Google API keys, OAuth tokens and
+client secrets; Azure's identifiable keys (Azure OpenAI, storage, Cosmos DB, ...) and Entra ID
+client secrets; GitHub, GitLab, Slack, Stripe, npm; JWTs, PEM private keys), bearer/basic credentials, ``name = value`` / ``"name": "value"`` pairs whose name says
 secret (also with the escaped quotes of JSON inside a JSON string), secret URL query parameters
 and the password of ``user:pass@host`` URLs; and, whatever their shape, the values of the
 process's environment variables whose names say secret (``ACME_API_KEY``, ``DB_PASSWORD``: see
@@ -80,10 +82,20 @@ def _base64ish(token: str) -> bool:
     return any(c.isdigit() or c in "+/=" for c in token) or any(c.isupper() for c in token[1:])
 
 
+def _mixed(token: str) -> bool:
+    """A generated key, not an identifier: letters and digits both after its prefix."""
+    body = token[3:]
+    return any(c.isdigit() for c in body) and any(c.isalpha() for c in body)
+
+
 _DETECTORS: tuple[_Detector, ...] = (
     # Key/value pairs whose key ends with a secret's name (``aws_secret_access_key``, ``GITHUB_TOKEN``,
     # ``db.password``, ``"token"``), not ``max_tokens``.
-    _pair("key", r"(?:api[_-]?|access[_-]?|secret[_-]?|private[_-]?|subscription[_-]?)key"),
+    _pair("key", r"(?:api[_-]?|access[_-]?|secret[_-]?|private[_-]?|subscription[_-]?|account[_-]?)key"),
+    _Detector(("key1", "key2"), re.compile(r"key[12](?<![a-z0-9_.-]key[12])" + _VALUE, re.DOTALL), lower=True),  # Azure
+    # Azure's "primaryKey"/"secondaryMasterKey" (not ``primary_key=True``): a long value only.
+    _Detector(("primarykey", "secondarykey", "masterkey"), re.compile(
+        r"(?:primary|secondary)(?:readonly)?(?:master)?key\W{1,12}(?P<secret>[a-z0-9+/=_-]{20,})"), lower=True),
     _pair("secret", r"secret"),
     _pair("token", r"token"),
     _pair("passw", r"passw(?:or)?d"),
@@ -100,7 +112,8 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(("basic",), re.compile(r"basic\s+(?P<secret>[a-z0-9+/]{8,}={0,2})"), lower=True, check=_base64ish),
     # Tokens recognised by their shape.
     _shape("-----BEGIN", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"),
-    _shape("sk-", r"sk-[A-Za-z0-9_-]{16,}"),  # OpenAI / Anthropic (sk-proj-, sk-ant-)
+    # OpenAI (sk-, sk-proj-, sk-svcacct-, sk-admin-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-), Langfuse (sk-lf-)
+    _shape("sk-", r"sk-[A-Za-z0-9_-]{16,}"),
     _shape("k_live_|k_test_", r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe secret and restricted keys
     _shape("github_pat_", r"github_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
     _shape("ghp_|gho_|ghu_|ghs_|ghr_", r"gh[pousr]_[A-Za-z0-9]{30,}"),  # GitHub classic tokens
@@ -108,24 +121,67 @@ _DETECTORS: tuple[_Detector, ...] = (
     _shape("xox", r"xox[abposr]-[A-Za-z0-9-]{10,}"),  # Slack
     _shape("hf_", r"hf_[A-Za-z0-9]{30,}"),  # Hugging Face
     _shape("npm_", r"npm_[A-Za-z0-9]{36}"),  # npm
+    _shape("gsk_", r"gsk_[A-Za-z0-9]{40,}"),  # Groq
+    _shape("xai-", r"xai-[A-Za-z0-9]{40,}"),  # xAI
+    _shape("pplx-", r"pplx-[A-Za-z0-9]{40,}"),  # Perplexity
+    _shape("r8_", r"r8_[A-Za-z0-9]{30,}"),  # Replicate
+    _shape("tgp_v1_", r"tgp_v1_[A-Za-z0-9_-]{30,}"),  # Together
+    _shape("nvapi-", r"nvapi-[A-Za-z0-9_-]{30,}"),  # NVIDIA
+    _shape("lsv2_|ls__", r"(?:lsv2_[a-z]{2}_|ls__)[A-Za-z0-9_]{24,}"),  # LangSmith
+    _Detector(("fw_",), re.compile(r"(?P<secret>fw_[A-Za-z0-9]{20,})"), check=_mixed),  # Fireworks, not fw_identifiers
     _shape("AKIA|ASIA", r"(?:AKIA|ASIA)[0-9A-Z]{16}"),  # AWS access key ids
+    # An AWS secret access key right after its key id (a credentials CSV, "id:secret", "id secret").
+    _Detector(("AKIA", "ASIA"), re.compile(
+        r"(?:AKIA|ASIA)[0-9A-Z]{16}[\s\"',:;=|]{1,8}(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")),
+    _shape("FwoGZXIvYXdz|IQoJb3JpZ2luX2Vj", r"(?:FwoGZXIvYXdz|IQoJb3JpZ2luX2Vj)[A-Za-z0-9/+=]{40,}"),  # AWS session tokens
     _shape("AIza", r"AIza[0-9A-Za-z_-]{35}"),  # Google API keys
     _shape("ya29.", r"ya29\.[0-9A-Za-z_-]{20,}"),  # Google OAuth access tokens
+    _shape("1//0", r"1//0[0-9A-Za-z_-]{30,}"),  # Google OAuth refresh tokens
+    _shape("GOCSPX-", r"GOCSPX-[0-9A-Za-z_-]{20,}"),  # Google OAuth client secrets
+    # Azure's identifiable keys: AI services / Azure OpenAI (84 characters, JQQJ99 at 52), storage, Cosmos DB,
+    # Event Hubs, Service Bus, Relay, Container Registry, API Management, Functions, AI Search; Entra ID client secrets.
+    # (A key at a line's start in JSON-escaped text follows ``\\n``.)
+    _shape("JQQJ99", r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))[A-Za-z0-9]{52}JQQJ99[A-Za-z0-9]{26}(?![A-Za-z0-9])"),
+    _shape("+ASt|ACDb|+AEh|+ASb|+ARm|+ACR|APIM", r"(?:(?<![A-Za-z0-9+/])|(?<=\\[nrt]))[A-Za-z0-9+/]{76}(?:\+ASt|ACDb|\+AEh|\+ASb|\+ARm|"
+           r"\+ACR|APIM)[A-Za-z0-9+/]{5}[AQgw]=="),
+    _shape("AzFu", r"(?:(?<![A-Za-z0-9_-])|(?<=\\[nrt]))[A-Za-z0-9_-]{44}AzFu[A-Za-z0-9_-]{5}[AQgw]=="),
+    _shape("AzSe", r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))[A-Za-z0-9]{42}AzSe[A-D][A-Za-z0-9]{5}(?![A-Za-z0-9])"),
+    _shape("Q~", r"(?:(?<![A-Za-z0-9_~.-])|(?<=\\[nrt]))[A-Za-z0-9_~.-]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"),
     _shape("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),  # JWTs
 )
 _CACHED_MAX_LEN = 8192
 
 
+#: Case-sensitive triggers, in groups scanned only when the group's gate is in the text: one scan
+#: for those holding ``_`` or ``-``, one regex search for those that start with no lower-case
+#: letter (the regex skips ahead to such a character in C), and the rest each on its own.
+_Group = tuple["Callable[[str], object] | None", tuple[tuple[str, int], ...]]
+
+
+def _groups(cased: tuple[tuple[str, int], ...]) -> tuple[_Group, ...]:
+    by_char = {c: tuple((t, i) for t, i in cased if c in t and (c == "_" or "_" not in t)) for c in "_-"}
+    rest = [(t, i) for t, i in cased if "_" not in t and "-" not in t]
+    rare = tuple((t, i) for t, i in rest if not ("a" <= t[0] <= "z"))
+    groups: list[_Group] = [(functools.partial(_has, c), members) for c, members in by_char.items() if members]
+    if rare:
+        groups.append((re.compile("|".join(sorted({re.escape(t) for t, _ in rare}))).search, rare))
+    return (*groups, *((None, ((t, i),)) for t, i in rest if "a" <= t[0] <= "z"))
+
+
+def _has(char: str, text: str) -> bool:
+    return char in text
+
+
 @dataclass(frozen=True)
 class _Tables:
     """The detectors and their triggers, replaced whole (readers in other threads keep a consistent
-    set): (trigger, index of its form) for the case-sensitive forms, looked for in the text, and for
-    the others, looked for in its lower-case form. A substring scan is C-speed; one regex
-    alternation of all triggers tries each of them at every position (~15x slower on a
-    250-character text)."""
+    set): (trigger, index of its form) for the case-sensitive forms, looked for in the text (in
+    gated groups: :func:`_groups`), and for the others, looked for in its lower-case form. A
+    substring scan is C-speed; one regex alternation of all triggers tries each of them at every
+    position (~15x slower on a 250-character text)."""
 
     detectors: tuple[_Detector, ...]
-    cased: tuple[tuple[str, int], ...]
+    cased: tuple[_Group, ...]
     uncased: tuple[tuple[str, int], ...]
     all_uncased: frozenset[int]
     trigger_max: int
@@ -134,8 +190,12 @@ class _Tables:
     def of(cls, detectors: tuple[_Detector, ...]) -> "_Tables":
         cased = tuple((t, i) for i, d in enumerate(detectors) if not d.lower for t in d.triggers)
         uncased = tuple((t, i) for i, d in enumerate(detectors) if d.lower for t in d.triggers)
-        return cls(detectors, cased, uncased, frozenset(i for i, d in enumerate(detectors) if d.lower),
+        return cls(detectors, _groups(cased), uncased, frozenset(i for i, d in enumerate(detectors) if d.lower),
                    max(len(t) for t, _ in cased + uncased))
+
+    def cased_found(self, text: str) -> list[int]:
+        """Indexes of the case-sensitive forms whose trigger occurs in ``text``."""
+        return [i for gate, members in self.cased if gate is None or gate(text) for t, i in members if t in text]
 
 
 _TABLES = _Tables.of(_DETECTORS)
@@ -202,7 +262,7 @@ _CLEAN_MIN_LEN = 1024
 
 def _trigger_free(text: str, tables: _Tables) -> bool:
     """Whether no form's trigger occurs in ASCII ``text`` (then none can match)."""
-    if any(trigger in text for trigger, _ in tables.cased):
+    if tables.cased_found(text):
         return False
     low = text.lower()
     return not any(trigger in low for trigger, _ in tables.uncased)
@@ -227,7 +287,7 @@ def _redact(text: str) -> str:
     tables = _TABLES
     lowered = text.lower()
     low = lowered if len(lowered) == len(text) else None  # offsets must match the text's
-    found = {i for trigger, i in tables.cased if trigger in text}
+    found = set(tables.cased_found(text))
     if low is None:  # case-insensitive forms then search the text itself, whatever the triggers
         found |= tables.all_uncased
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
+import sys
 import time
 from typing import Callable
 
@@ -30,6 +31,7 @@ CASES: dict[str, str] = {
 def _load(path: str) -> Callable[[str], str]:
     spec = importlib.util.spec_from_file_location("_other_redact", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]  # dataclasses look their module up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module.redact_secrets
 

@@ -27,6 +27,7 @@ from aegis_probe.modelserver import Reply
 from aegis_probe.redact import REDACTED, redact_secrets
 from aegis_probe.report.html import render_report
 from aegis_probe.storage.store import TraceStore
+from test_redaction_providers import PROVIDER_FORMS
 
 API_KEY = "sk-client-key-never-recorded-0123456789"
 POSITIONS = ("task", "system", "reply", "args", "result", "exception")
@@ -72,6 +73,7 @@ FORMS: dict[str, Callable[[str], tuple[str, str]]] = {
     "JSON in JSON in a JSON string": lambda c: _nested(2, "api_key", c),
     "GITHUB_TOKEN env line": lambda c: (f"export GITHUB_TOKEN={c}", c),
     "Azure Ocp-Apim-Subscription-Key header": lambda c: (f"Ocp-Apim-Subscription-Key: {c}", c),
+    **PROVIDER_FORMS,
 }
 
 
