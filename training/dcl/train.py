@@ -8,7 +8,7 @@ import json
 import logging
 import shutil
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..modes import MODE_IDS
 from ..trainers.config import add_trainer_parser, check_fresh_run, resolve_configs, training_rows
 from ..trainers.logs import JsonlLog
 from .attributor import DCLAttributor
+from .ensemble import combine, member_dir
 from .examples import Example, RowError
 from .inputs import DEFAULT_ENSEMBLE, MEMBERS_DIR
 from .losses import dcl_losses
@@ -125,6 +126,25 @@ def checkpoints(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-", 1)[1]))
 
 
+def _fit_ensemble(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: str | None = None,
+                 resume: bool = False, progress: bool = True) -> DCLAttributor:
+    """Train ``cfg.ensemble`` models with seeds ``cfg.seed ..`` (each a whole DCL run, with its
+    checkpoints, in ``OUT/members/seed-N``; ``resume`` continues each), then save them as one
+    model at ``out``."""
+    if checkpoints(Path(out)):
+        raise ValueError(f"{out} holds the checkpoints of a single model's run: train the ensemble into another "
+                         "directory (or remove them)")
+    if cfg.train_encoder:
+        raise ValueError("--ensemble > 1 needs a frozen encoder (the models share it): drop --train_encoder")
+    seeds = [cfg.seed + i for i in range(cfg.ensemble)]
+    models = [fit(rows, member_dir(out, s), replace(cfg, seed=s, ensemble=1), encoder, resume, progress) for s in seeds]
+    ensemble = combine(models)
+    ensemble.save(out)
+    JsonlLog(Path(out)).write({"event": "ensemble", "seeds": seeds,
+                               "members": [str(member_dir(out, s)) for s in seeds]})
+    return ensemble
+
+
 def _batches(groups: list[list[Example]], cfg: DCLConfig, epoch: int) -> list[list[Example]]:
     order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch)).tolist()
     return [[ex for g in order[i:i + cfg.groups_per_batch] for ex in groups[g]]
@@ -135,13 +155,11 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
         resume: bool = False, progress: bool = True) -> DCLAttributor:
     """Train a DCL attributor on ``rows`` into ``out`` (``checkpoint-N`` per epoch, final model at
     the top); a progress bar on stderr unless ``progress`` is false. ``cfg.ensemble`` > 1: that many
-    models, seeds ``cfg.seed ..``, saved as one (:func:`.ensemble.fit_ensemble`)."""
+    models, seeds ``cfg.seed ..``, saved as one (:func:`_fit_ensemble`)."""
     if not isinstance(cfg.ensemble, int) or cfg.ensemble < 1:
         raise ValueError(f"--ensemble must be a whole number >= 1, not {cfg.ensemble!r}")
     if cfg.ensemble > 1:
-        from .ensemble import fit_ensemble
-
-        return fit_ensemble(rows, out, cfg, encoder, resume, progress)
+        return _fit_ensemble(rows, out, cfg, encoder, resume, progress)
     out = Path(out)
     if (out / MEMBERS_DIR).is_dir():  # its model would replace the ensemble's
         raise ValueError(f"{out} holds a seed ensemble's models ({MEMBERS_DIR}/): train one model into another "
@@ -227,11 +245,14 @@ def fit(rows: list[dict[str, Any]], out: str | Path, cfg: DCLConfig, encoder: st
 def train(args: argparse.Namespace) -> int:
     """Run DCL training as configured by ``args`` (see :func:`add_parser`)."""
     (cfg,) = resolve_configs(args, (DCLConfig,))
+    rows = training_rows(args.data, ("turns",))
     try:
-        fit(training_rows(args.data, ("turns",)), args.out, cfg, encoder=None if args.model == "default" else args.model,
+        fit(rows, args.out, cfg, encoder=None if args.model == "default" else args.model,
             resume=args.resume, progress=not args.no_progress)
     except RowError as exc:
         raise ValueError(f"{args.data}: {exc}") from None
+    seeds = f" ({cfg.ensemble} seeds)" if cfg.ensemble > 1 else ""
+    print(f"trained a DCL attributor{seeds} on {len(rows)} rows for {cfg.epochs} epochs; written to {args.out}")
     return 0
 
 
