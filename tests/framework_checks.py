@@ -42,7 +42,7 @@ def blame_finds_planted_step(demo: ModuleType, model_server, tmp_path: Path) -> 
 
     live = model_server(policy)
     report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
-                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode="scan", store=store)
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), search="scan", store=store)
     assert report.found and report.step == 1 and report.agent == "calculator"
     assert report.evidence.success and "126" in report.evidence.answer
     labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))

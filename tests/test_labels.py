@@ -54,20 +54,20 @@ def test_blame_adds_to_an_injection_label_and_the_report_shows_both(model_server
     live = model_server(demo.policy)
     spec = AppSpec(demo.build_app, demo.run_app)
     endpoint = Endpoint(live.base_url, "aegis-scripted", "sk-test")
-    for mode in ("scan", "bisect"):
-        report = blame(trace_id, spec, fixer=_fixer, judge=judge, endpoint=endpoint, mode=mode, store=store)
+    for search in ("scan", "bisect"):
+        report = blame(trace_id, spec, fixer=_fixer, judge=judge, endpoint=endpoint, search=search, store=store)
         assert report.found and report.step == injected.step and report.agent == "calculator"
 
     after = Trajectory.from_spans(store.trace(trace_id))
     assert _root_attributes(store, trace_id)[sc.LABEL_FAULTS] == raw_injection_label, "the injection label is untouched"
     assert after.labels.faults == [injected] and after.labels.source == "injection", "the primary label is the injection's"
-    assert after.labels.sources == ["injection", "blame:scan", "blame:bisect"]
+    assert after.labels.sources == ["injection", "blame:replay:scan", "blame:replay:bisect"]
     blamed = after.labels.of("blame")
     assert [(f.agent, f.step, f.mode) for f in blamed] == [("calculator", injected.step, None)] * 2
     assert after.labels.of("injection") == [injected]
 
     # Blaming again with the same search adds nothing new and removes nothing.
-    blame(trace_id, spec, fixer=_fixer, judge=judge, endpoint=endpoint, mode="scan", store=store)
+    blame(trace_id, spec, fixer=_fixer, judge=judge, endpoint=endpoint, search="scan", store=store)
     again = Trajectory.from_spans(store.trace(trace_id))
     assert again.labels.sets == after.labels.sets
 
@@ -77,12 +77,12 @@ def test_blame_adds_to_an_injection_label_and_the_report_shows_both(model_server
     assert sorted(marks) == [injected.step]
     assert [(m.kind, m.mode, m.source, m.details.get("search")) for m in marks[injected.step]] == [
         ("injected", "FM-2.6", "aegis.injection + label injection", None),
-        ("blamed", None, "aegis.blame + label blame:scan", "scan"),
-        ("blamed", None, "aegis.blame + label blame:bisect", "bisect"),
+        ("blamed", None, "aegis.blame + label blame:replay:scan", "scan"),
+        ("blamed", None, "aegis.blame + label blame:replay:bisect", "bisect"),
     ]
     html = render_report(after)
     assert not re.search(r"(?i)blamed\s*(</b>\s*<span class=\"mode\">)?\s*(scan|bisect)\b", html), "a search mode shown as a failure mode"
-    for source in ("injection", "blame:scan", "blame:bisect"):
+    for source in ("injection", "blame:replay:scan", "blame:replay:bisect"):
         assert f"<td>{source}</td>" in html
 
 
@@ -155,7 +155,7 @@ def test_two_searches_labelling_one_trace_at_once_keep_both_labels(apart, model_
     monkeypatch.setattr(store, "trace", read_then_linger)
     reports = [BlameReport(trace_id, "scan", step=s, agent=original.steps[s].agent) for s in (0, injected.step)]
     kind = threading.Thread if apart == "threads" else forked.Process
-    searches = [kind(target=_write_label, args=(store, original, r)) for r in reports]
+    searches = [kind(target=_write_label, args=(store, original, r, "blame:replay:scan")) for r in reports]
     for search in searches:
         search.start()
     for search in searches:

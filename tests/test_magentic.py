@@ -217,7 +217,7 @@ def test_blame_finds_the_orchestrator_step(model_server, tmp_path):
     original = next(t for t in labelled if t.trace_id == failed)
     # Labels are append-only: the injection stays the primary label; blame's finding is added next to it.
     assert original.labels.source == "injection" and original.labels.faults[0].agent == ORCH
-    assert original.labels.sources == ["injection", "blame:scan"]
+    assert original.labels.sources == ["injection", "blame:replay:scan"]
     assert [(f.agent, f.step) for f in original.labels.of("blame")] == [(ORCH, 1)]
 
 

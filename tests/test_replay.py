@@ -281,10 +281,10 @@ def _fixer_for(framework):
 _fixer = _fixer_for("autogen")  # also used by test_blame_cli through --fixer test_replay:_fixer
 
 
-@pytest.mark.parametrize(("framework", "mode"), [
+@pytest.mark.parametrize(("framework", "search"), [
     ("autogen", "scan"), ("autogen", "bisect"), ("camel", "scan"), ("metagpt", "scan"), ("metagpt", "bisect"),
 ])
-def test_blame_finds_planted_step(framework, mode, model_server, tmp_path, monkeypatch):
+def test_blame_finds_planted_step(framework, search, model_server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     demo = _demo(framework)
     store = TraceStore(tmp_path / "store")
@@ -295,12 +295,12 @@ def test_blame_finds_planted_step(framework, mode, model_server, tmp_path, monke
 
     live = model_server(policy)
     report = blame(trace_id, AppSpec(demo.build_app, demo.run_app), fixer=_fixer_for(framework), judge=judge,
-                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), mode=mode, store=store)
+                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), search=search, store=store)
     assert report.found and report.step == 1 and report.agent == CALCULATOR[framework]
     assert report.evidence.success and "126" in report.evidence.answer
     labelled = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
     assert [(f.agent, f.step) for f in labelled.labels.faults] == [(CALCULATOR[framework], 1)]
-    assert labelled.labels.source == f"blame:{mode}"
+    assert labelled.labels.source == f"blame:replay:{search}"
     assert any(e["name"] == sc.EVENT_BLAME for e in labelled.steps[1].events)
 
 

@@ -1,23 +1,21 @@
-"""Baseline attributors: random, most-frequent agent, and three LLM judges.
+"""Baseline attributors: random, most-frequent agent, the structural floors, and three LLM judges.
 
 An attributor maps a :class:`Trajectory` to an :class:`Attribution` (or ``None`` when it gives no
-answer). The judges follow the Who&When methods on any OpenAI-compatible endpoint: *all at once*
-(one call over the whole log), *step by step* (ask per step whether it is the decisive error,
-stop at the first yes), *binary search* (ask which half holds the error until one step is left).
-Judges see the rendered trajectory with nothing protected, so labels cannot shape the text.
+answer). The Who&When LLM judges (all at once, step by step, binary search) live in
+:mod:`aegis_probe.diagnosis.judges`, which ``blame --method judge`` also runs; they are re-exported here.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any, Iterable, Protocol
+from typing import Iterable, Protocol
 
+from aegis_probe.diagnosis.judges import JUDGES, AllAtOnceJudge, BinarySearchJudge, StepByStepJudge  # noqa: F401
 from aegis_probe.trajectory import Trajectory
 
-from .answers import Attribution, distinct_agents, gold_attribution, normalize_agent, parse_agent_step
+from .answers import Attribution, distinct_agents, gold_attribution, normalize_agent
 from .modes import MODE_IDS
-from .render import render
 
 
 class Attributor(Protocol):
@@ -101,92 +99,6 @@ class MostFrequentStep:
         return Attribution(agent=agent, step=step, pairs=[(agent, self.mode)])
 
 
-JUDGE_SYSTEM = ("You are judging a failed run of an LLM multi-agent system. Identify the decisive error: "
-                "the earliest step whose correction would have made the run succeed.")
-
-
-class _Judge:
-    """Shared plumbing for the LLM judges: an ``openai.OpenAI`` client and a render budget."""
-
-    def __init__(self, *, base_url: str | None = None, model: str, api_key: str | None = None,
-                 client: Any = None, max_tokens: int = 8192, temperature: float = 0.0) -> None:
-        if client is None:
-            import os
-
-            import openai
-
-            base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-            if not base_url:
-                raise ValueError(f"{type(self).__name__} needs an OpenAI-compatible endpoint: give --base-url "
-                                 "(or set OPENAI_BASE_URL)")
-            client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed")
-        self.client, self.model, self.max_tokens, self.temperature = client, model, max_tokens, temperature
-        self.calls = 0
-
-    def ask(self, prompt: str) -> str:
-        import openai
-
-        self.calls += 1
-        try:
-            resp = self.client.chat.completions.create(
-                model=self.model, temperature=self.temperature,
-                messages=[{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}],
-            )
-        except openai.APIError as exc:  # unreachable endpoint, bad key, unknown model: one line, no chain
-            raise ConnectionError(f"judge endpoint {self.client.base_url}: {type(exc).__name__}: {exc}") from None
-        return resp.choices[0].message.content or ""
-
-    def log(self, traj: Trajectory, upto: int | None = None, start: int = 0) -> str:
-        """The rendered steps ``start..upto`` (inclusive) with the task, no step protected."""
-        steps = [s for s in traj.steps if s.index >= start and (upto is None or s.index <= upto)]
-        view = traj.model_copy(update={"steps": steps})
-        return render(view, max_tokens=self.max_tokens, protect=())
-
-    def at(self, traj: Trajectory, step: int) -> Attribution:
-        agent = traj.steps[step].agent
-        return Attribution(agent=agent, step=step, pairs=[(agent, None)])
-
-
-class AllAtOnceJudge(_Judge):
-    """One call over the whole log, answered as ``agent|step``."""
-
-    def __call__(self, traj: Trajectory) -> Attribution | None:
-        text = self.ask(f"{self.log(traj)}\n\nWhich agent made the decisive error, at which step? "
-                        "Explain briefly, then end with a line `agent|step`.")
-        parsed = parse_agent_step(text)
-        if parsed is None:
-            return None
-        return Attribution(agent=parsed[0], step=parsed[1], pairs=[(parsed[0], None)])
-
-
-class StepByStepJudge(_Judge):
-    """Walks the log; at each step asks whether this step is the decisive error (yes/no)."""
-
-    def __call__(self, traj: Trajectory) -> Attribution | None:
-        for step in traj.steps:
-            text = self.ask(f"{self.log(traj, upto=step.index)}\n\nIs step {step.index} (by {step.agent}) the "
-                            "decisive error? Answer 'yes' or 'no' first, then explain.")
-            if text.strip().lower().startswith("yes"):
-                return self.at(traj, step.index)
-        return None
-
-
-class BinarySearchJudge(_Judge):
-    """Halves the range of candidate steps, asking whether the error is in the upper (earlier) half."""
-
-    def __call__(self, traj: Trajectory) -> Attribution | None:
-        if not traj.steps:
-            return None
-        lo, hi = 0, len(traj.steps) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            text = self.ask(f"{self.log(traj, upto=hi, start=lo)}\n\nIs the decisive error in steps {lo}-{mid} "
-                            f"(answer 'upper') or in steps {mid + 1}-{hi} (answer 'lower')? Answer with one word first.")
-            lo, hi = (lo, mid) if text.strip().lower().startswith("upper") else (mid + 1, hi)
-        return self.at(traj, lo)
-
-
-JUDGES = {"all-at-once": AllAtOnceJudge, "step-by-step": StepByStepJudge, "binary-search": BinarySearchJudge}
 
 
 def predict(attributor: Attributor, trajs: Iterable[Trajectory], progress: bool = False) -> list[Attribution | None]:

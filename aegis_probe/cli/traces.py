@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=argparse.SUPPRESS, help=_DIR_HELP)
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
-    ls_help = "one line per trace: trace id, started (UTC), framework, steps, outcome, app"
+    ls_help = ("one line per trace: trace id, started (UTC), framework, steps, outcome, replay of, app, "
+               "labels (source agent@step mode)")
     ls = tsub.add_parser("ls", parents=[common], help=ls_help, description=f"traces ls: {ls_help}; newest first.")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
     add_examples(ls, "", "--limit 0", "--dir inject-out/traces")
@@ -99,7 +100,8 @@ def _ls(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no traces in {store.path}{hint}")
         return 0
-    print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  app")
+    print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  {'replay of':<9}  "
+          "app  labels (source agent@step mode)")
     for _, row in rows:
         print(row)
     return 0
@@ -109,7 +111,15 @@ def _row(t: Trajectory) -> str:
     """A trace's line of ``traces ls``."""
     started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
-    return f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {printable(t.app or '-')}"
+    replay_of = str(t.metadata.get("replay_of") or "-")[:8]
+    return (f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {replay_of:<9}  "
+            f"{printable(t.app or '-')}  {printable(label_summary(t)) or '-'}")
+
+
+def label_summary(t: Trajectory) -> str:
+    """Each label of a run as ``source agent@step mode`` (``;``-separated), every source's."""
+    return "; ".join(f"{s.source or '-'} {f.agent or '-'}@{'-' if f.step is None else f.step}" + (f" {f.mode}" if f.mode else "")
+                     for s in t.labels.sets for f in s.faults)
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -50,6 +50,8 @@ def summary(traj: Trajectory) -> str:
         f"outcome  {verdict}" + (f": answer {out.answer!r}" if out.answer else "") + (f", expected {out.expected!r}" if out.expected else ""),
         f"steps    {len(traj.steps)} by {', '.join(traj.agents) or '-'}",
     ]
+    if traj.metadata.get("replay_of"):  # a replayed run, not one the app made on its own
+        lines.insert(1, f"replay   of trace {traj.metadata['replay_of']}")
     for label in traj.labels.sets:  # every label source, side by side
         source = label.source or "-"
         for f in label.faults:
