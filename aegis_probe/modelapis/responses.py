@@ -115,7 +115,7 @@ def _message_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _call_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
-    at = {"item_id": item["id"], "output_index": index}
+    at = {"item_id": item.get("id") or item.get("call_id") or "", "output_index": index}
     arguments = item.get("arguments") or ""
     return [{"type": "response.output_item.added", "output_index": index,
              "item": {**item, "status": "in_progress", "arguments": ""}},
