@@ -8,8 +8,8 @@ Class-level patches, installed once:
   agent another agent delegates to from a tool) opens no run: its turns are steps of the run,
   nested under the tool's ``execute_tool`` span;
 - agent step: one turn of an agent run, ``invoke_agent {agent.name}``: a ``ModelRequestNode``
-  (its model call) and the ``CallToolsNode`` that handles its response (the tools it called), their
-  ``run`` or ``stream``. Its input is the turn's ``ModelRequest`` (the user prompt, or the tools'
+  (its model call, ``run`` or ``stream``) and the ``CallToolsNode`` that handles its response (the
+  tools it called, ``stream``, which its ``run`` enters too). Its input is the turn's ``ModelRequest`` (the user prompt, or the tools'
   results of the turn before), its output the model's response;
 - LLM call: ``pydantic_ai.models.Model.request`` / ``request_stream``, Pydantic AI's own model
   abstraction, on every subclass (every provider, ``FunctionModel``, ``TestModel``, a user's own
@@ -47,6 +47,7 @@ from aegis_probe.capture.spans import (
     await_in_scope,
     current_run,
     in_llm_call,
+    iterate_in_scope,
     log_hook_error,
     start_run,
     start_step,
@@ -190,6 +191,14 @@ def _response(raw: Any, response: LLMResponse) -> Any:
     if raw is None:
         return ModelResponse(**fields)
     return dataclasses.replace(raw, **fields)
+
+
+def _arguments(call: Any) -> Any:
+    """A tool call's arguments as data (the model's JSON text, or a replayed answer's dict, read alike)."""
+    try:
+        return call.args_as_dict()
+    except Exception:
+        return call.args
 
 
 class PydanticAICodec:
@@ -371,10 +380,12 @@ class _NodeStream:
     async def __aenter__(self) -> Any:
         try:
             with attached(self.step):
-                return await self.manager.__aenter__()
+                entered = await self.manager.__aenter__()
         except BaseException as exc:
             self.agent_run.close_step(exc)
             raise
+        # A CallToolsNode's events: its tools run as they are read, each with the step current.
+        return iterate_in_scope(entered, self.step) if self.ends_turn else entered
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
         try:
@@ -428,7 +439,6 @@ class PydanticAIAdapter(Adapter):
         patcher.wrap(Agent, "iter", self._iter)
         patcher.wrap(ModelRequestNode, "run", self._model_request_node)
         patcher.wrap(ModelRequestNode, "stream", self._model_request_stream)
-        patcher.wrap(CallToolsNode, "run", self._call_tools_node)
         patcher.wrap(CallToolsNode, "stream", self._call_tools_stream)
         patcher.wrap(ToolManager, "execute_tool_call", self._tool)
         patcher.wrap(Instrumentation, "for_run", self._own_instrumentation)
@@ -520,27 +530,12 @@ class PydanticAIAdapter(Adapter):
         manager = wrapped(*args, **kwargs)
         return manager if turn is None else _NodeStream(manager, turn[0], turn[1], instance, ends_turn=False)
 
-    async def _call_tools_node(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        turn = self._turn_of_tools()
-        if turn is None:
-            return await wrapped(*args, **kwargs)
-        agent_run, step = turn
-        agent_run.response = instance.model_response
-        try:
-            with attached(step):
-                result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            agent_run.close_step(exc)
-            raise
-        try:
-            agent_run.close_step()
-        except Exception:
-            log_hook_error("pydantic-ai step end")
-        return result
-
     def _call_tools_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        turn = self._turn_of_tools()
+        """``CallToolsNode.stream`` (``run`` enters it too): the tools run as its events are read."""
         manager = wrapped(*args, **kwargs)
+        if instance._next_node is not None:  # streamed already (run_stream, then the graph's run)
+            return manager
+        turn = self._turn_of_tools()
         if turn is None:
             return manager
         turn[0].response = instance.model_response
@@ -567,7 +562,7 @@ class PydanticAIAdapter(Adapter):
             validated = call_arg(args, kwargs, "validated", 0)
             call = validated.call
             tool = validated.tool
-            scope = start_tool(probe, call.tool_name, call_id=call.tool_call_id, arguments=call.args,
+            scope = start_tool(probe, call.tool_name, call_id=call.tool_call_id, arguments=_arguments(call),
                                description=tool.tool_def.description if tool is not None else None,
                                tool_type="function")
         except Exception:
