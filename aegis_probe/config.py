@@ -29,6 +29,8 @@ logger = logging.getLogger("aegis_probe")
 
 ENV_CAPTURE = "AEGIS_CAPTURE_CONTENT"
 ENV_TRACE_DIR = "AEGIS_TRACE_DIR"
+#: The share of successful runs kept (failed ones always are): see :mod:`aegis_probe.storage.sampling`.
+ENV_KEEP_SUCCESSES = "AEGIS_KEEP_SUCCESSES"
 DEFAULT_TRACE_DIR = "aegis-traces"
 #: OTel's GenAI content variable, and the opt-in that turns it from a boolean into a mode.
 ENV_OTEL_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -100,6 +102,28 @@ def resolve_capture(capture_content: bool | None) -> bool:
     return True if mode is None else mode in _SPAN_CONTENT
 
 
+def resolve_keep_successes(keep_successes: float | None) -> float:
+    """The share of successful runs kept: the argument, else ``AEGIS_KEEP_SUCCESSES``, else 1 (all).
+
+    A value outside 0..1 raises for the argument; in the environment it warns (once) and means 1.
+    """
+    if keep_successes is not None:
+        if not 0 <= keep_successes <= 1:
+            raise ValueError(f"keep_successes must be between 0 and 1, not {keep_successes!r}")
+        return float(keep_successes)
+    raw = os.environ.get(ENV_KEEP_SUCCESSES, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = -1.0
+    if not 0 <= ratio <= 1:
+        _warn_once(ENV_KEEP_SUCCESSES, raw, "1 (every run kept)")
+        return 1.0
+    return ratio
+
+
 def otlp_protocol() -> str:
     """The OTLP protocol of ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``/``OTEL_EXPORTER_OTLP_PROTOCOL``.
 
@@ -155,6 +179,8 @@ class ProbeConfig:
     redact: Callable[[str], str] | None = None
     #: ``OTEL_TRACES_EXPORTER`` lists ``console``: aegis's own provider also prints its spans.
     console_export: bool = False
+    #: The share of successful runs the store and the exporters keep (every failed run is kept).
+    keep_successes: float = 1.0
 
     @classmethod
     def resolve(
@@ -164,6 +190,7 @@ class ProbeConfig:
         trace_dir: str | os.PathLike[str] | None = None,
         service_name: str | None = None,
         redact: Callable[[str], str] | None = None,
+        keep_successes: float | None = None,
     ) -> "ProbeConfig":
         exporters = traces_exporters()
         endpoint = (os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
@@ -178,4 +205,5 @@ class ProbeConfig:
             service_name=service_name or os.environ.get(OTEL_SERVICE_NAME) or resource_service_name() or "aegis-probe",
             redact=redact,
             console_export="console" in exporters,
+            keep_successes=resolve_keep_successes(keep_successes),
         )

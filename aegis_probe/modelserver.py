@@ -146,7 +146,13 @@ class ModelServer:
 
                     responses.answer(self, server, json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"))
                     return
+                if self.path.rstrip("/").endswith("/messages"):  # Anthropic's Messages API
+                    from aegis_probe.modelapis import anthropic
+
+                    anthropic.answer(self, server, json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"))
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))  # read: a kept-alive connection stays in step
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 try:

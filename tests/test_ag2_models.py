@@ -251,3 +251,51 @@ def test_ag2_models_streamed_answers_replayed_or_injected_reach_the_app_as_text_
         answer, injected = _streamed(lambda: run_app(assistant, TASK))
     assert answer == ANSWER
     assert "".join(injected) == INJECTED + ANSWER and injected[:len(INJECTED.split(" "))] == INJECTED.replace(" ", "\0 ").split("\0")
+
+
+def _anthropic_pair(base_url: str, stream: bool = False) -> Any:
+    """An assistant on ag2's Anthropic client (the real ``anthropic`` SDK), at the server's Messages API."""
+    from autogen import AssistantAgent
+
+    entry = {"api_type": "anthropic", "model": "claude-scripted", "api_key": "sk-ant-test",
+             "base_url": base_url.removesuffix("/v1"), "price": [0, 0], "stream": stream}
+    return AssistantAgent("helper", system_message="You are helpful.", llm_config={"config_list": [entry], "cache_seed": None})
+
+
+def _build_anthropic(stream: bool = False):
+    def build_app(base_url: str, model: str, api_key: str) -> Any:
+        return _anthropic_pair(base_url, stream=stream)
+
+    return build_app
+
+
+@needs_ag2
+@pytest.mark.filterwarnings("ignore:Cost calculation not available")
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_ag2_models_anthropic_client_is_traced_replayed_and_injected(stream, model_server, provider, exporter, tmp_path):
+    pytest.importorskip("anthropic")
+    server = model_server(lambda body: Reply(content=ANSWER, cached_tokens=2))
+    store = TraceStore(tmp_path / "store")
+    assistant = _anthropic_pair(server.base_url, stream=stream)
+    probe = aegis_probe.instrument(assistant, tracer_provider=provider, store=store)
+    answer, live = _streamed(lambda: run_app(assistant, TASK))
+    assert answer == ANSWER
+    probe.flush()
+    chats = _chats(exporter)
+    assert len(chats) == len(server.requests) == 2
+    first = chats[0].attributes
+    assert (first[sc.PROVIDER], first[sc.REQUEST_MODEL], first[sc.RESPONSE_FINISH_REASONS]) == ("anthropic", "claude-scripted", ("stop",))
+    assert ANSWER in first[sc.OUTPUT_MESSAGES] and "Say hello" in first[sc.INPUT_MESSAGES]
+    assert first[sc.USAGE_OUTPUT_TOKENS] == len(ANSWER.split(" "))
+    trace_id = probe.last_trace_id
+    probe.uninstrument()
+
+    result, replayed = _streamed(lambda: replay(trace_id, AppSpec(_build_anthropic(stream), run_app), store=store))
+    assert result.exact and (result.live_calls, result.replayed_calls) == (0, 2), result.divergence or result.error
+    assert [t for t in replayed if t] == [t for t in live if t] and bool(live) == stream
+
+    assistant = _anthropic_pair(server.base_url, stream=stream)
+    probe = aegis_probe.instrument(assistant, tracer_provider=provider, store=store)
+    with probe.intercept(Answer(1, INJECTED)):
+        answer, injected = _streamed(lambda: run_app(assistant, TASK))
+    assert answer == INJECTED and "".join(injected) == (ANSWER + INJECTED if stream else "")

@@ -25,6 +25,7 @@ from .interception import Interceptor
 from .messages import forget as forget_messages
 from ..storage.metrics import add_metrics
 from ..storage.exporting import EXPORT_WAIT_S, add_once, batch_processor, default_provider, flush_exporters
+from ..storage.sampling import sampled
 from ..redact import make_redactor, remember_environment_secrets
 from .spans import RunScope, current_run, start_run
 from ..storage.store import StoreSpanProcessor, TraceStore
@@ -344,6 +345,7 @@ def instrument(
     store: TraceStore | str | os.PathLike[str] | bool | None = None,
     exporter: SpanExporter | None = None,
     judge: Judge | None = None,
+    keep_successes: float | None = None,
     redact: Callable[[str], str] | None = None,
     service_name: str | None = None,
 ) -> Probe:
@@ -363,6 +365,9 @@ def instrument(
       is added only when given explicitly.
     - ``exporter``: an extra span exporter (batched), e.g. an OTLP exporter you configured.
     - ``judge``: ``judge(task, answer) -> bool | Outcome`` called when a run ends.
+    - ``keep_successes``: the share of successful runs the store and aegis's exporters keep,
+      0..1 (default 1, env ``AEGIS_KEEP_SUCCESSES``); failed or judged-bad runs are always kept,
+      each run whole (see docs/otel.md "Sampling").
     - ``redact``: your own ``str -> str`` redaction, applied after the built-in one.
 
     Instrumenting an app twice returns the same probe. Raises ``TypeError`` for unsupported apps.
@@ -373,7 +378,7 @@ def instrument(
         return existing
     setup = ProbeSetup.resolve(tracer_provider=tracer_provider, meter_provider=meter_provider,
                                capture_content=capture_content, store=store, exporter=exporter,
-                               redact=redact, service_name=service_name)
+                               redact=redact, service_name=service_name, keep_successes=keep_successes)
     probe = setup.probe(adapter, judge)
     probe.apps.append(adapter.register(app, probe))
     adapter.install()
@@ -401,6 +406,7 @@ class ProbeSetup:
         exporter: SpanExporter | None = None,
         redact: Callable[[str], str] | None = None,
         service_name: str | None = None,
+        keep_successes: float | None = None,
     ) -> "ProbeSetup":
         """The provider: ``tracer_provider``, else the global one when set, else aegis-probe's own.
 
@@ -412,6 +418,7 @@ class ProbeSetup:
             trace_dir=store if isinstance(store, (str, os.PathLike)) else None,
             service_name=service_name,
             redact=redact,
+            keep_successes=keep_successes,
         )
         if tracer_provider is None and global_provider_set():
             tracer_provider = trace.get_tracer_provider()
@@ -428,16 +435,17 @@ class ProbeSetup:
             provider = tracer_provider
             if trace_store is not None:  # only the runs' traces, not the app's others
                 store_dir = trace_store.path.resolve()
-                add_once(provider, store_dir, lambda: StoreSpanProcessor(TraceStore(store_dir), runs_only=True))
+                add_once(provider, store_dir, lambda: sampled(StoreSpanProcessor(TraceStore(store_dir), runs_only=True),
+                                                              config.keep_successes))
             if exporter is not None:
-                add_once(provider, id(exporter), lambda: batch_processor(exporter))  # the provider keeps it: no id reuse
+                add_once(provider, id(exporter), lambda: sampled(batch_processor(exporter), config.keep_successes))  # the provider keeps it: no id reuse
         if meter_provider is not None or global_meter_provider_set():
             add_metrics(provider, meter_provider or metrics.get_meter_provider(), _version())
         return cls(config, provider, trace_store)
 
     def probe(self, adapter: Adapter, judge: Judge | None = None) -> Probe:
         """A new probe for ``adapter`` on this setup."""
-        tracer = self.provider.get_tracer(SCOPE, _version())
+        tracer = self.provider.get_tracer(SCOPE, _version(), schema_url=sc.SCHEMA_URL)
         return Probe(adapter, self.config, tracer, self.store, self.provider, judge)
 
 

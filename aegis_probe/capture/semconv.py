@@ -14,6 +14,10 @@ from urllib.parse import urlsplit
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _ga
 from opentelemetry.semconv.attributes import error_attributes as _err
 from opentelemetry.semconv.attributes import server_attributes as _server
+from opentelemetry.semconv.schemas import Schemas as _Schemas
+
+#: The tracer's schema URL: the newest semantic-conventions schema the installed package knows.
+SCHEMA_URL: str = list(_Schemas)[-1].value
 
 # Operations (gen_ai.operation.name) and the span names built from them.
 OP_WORKFLOW = _ga.GenAiOperationNameValues.INVOKE_WORKFLOW.value

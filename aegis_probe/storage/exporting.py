@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from ..config import ProbeConfig
 from ..capture.leanspans import LeanTracerProvider
 from ..redact import encodable
+from .sampling import sampled
 from .store import StoreSpanProcessor, TraceStore
 
 logger = logging.getLogger("aegis_probe")
@@ -56,7 +57,7 @@ def default_provider(config: ProbeConfig, store: TraceStore | None, exporter: Sp
     only drops spans after the exporter's timeout; the app never waits on it.
     """
     key = (config.service_name, config.otlp_endpoint, config.otlp_protocol, config.console_export,
-           str(store.path) if store else None, exporter)
+           str(store.path) if store else None, exporter, config.keep_successes)
     with _providers_lock:  # apps instrumented in parallel threads share one provider, not one each
         provider = _providers.get(key)
         if provider is None:
@@ -90,10 +91,11 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
         logger.warning("aegis-probe: OTel span limits from the environment ignored, the specification's defaults "
                        "apply: %s", exc)
         provider = LeanTracerProvider(resource=resource, span_limits=SpanLimits(**_SPEC_LIMITS))
+    keep = config.keep_successes
     if store is not None:
-        provider.add_span_processor(StoreSpanProcessor(store))
+        provider.add_span_processor(sampled(StoreSpanProcessor(store), keep))
     if config.console_export and exporter is None:
-        provider.add_span_processor(batch_processor(ConsoleSpanExporter(out=sys.stdout)))  # stdout now, not at import
+        provider.add_span_processor(sampled(batch_processor(ConsoleSpanExporter(out=sys.stdout)), keep))  # stdout now, not at import
     remote = exporter
     if remote is None and config.otlp_endpoint:
         try:
@@ -102,7 +104,7 @@ def _new_provider(config: ProbeConfig, store: TraceStore | None, exporter: SpanE
             logger.warning("aegis-probe: OTLP export is off, the exporter refused its configuration: %s: %s",
                            type(exc).__name__, exc)
     if remote is not None:
-        provider.add_span_processor(batch_processor(remote))
+        provider.add_span_processor(sampled(batch_processor(remote), keep))
         atexit.register(_end_export, provider, remote)  # after the provider's own exit hook: runs before it
         _exports.append((provider, remote))
         mp = sys.modules.get("multiprocessing")
