@@ -51,7 +51,7 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and the other keyword arguments
     of :func:`aegis_probe.instrument` (``capture_content``, ``store``, ``exporter``, ``redact``,
-    ``service_name``); the provider precedence is the same (argument, then the global provider,
+    ``service_name``, ``keep_successes``); the provider precedence is the same (argument, then the global provider,
     then aegis-probe's own with the trace store). Apps given to ``aegis_probe.instrument(app)``
     keep their own probe. ``uninstrument()`` restores every patched original.
     """
@@ -119,7 +119,7 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
-                         "service_name"})
+                         "service_name", "keep_successes"})
 
 
 class _Enable:
