@@ -309,3 +309,51 @@ def test_crewai_models_structured_output_is_recorded_replayed_and_injected(model
     probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
     with probe.intercept(Answer(LLMResponse(content=json.dumps({"value": 7, "note": "injected"})), agent="reporter")):
         assert json.loads(run_reporter(app, demo.TASK) or "") == {"value": 7, "note": "injected"}
+
+
+# -- CrewAI's native Anthropic provider, through the real anthropic client --------------------------------
+def _anthropic_crew(base_url: str, model: str = "claude-sonnet-4-5", api_key: str = "sk-ant-test", *,
+                    stream: bool = False) -> Any:
+    """The demo crew on ``LLM(model="anthropic/...")`` (CrewAI's ``AnthropicCompletion``), the server's
+    Messages API at the root of ``base_url`` (the anthropic client adds ``/v1/messages``)."""
+    from crewai import LLM
+
+    llm = LLM(model=f"anthropic/{model}", base_url=base_url.rsplit("/v1", 1)[0], api_key=api_key, max_retries=0, stream=stream)
+    return _crew(llm, stream=stream)
+
+
+@needs_crewai
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_crewai_models_the_anthropic_provider_is_traced_replayed_and_injected(stream, model_server, provider, exporter, tmp_path):
+    pytest.importorskip("anthropic")
+    server = model_server(_caching)
+    store = TraceStore(tmp_path / "store")
+    app = _anthropic_crew(server.base_url, stream=stream)
+    assert type(app.agents[0].llm).__name__ == "AnthropicCompletion"
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
+    live = Chunks()
+    assert demo.EXPECTED in (live.run_app(app, demo.TASK) if stream else demo.run_app(app, demo.TASK))
+    probe.flush()
+    chats = _chats(exporter)
+    assert len(chats) == len(server.requests) == 4
+    first = chats[0].attributes
+    assert (first[sc.PROVIDER], first[sc.REQUEST_MODEL], first[sc.RESPONSE_FINISH_REASONS]) == ("anthropic", "claude-sonnet-4-5", ("end_turn",))
+    assert first[sc.USAGE_CACHE_READ_INPUT_TOKENS] == 2 and first[sc.USAGE_INPUT_TOKENS] > 2, "input counts the cache reads"
+    (call,) = [c for c in chats if c.attributes[sc.RESPONSE_FINISH_REASONS] == ("tool_use",)]
+    (part,) = json.loads(call.attributes[sc.OUTPUT_MESSAGES])[0]["parts"]
+    assert (part["name"], json.loads(part["arguments"])) == (demo.TOOL, {"expression": demo.EXPRESSION})
+    trace_id = probe.last_trace_id
+    probe.uninstrument()
+
+    replayed = Chunks()
+    build = lambda url, model, key: _anthropic_crew(url, stream=stream)  # noqa: E731
+    result = replay(trace_id, AppSpec(build, replayed.run_app if stream else demo.run_app), store=store)
+    assert result.exact and (result.live_calls, result.replayed_calls) == (0, 4), result.divergence or result.error
+    assert replayed.text == live.text and len(server.requests) == 4
+
+    app = _anthropic_crew(server.base_url, stream=stream)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
+    injected = Chunks()
+    with probe.intercept(Answer(LLMResponse(content=INJECTED))):
+        assert (injected.run_app(app, demo.TASK) if stream else demo.run_app(app, demo.TASK)) == INJECTED
+    assert injected.said("reviewer") == (["FINAL", " ANSWER:", " 7"] if stream else [])
