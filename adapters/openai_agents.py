@@ -15,21 +15,21 @@ Class- and module-level patches, installed once:
   makes the next turn the new agent's; turns of a nested run belong to the step they run in. A run
   resumed from its ``RunState`` (after tool approvals, ``needs_approval``) is a run too: the
   interrupted turn it finishes (``resolve_interrupted_turn``: the approved tools) is its first step;
-- LLM call: the openai client's ``AsyncCompletions.create`` inside a run
-  (:class:`~aegis_probe.adapters.openai_client.OpenAIClientSeam`): the SDK's chat-completions
-  model, ``OpenAIChatCompletionsModel`` or ``set_default_openai_api("chat_completions")``;
+- LLM call: ``get_response``/``stream_response`` of every ``agents.models.interface.Model`` class
+  inside a run (:class:`~aegis_probe.adapters.openai_agents_model.ModelSeam`): the default
+  ``OpenAIResponsesModel`` (the Responses API), ``OpenAIChatCompletionsModel``, LiteLLM's and
+  any-llm's, a user's own (a class defined after ``instrument()`` is patched at the next
+  ``instrument()`` or run start);
 - tool call: ``agents.run_internal.tool_execution._invoke_function_tool_with_metadata`` ->
   ``execute_tool {tool}``; a tool's exception that the SDK turns into its output
   (``agents.tool.maybe_invoke_function_tool_failure_error_function``) fails the span.
 
 ``Runner.run_streamed`` (``AgentRunner.run_streamed`` and ``run_loop.run_single_turn_streamed``)
 is traced the same way: its turns run in a background task created while the run is current, and
-the run ends when that task does; streamed chat completions are ``chat`` spans too. A streamed run
+the run ends when that task does; streamed model calls are ``chat`` spans too. A streamed run
 stopped before its final output (``result.cancel()``, either mode; its reader cancelled; its event
 loop ending, or closed and the result dropped, with the run unfinished) ends cancelled: ERROR,
-``error.type`` ``CancelledError``. Not covered:
-model calls through the Responses API (``OpenAIResponsesModel``, the SDK's default model: no
-``chat`` span, replay or injection for them).
+``error.type`` ``CancelledError``.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from asyncio import CancelledError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
+from aegis_probe.adapters.openai_agents_items import _parts, _text, item_message
+from aegis_probe.adapters.openai_agents_model import ModelSeam
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.adapters.openai_agents_model import ModelSeam
-from aegis_probe.adapters.openai_agents_items import _parts, _text, item_message
 from aegis_probe.capture.spans import (
     RunScope,
     StepScope,

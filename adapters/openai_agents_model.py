@@ -59,18 +59,13 @@ def _count(obj: Any, *path: str) -> int | None:
     return obj if isinstance(obj, int) and not isinstance(obj, bool) else None
 
 
-#: The usage fields of :class:`LLMResponse` beyond input and output tokens that this core has.
-_DETAILS = frozenset(LLMResponse.__dataclass_fields__) & {
-    "cache_read_input_tokens", "cache_creation_input_tokens", "reasoning_output_tokens"}
-
-
 def _usage(usage: Any) -> dict[str, Any]:
-    """``LLMResponse`` usage fields of a Responses-format usage (the SDK's ``Usage``, a ``ResponseUsage``)."""
-    counts = {"input_tokens": _count(usage, "input_tokens"), "output_tokens": _count(usage, "output_tokens"),
-              "cache_read_input_tokens": _count(usage, "input_tokens_details", "cached_tokens") or None,
-              "cache_creation_input_tokens": _count(usage, "input_tokens_details", "cache_write_tokens") or None,
-              "reasoning_output_tokens": _count(usage, "output_tokens_details", "reasoning_tokens") or None}
-    return {k: v for k, v in counts.items() if k in ("input_tokens", "output_tokens") or k in _DETAILS}
+    """``LLMResponse`` usage fields of a Responses-format usage (the SDK's ``Usage``, a ``ResponseUsage``):
+    a detail the SDK reports as 0 (its value when the provider gave none) is not recorded."""
+    return {"input_tokens": _count(usage, "input_tokens"), "output_tokens": _count(usage, "output_tokens"),
+            "cache_read_input_tokens": _count(usage, "input_tokens_details", "cached_tokens") or None,
+            "cache_creation_input_tokens": _count(usage, "input_tokens_details", "cache_write_tokens") or None,
+            "reasoning_output_tokens": _count(usage, "output_tokens_details", "reasoning_tokens") or None}
 
 
 def read_output(output: Sequence[Any], usage: Any, response_id: str | None, model: str | None = None,
@@ -112,10 +107,9 @@ def output_items(response: LLMResponse, message_id: str) -> list[dict[str, Any]]
 
 
 def _usage_dict(response: LLMResponse) -> dict[str, Any]:
-    return usage_body(response.input_tokens or 0, response.output_tokens or 0,
-                      cached=getattr(response, "cache_read_input_tokens", None) or 0,
-                      cache_write=getattr(response, "cache_creation_input_tokens", None) or 0,
-                      reasoning=getattr(response, "reasoning_output_tokens", None) or 0)
+    return usage_body(response.input_tokens or 0, response.output_tokens or 0, cached=response.cache_read_input_tokens or 0,
+                      cache_write=response.cache_creation_input_tokens or 0,
+                      reasoning=response.reasoning_output_tokens or 0)
 
 
 def _construct(type_: Any, value: Any) -> Any:

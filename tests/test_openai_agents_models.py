@@ -347,3 +347,38 @@ def test_a_model_calling_its_parent_makes_one_chat_span(model_server, provider, 
     aegis_probe.instrument(app, tracer_provider=provider, store=False)
     assert demo.EXPECTED in (demo.run_app(app, demo.TASK) or "")
     assert Logged.calls == len(server.requests) == len(_chats(exporter.get_finished_spans())) == 4
+
+
+@needs_sdk
+def test_cache_and_reasoning_tokens_are_recorded_and_replayed(model_server, provider, exporter, tmp_path):
+    """Usage detail a model reports (cached and cache-written input tokens, reasoning tokens) is on
+    its chat span under the GenAI names, and a replay gives it back."""
+    from openai import AsyncOpenAI
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    base = _user_model_class()
+
+    class CachingModel(base):  # type: ignore[misc, valid-type]
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            response = await super().get_response(*args, **kwargs)
+            response.usage.input_tokens_details = InputTokensDetails(cached_tokens=4, cache_write_tokens=2)
+            response.usage.output_tokens_details = OutputTokensDetails(reasoning_tokens=3)
+            return response
+
+    def build(base_url: str, model: str, api_key: str) -> Any:
+        return _agents(CachingModel(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0), model))
+
+    server = model_server(demo.policy)
+    store = TraceStore(tmp_path / "store")
+    app = build(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, store=store)
+    demo.run_app(app, demo.TASK)
+    probe.flush()
+    probe.uninstrument()
+    result = replay(str(probe.last_trace_id), AppSpec(build, demo.run_app), store=store)
+    assert result.exact, result.divergence or result.error
+    for trace_id in (probe.last_trace_id, result.trajectory.trace_id):
+        chats = _chats(store.trace(str(trace_id)))
+        assert len(chats) == 4
+        assert {(c.attributes[sc.USAGE_CACHE_READ_INPUT_TOKENS], c.attributes[sc.USAGE_CACHE_CREATION_INPUT_TOKENS],
+                 c.attributes[sc.USAGE_REASONING_OUTPUT_TOKENS]) for c in chats} == {(4, 2, 3)}
