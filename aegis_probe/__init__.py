@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "Trajectory": ".trajectory",
     "Usage": ".trajectory",
     "load_trajectories": ".trajectory",
+    "using_attributes": ".capture.session",
 }
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "load_trajectories",
     "replay",
     "uninstrument",
+    "using_attributes",
 ]
 
 
@@ -95,3 +97,4 @@ if TYPE_CHECKING:
     from .capture.instrumentor import AegisInstrumentor
     from .storage.store import TraceFileError, TraceStore
     from .trajectory import Fault, Labels, LLMCall, Message, Outcome, Step, ToolCall, Trajectory, Usage, load_trajectories
+    from .capture.session import using_attributes

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, Field, model_validator
 
 from .capture import semconv as sc
+from .capture import session as ss
 from .errors import validation_summary
 from .storage.otlp_json import SpanRecord
 from .redact import encodable, redact_secrets
@@ -51,6 +52,7 @@ class LLMCall(BaseModel):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     reasoning_output_tokens: int | None = None
+    cost_usd: float | None = Field(default=None, description="priced from aegis_probe.pricing; None: unknown model")
     output: str | None = None
     span_id: str | None = None
 
@@ -66,6 +68,7 @@ class Usage(BaseModel):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     reasoning_output_tokens: int | None = None
+    cost_usd: float | None = None  #: of the calls that were priced
 
 
 class Step(BaseModel):
@@ -181,7 +184,9 @@ class Trajectory(BaseModel):
     labels: Labels = Field(default_factory=Labels)
     error: str | None = None
     source: Literal["trace", "import"] | str = "trace"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    cost_usd: float | None = Field(default=None, description="USD of the run's priced model calls")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="e.g. replay_of, and session: session_id, user_id, tags, metadata")
 
     @property
     def agents(self) -> list[str]:
@@ -318,6 +323,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 cache_read_input_tokens=s.attributes.get(sc.USAGE_CACHE_READ_INPUT_TOKENS),
                 cache_creation_input_tokens=s.attributes.get(sc.USAGE_CACHE_CREATION_INPUT_TOKENS),
                 reasoning_output_tokens=s.attributes.get(sc.USAGE_REASONING_OUTPUT_TOKENS),
+                cost_usd=s.attributes.get(sc.COST_USD),
                 output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))) or None,
                 span_id=s.span_id,
             )
@@ -348,8 +354,24 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
         ),
         labels=Labels.from_sets(_label_sets(attrs)),
         error=(root.status_message or "error") if run_root and root.status == "ERROR" else None,
-        metadata={"replay_of": attrs[sc.REPLAY_OF]} if attrs.get(sc.REPLAY_OF) else {},
+        cost_usd=attrs.get(sc.COST_USD) if run_root else None,
+        metadata={**({"replay_of": attrs[sc.REPLAY_OF]} if attrs.get(sc.REPLAY_OF) else {}),
+                  **({"session": session} if (session := session_of(attrs)) else {})},
     )
+
+
+def session_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The session, user, tags and metadata a run's root span carries (``aegis_probe.capture.session``)."""
+    out: dict[str, Any] = {}
+    for key, name in ((ss.SESSION_ID, "session_id"), (ss.USER_ID, "user_id"), (ss.TAGS, "tags")):
+        if attrs.get(key) is not None:
+            out[name] = list(attrs[key]) if key == ss.TAGS else attrs[key]
+    if isinstance(attrs.get(ss.METADATA), str):
+        try:
+            out["metadata"] = json.loads(attrs[ss.METADATA])
+        except ValueError:
+            out["metadata"] = attrs[ss.METADATA]
+    return out
 
 
 def load_trajectories(source: Any = None) -> list[Trajectory]:

@@ -17,9 +17,12 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
+from . import evaluations
 from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
 from ..config import ProbeConfig
+from ..pricing import PriceTable, Prices
+from .session import session_attributes
 from ..errors import AegisProbeError
 from .interception import Interceptor
 from .messages import forget as forget_messages
@@ -102,6 +105,10 @@ class Probe:
         if remember_environment_secrets():  # the app may have loaded keys since: what was encoded before goes
             forget_messages()
         self.redact = make_redactor(config.redact)
+        #: The session attributes of runs started outside any ``using_attributes`` block.
+        self.session: dict[str, Any] = {}
+        #: Prices of model calls (``aegis.cost.usd``); ``instrument(..., prices=)`` overrides.
+        self.prices = PriceTable.load()
         self.apps: list[AppInfo] = []
         #: The most recent run of this probe to finish, in any thread (see :meth:`set_outcome` for
         #: which run the calls without a trace id refer to).
@@ -153,6 +160,7 @@ class Probe:
                 return
             if run.span.is_recording():  # still open
                 run.span.set_attributes(attrs)
+                run.span.add_event(evaluations.EVENT, evaluations.outcome_evaluation(success, expected))
                 return
             trace_id = run.trace_id
         elif self._dropped(trace_id):
@@ -290,6 +298,8 @@ class Probe:
         if outcome.answer is None:
             outcome.answer = run.answer
         run.span.set_attributes(self._outcome_attributes(outcome))
+        if outcome.success is not None:
+            run.span.add_event(evaluations.EVENT, evaluations.outcome_evaluation(outcome.success, outcome.expected))
 
     def _remember(self, run: RunScope) -> None:
         end = time.time_ns()
@@ -348,6 +358,11 @@ def instrument(
     keep_successes: float | None = None,
     redact: Callable[[str], str] | None = None,
     service_name: str | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    tags: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    prices: Prices | None = None,
 ) -> Probe:
     """Trace ``app`` (an AutoGen team or agent, a CAMEL society/workforce/agent, a MetaGPT team/role).
 
@@ -369,6 +384,8 @@ def instrument(
       0..1 (default 1, env ``AEGIS_KEEP_SUCCESSES``); failed or judged-bad runs are always kept,
       each run whole (see docs/otel.md "Sampling").
     - ``redact``: your own ``str -> str`` redaction, applied after the built-in one.
+    - ``session_id``, ``user_id``, ``tags``, ``metadata``: of every run (``using_attributes`` overrides).
+    - ``prices``: model prices over the built-in table, a JSON file or a mapping (see ``aegis_probe.pricing``).
 
     Instrumenting an app twice returns the same probe. Raises ``TypeError`` for unsupported apps.
     """
@@ -380,6 +397,9 @@ def instrument(
                                capture_content=capture_content, store=store, exporter=exporter,
                                redact=redact, service_name=service_name, keep_successes=keep_successes)
     probe = setup.probe(adapter, judge)
+    probe.session = session_attributes(session_id, user_id, tags, metadata)
+    if prices is not None:
+        probe.prices = PriceTable.load(prices)
     probe.apps.append(adapter.register(app, probe))
     adapter.install()
     with _probes_lock:

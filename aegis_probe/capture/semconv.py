@@ -94,6 +94,8 @@ OUTCOME_ANSWER = "aegis.outcome.answer"
 OUTCOME_EXPECTED = "aegis.outcome.expected"
 LABEL_FAULTS = "aegis.label.faults"
 LABEL_SOURCE = "aegis.label.source"
+#: USD of a model call (``chat`` span), of a step's calls and of a run's (root span); see aegis_probe.pricing.
+COST_USD = "aegis.cost.usd"
 #: ``aegis.labels.<source>``: the faults a later source (blame, ...) labelled, next to the run's own label.
 LABELS_PREFIX = "aegis.labels."
 

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import _Span as _SdkSpan
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
+from . import session as _session
 from .leanspans import LeanSpan
 from .jsontext import json_text
 from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_long_texts as forget_long_encoded_texts
@@ -267,18 +268,23 @@ def _run_closed(run: "RunScope") -> None:
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
-    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "caches", "_steps", "_calls", "_lock", "__weakref__")
+    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "caches", "session", "cost", "_steps",
+                 "_calls", "_lock", "__weakref__")
 
     _KEY = _RUN_KEY
 
     def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, framework: str, task: str | None,
-                 conversation_id: str | None = None):
+                 conversation_id: str | None = None, session: dict[str, Any] | None = None):
         self.probe, self.span, self._ended = probe, span, False
         self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _RUN_KEY: self})  # _Scope.__init__
         self.run_id = uuid.uuid4().hex
-        #: ``gen_ai.conversation.id`` of the run's spans: the framework's own (e.g. a checkpointer
-        #: thread id), else the run's id.
-        self.conversation_id = conversation_id or self.run_id
+        #: The session, user, tags and metadata every span of the run carries (see ``session``).
+        self.session = session or {}
+        #: ``gen_ai.conversation.id`` of the run's spans: the session id, else the framework's own
+        #: (e.g. a checkpointer thread id), else the run's id.
+        self.conversation_id = self.session.get(_session.SESSION_ID) or conversation_id or self.run_id
+        #: USD of the run's priced model calls so far (``aegis.cost.usd`` on the root when it ends).
+        self.cost: float | None = None
         self.framework, self.task = framework, task
         self.answer: str | None = None
         #: What the core and adapters remember for this run only (e.g. its last prompts, to convert
@@ -322,6 +328,10 @@ class RunScope(_Scope):
             self._ending()
             super().fail(exc)
 
+    def end(self) -> None:
+        _set_cost(self)
+        super().end()
+
     def _ending(self) -> None:
         try:
             self.probe._run_ending(self)
@@ -333,7 +343,7 @@ class RunScope(_Scope):
 class StepScope(_Scope):
     """One agent step: an ``invoke_agent`` span with a contiguous ``aegis.step.index``."""
 
-    __slots__ = ("run", "agent", "index")
+    __slots__ = ("run", "agent", "index", "cost")
 
     _KEY = _STEP_KEY
 
@@ -341,22 +351,47 @@ class StepScope(_Scope):
         self.probe, self.span, self._ended = probe, span, False
         self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _STEP_KEY: self})  # _Scope.__init__
         self.run, self.agent, self.index = run, agent, index
+        self.cost: float | None = None  #: USD of the step's priced model calls
 
     def finish(self, output: Content = None) -> None:
         span = self.span
         if output is not None and self.probe.config.capture_content and span.is_recording():  # self.content(...)
             span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output, self.ctx))
-        if not self._ended:  # self.end()
-            self._ended = True
-            span.end()
+        self.end()
+
+    def end(self) -> None:
+        _set_cost(self)
+        super().end()
+
+
+_COST_LOCK = threading.Lock()
+
+
+def _set_cost(scope: "RunScope | StepScope") -> None:
+    """``aegis.cost.usd`` on a step's or run's span before it ends, when a call of it was priced."""
+    if not scope._ended and scope.cost is not None:
+        scope.span.set_attribute(sc.COST_USD, scope.cost)
+
+
+def _add_cost(ctx: otel_context.Context, usd: float) -> None:
+    """Add a model call's cost to the step and the run it was made in."""
+    with _COST_LOCK:
+        for key in (_STEP_KEY, _RUN_KEY):
+            scope = ctx.get(key)
+            if scope is not None:
+                scope.cost = (scope.cost or 0.0) + usd  # type: ignore[attr-defined]
 
 
 class LLMScope(_Scope):
     """One model call: a ``chat {model}`` span."""
 
-    __slots__ = ()
+    __slots__ = ("model",)
 
     _KEY = _LLM_KEY
+
+    def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, model: str | None = None) -> None:
+        super().__init__(probe, span, parent)
+        self.model = model  #: the requested model (priced when the response names none)
 
     def finish(
         self,
@@ -387,6 +422,12 @@ class LLMScope(_Scope):
             attrs[sc.USAGE_CACHE_CREATION_INPUT_TOKENS] = int(cache_creation_input_tokens)
         if reasoning_output_tokens is not None:
             attrs[sc.USAGE_REASONING_OUTPUT_TOKENS] = int(reasoning_output_tokens)
+        usd = self.probe.prices.cost(response_model or self.model, input_tokens=input_tokens, output_tokens=output_tokens,
+                                     cache_read_input_tokens=cache_read_input_tokens,
+                                     cache_creation_input_tokens=cache_creation_input_tokens)
+        if usd is not None:
+            attrs[sc.COST_USD] = usd
+            _add_cost(self.ctx, usd)
         if response_model:
             attrs[sc.RESPONSE_MODEL] = response_model
         if finish_reasons:
@@ -420,10 +461,11 @@ class ToolScope(_Scope):
 
 
 def _add_conversation(attrs: dict[str, Any], ctx: otel_context.Context) -> dict[str, Any]:
-    """``attrs`` with ``gen_ai.conversation.id`` (the run's id) for a span opened inside a run."""
+    """``attrs`` with ``gen_ai.conversation.id`` and the session's attributes for a span opened inside a run."""
     run = ctx.get(_RUN_KEY)
     if run is not None:
         attrs[sc.CONVERSATION_ID] = run.conversation_id  # type: ignore[attr-defined]
+        attrs.update(run.session)  # type: ignore[attr-defined]
     return attrs
 
 
@@ -443,6 +485,8 @@ def start_run(
     op = sc.OP_AGENT if lone_agent else sc.OP_WORKFLOW
     attrs: dict[str, Any] = {sc.OPERATION: op, sc.FRAMEWORK: framework}
     attrs[sc.AGENT_NAME if lone_agent else sc.WORKFLOW_NAME] = name
+    session = _session.from_context(current_context(), probe.session)
+    attrs.update(session)
     late = (lambda: {sc.TASK: probe.redact(task)}) if task is not None and probe.config.capture_content else None  # type: ignore[arg-type]
     parent = current_context()
     links = None
@@ -450,7 +494,7 @@ def start_run(
     if outer.is_valid and parent.get(_RUN_KEY) is None:
         parent, links = trace.set_span_in_context(trace.INVALID_SPAN, parent), [trace.Link(outer)]
     span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late, links)
-    return RunScope(probe, span, parent, framework, task, conversation_id)
+    return RunScope(probe, span, parent, framework, task, conversation_id, session)
 
 
 def start_step(
@@ -470,6 +514,7 @@ def start_step(
     attrs: dict[str, Any] = {sc.OPERATION: sc.OP_AGENT, sc.AGENT_NAME: agent, **(attributes or {})}
     if run is not None:
         attrs[sc.CONVERSATION_ID] = run.conversation_id
+        attrs.update(run.session)
     if index is not None:
         attrs[sc.STEP_INDEX] = index
         attrs[sc.FRAMEWORK] = run.framework  # type: ignore[union-attr]
@@ -517,7 +562,7 @@ def start_llm(
     else:
         _add_conversation(attrs, parent)
     span = _open(probe, sc.span_name(sc.OP_CHAT, model), SpanKind.CLIENT, attrs, parent, late)
-    return LLMScope(probe, span, parent)
+    return LLMScope(probe, span, parent, model)
 
 
 def start_tool(

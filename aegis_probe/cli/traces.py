@@ -11,7 +11,7 @@ from .common import add_examples
 from ..config import ProbeConfig
 from ..errors import one_line
 from ..storage.otlp_json import SpanRecord
-from ..report.steptable import printable, step_table, summary
+from ..report.steptable import cost_text, printable, step_table, summary
 from ..storage.store import SPANS_FILE, TraceStore
 from ..trajectory import Trajectory
 from . import export
@@ -30,10 +30,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=argparse.SUPPRESS, help=_DIR_HELP)
     tsub = p.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
-    ls_help = ("one line per trace: trace id, started (UTC), framework, steps, outcome, replay of, app, "
+    ls_help = ("one line per trace: trace id, started (UTC), framework, steps, outcome, cost USD, replay of, app, "
                "labels (source agent@step mode)")
     ls = tsub.add_parser("ls", parents=[common], help=ls_help, description=f"traces ls: {ls_help}; newest first.")
     ls.add_argument("--limit", type=int, default=20, help="show the N most recent traces (default 20; 0 = all)")
+    ls.add_argument("--session", metavar="ID", default=None, help="only the runs of session ID (their session.id)")
     add_examples(ls, "", "--limit 0", "--dir inject-out/traces")
     ls.set_defaults(func=_ls)
     show = tsub.add_parser("show", parents=[common], help="a trace's step table (ID may be a unique prefix)",
@@ -93,6 +94,8 @@ def _ls(args: argparse.Namespace) -> int:
         except (ValueError, RecursionError) as exc:  # one malformed trace is left out of the list, not the whole store
             logger.warning("%s: %s; trace skipped", store.path, _malformed(spans, exc))
             continue
+        if args.session is not None and t.metadata.get("session", {}).get("session_id") != args.session:
+            continue
         rows.append((t.start_ns or 0, _row(t)))
     rows.sort(key=lambda row: row[0], reverse=True)
     if args.limit:
@@ -100,7 +103,7 @@ def _ls(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no traces in {store.path}{hint}")
         return 0
-    print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  {'replay of':<9}  "
+    print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  {'cost USD':>9}  {'replay of':<9}  "
           "app  labels (source agent@step mode)")
     for _, row in rows:
         print(row)
@@ -112,7 +115,7 @@ def _row(t: Trajectory) -> str:
     started = datetime.fromtimestamp((t.start_ns or 0) / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     verdict = {True: "success", False: "failure", None: "-"}[t.outcome.success]
     replay_of = str(t.metadata.get("replay_of") or "-")[:8]
-    return (f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {replay_of:<9}  "
+    return (f"{t.trace_id:<32}  {started:<19}  {t.framework or '-':<9}  {len(t.steps):>5}  {verdict:<10}  {cost_text(t.cost_usd):>9}  {replay_of:<9}  "
             f"{printable(t.app or '-')}  {printable(label_summary(t)) or '-'}")
 
 

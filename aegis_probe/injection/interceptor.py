@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from opentelemetry import context as otel_context
 
-from ..capture import semconv as sc
+from ..capture import evaluations, semconv as sc
 from ..capture.interception import ModelCall, LLMResponse
 from ..capture.spans import current_step, log_hook_error
 from .operators import Context, DeterministicManipulator, Manipulator
@@ -169,6 +169,9 @@ class Injector:
             label = faults_json(faults)
         try:
             call.run.span.set_attributes({sc.LABEL_FAULTS: label, sc.LABEL_SOURCE: LABEL_SOURCE})  # type: ignore[union-attr]
+            judged = evaluations.fault_evaluation(LABEL_SOURCE, {"agent": target.agent, "step": call.step_index,
+                                                                  "mode": target.mode, "strategy": target.strategy})
+            (step.span if step is not None else call.run.span).add_event(evaluations.EVENT, judged)  # type: ignore[union-attr]
             if step is not None:
                 step.span.add_event(sc.EVENT_INJECTION, {
                     sc.AGENT_NAME: target.agent, "aegis.injection.mode": target.mode,

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit
 from ..capture import semconv as sc
 from ..redact import redact_secrets
 from .assets import CSS, JS
-from .steptable import UNPRINTABLE
+from .steptable import UNPRINTABLE, cost_text, session_text
 from ..trajectory import Step, Trajectory
 
 ENV_JAEGER_URL = "AEGIS_JAEGER_URL"
@@ -210,6 +210,8 @@ def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, op
     kinds = _kinds(step, marks)
     tools = ", ".join(t.name for t in step.tool_calls)
     tokens = f"{step.usage.input_tokens or 0}→{step.usage.output_tokens or 0} tok" if step.usage.input_tokens is not None or step.usage.output_tokens is not None else ""
+    if step.usage.cost_usd is not None:
+        tokens += f" · ${cost_text(step.usage.cost_usd)}"
     dur = _secs(step.end_ns - step.start_ns) if step.start_ns and step.end_ns else ""
     body = [_mark_html(m) for m in marks]
     if step.error:
@@ -231,10 +233,12 @@ def _step_html(step: Step, marks: list[Mark], agent_cls: str, t0: int | None, op
         )
     if step.llm_calls:
         rows = "".join(
-            f"<tr><td>{_e(c.model)}</td><td>{_e(c.provider)}</td><td>{_e(c.input_tokens)}</td><td>{_e(c.output_tokens)}</td></tr>"
+            f"<tr><td>{_e(c.model)}</td><td>{_e(c.provider)}</td><td>{_e(c.input_tokens)}</td><td>{_e(c.output_tokens)}</td>"
+            f"<td>{_e(c.cache_read_input_tokens)}</td><td>{_e(c.reasoning_output_tokens)}</td><td>{cost_text(c.cost_usd)}</td></tr>"
             for c in step.llm_calls
         )
-        body.append(f"<h4>LLM calls</h4><table><tr><th>model</th><th>provider</th><th>in</th><th>out</th></tr>{rows}</table>")
+        body.append("<h4>LLM calls</h4><table><tr><th>model</th><th>provider</th><th>in</th><th>out</th><th>cached in</th>"
+                    f"<th>reasoning</th><th>USD</th></tr>{rows}</table>")
     other = [e for e in step.events if e.get("name") not in (*BLAME_EVENTS, sc.EVENT_INJECTION) or id(e) in superseded]
     if other:
         items = "".join(f"<li><code>{_e(e.get('name'))}</code>{' (an earlier verdict of its model)' if id(e) in superseded else ''}"
@@ -314,6 +318,8 @@ def _summary_html(traj: Trajectory, marks: dict[int, list[Mark]], links: dict[st
         f"<tr><th>framework</th><td>{_e(traj.framework or '-')}</td></tr><tr><th>started</th><td>{started}</td></tr>"
         f"<tr><th>duration</th><td>{duration}</td></tr><tr><th>steps</th><td>{len(traj.steps)}</td></tr>"
         f"<tr><th>tokens</th><td>{tin} in / {tout} out</td></tr><tr><th>agents</th><td>{agents}</td></tr>"
+        + (f"<tr><th>cost</th><td>USD {cost_text(traj.cost_usd)}</td></tr>" if traj.cost_usd is not None else "")
+        + (f"<tr><th>session</th><td>{_e(session_text(traj.metadata['session']))}</td></tr>" if traj.metadata.get("session") else "")
         + (f'<tr><th>error</th><td class="err">{_e(traj.error)}</td></tr>' if traj.error else "")
         + f"</table>{link_html}</div></div>"
         + (f'<h3>Flagged steps</h3><ul class="flagged">{flagged}</ul>' if flagged else "")

@@ -50,6 +50,10 @@ def summary(traj: Trajectory) -> str:
         f"outcome  {verdict}" + (f": answer {out.answer!r}" if out.answer else "") + (f", expected {out.expected!r}" if out.expected else ""),
         f"steps    {len(traj.steps)} by {', '.join(traj.agents) or '-'}",
     ]
+    if traj.cost_usd is not None:
+        lines.append(f"cost     USD {cost_text(traj.cost_usd)}")
+    if traj.metadata.get("session"):
+        lines.append(f"session  {session_text(traj.metadata['session'])}")
     if traj.metadata.get("replay_of"):  # a replayed run, not one the app made on its own
         lines.insert(1, f"replay   of trace {traj.metadata['replay_of']}")
     for label in traj.labels.sets:  # every label source, side by side
@@ -61,6 +65,21 @@ def summary(traj: Trajectory) -> str:
             else:
                 lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode or '-'} strategy={f.strategy or '-'} source={source}")
     return "\n".join(map(printable, lines))
+
+
+def cost_text(usd: float | None) -> str:
+    """A cost in USD as ``traces ls`` and the report show it (``-``: no call was priced)."""
+    return "-" if usd is None else f"{usd:.4f}" if usd >= 0.01 else f"{usd:.6f}"
+
+
+def session_text(session: dict) -> str:
+    """A run's session, user, tags and metadata on one line."""
+    parts = [f"{key}={session[key]}" for key in ("session_id", "user_id") if session.get(key)]
+    if session.get("tags"):
+        parts.append("tags=" + ",".join(session["tags"]))
+    if session.get("metadata"):
+        parts.append(f"metadata={session['metadata']}")
+    return " ".join(parts)
 
 
 def transcript(traj: Trajectory) -> str:

@@ -2,7 +2,7 @@
 
 ``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage`` (tokens, one point per
 token type) for every ``chat`` span, with the attributes the GenAI conventions list for them;
-``aegis.agent.steps`` counts agent steps per agent. A span processor on the tracer provider
+``aegis.client.cost`` (USD) adds up the priced ones; ``aegis.agent.steps`` counts agent steps per agent. A span processor on the tracer provider
 records them, so the adapters need no metric code; spans a sampler drops are not counted.
 """
 
@@ -30,6 +30,7 @@ _METRIC_ATTRIBUTES = (sc.OPERATION, sc.PROVIDER, sc.REQUEST_MODEL, sc.RESPONSE_M
                       sc.SERVER_PORT, sc.ERROR_TYPE)
 _TOKENS = ((sc.USAGE_INPUT_TOKENS, "input"), (sc.USAGE_OUTPUT_TOKENS, "output"))
 STEPS = "aegis.agent.steps"
+COST = "aegis.client.cost"
 
 _attached: "weakref.WeakKeyDictionary[Any, set[int]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -47,6 +48,7 @@ class MetricsSpanProcessor(SpanProcessor):
             GEN_AI_CLIENT_TOKEN_USAGE, unit="{token}", description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
         self.steps = meter.create_counter(STEPS, unit="{step}", description="Agent steps, per agent.")
+        self.cost = meter.create_counter(COST, unit="USD", description="Cost of the model calls priced (aegis.cost.usd).")
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
@@ -67,6 +69,9 @@ class MetricsSpanProcessor(SpanProcessor):
         for key, kind in _TOKENS:
             if key in attrs:
                 self.tokens.record(attrs[key], {**labels, sc.TOKEN_TYPE: kind})  # type: ignore[arg-type]
+        usd = attrs.get(sc.COST_USD)
+        if isinstance(usd, float):
+            self.cost.add(usd, labels)
 
     def shutdown(self) -> None:
         return None

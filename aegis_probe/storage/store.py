@@ -379,7 +379,11 @@ class TraceStore:
         attributes: Mapping[str, Any] | None = None,
         events: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        """Append new attributes/events for a span (default: the trace's root span)."""
+        """Append new attributes/events for a span (default: the trace's root span). Verdicts among
+        a root span's new attributes (an outcome, a label) also become evaluation events on the
+        spans they judge (:mod:`aegis_probe.capture.evaluations`)."""
+        from ..capture.evaluations import stored_evaluations
+
         spans = self.trace(trace_id)
         found = (next((s for s in spans if s.parent_span_id is None), spans[0]) if span_id is None
                  else next((s for s in spans if s.span_id == span_id), None))
@@ -391,9 +395,10 @@ class TraceStore:
             {"name": e["name"], "time_ns": int(e.get("time_ns", 0)), "attributes": dict(e.get("attributes", {}))}
             for e in events
         ]
-        self.append([target])
+        self.append([target, *judged])
 
 
 _STORES: "weakref.WeakSet[TraceStore]" = weakref.WeakSet()
+        judged = stored_evaluations(spans, attributes or {}) if found.parent_span_id is None else []
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
