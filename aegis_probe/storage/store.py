@@ -389,6 +389,7 @@ class TraceStore:
                  else next((s for s in spans if s.span_id == span_id), None))
         if found is None:
             raise KeyError(f"no span {span_id} in trace {trace_id}")
+        judged = stored_evaluations(spans, attributes or {}) if found.parent_span_id is None else []
         target = found
         target.attributes = dict(attributes or {})
         target.events = [
@@ -399,6 +400,5 @@ class TraceStore:
 
 
 _STORES: "weakref.WeakSet[TraceStore]" = weakref.WeakSet()
-        judged = stored_evaluations(spans, attributes or {}) if found.parent_span_id is None else []
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
