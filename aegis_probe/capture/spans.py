@@ -26,6 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import semconv as sc
 from . import session as _session
+from .coexist import YIELDED, yielding_to
 from .leanspans import LeanSpan
 from .jsontext import json_text
 from .messages import ChatMessage, encode_messages, forget as forget_messages, forget_long_texts as forget_long_encoded_texts
@@ -107,14 +108,18 @@ def instrumentation_suppressed(ctx: otel_context.Context | None = None) -> bool:
     (set by ``suppress_instrumentation()`` and by the SDK's export threads) and the legacy string key.
     """
     ctx = current_context() if ctx is None else ctx
-    return bool(ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
+    suppressed = ctx.get(_SUPPRESS_INSTRUMENTATION_KEY)  # YIELDED: aegis's own, for the others (coexist)
+    return bool((suppressed and suppressed is not YIELDED) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
 
 
 def current_run() -> "RunScope | None":
     """The run the calling code belongs to, or None outside instrumented runs (and while suppressed)."""
     ctx = current_context()  # one context read: this runs on every patched call
     run = ctx.get(_RUN_KEY)
-    if run is None or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN):
+    if run is None or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN):
+        return None
+    suppressed = ctx.get(_SUPPRESS_INSTRUMENTATION_KEY)
+    if suppressed and suppressed is not YIELDED:
         return None  # (instrumentation_suppressed, inlined)
     return run  # type: ignore[return-value]
 
@@ -277,6 +282,8 @@ class RunScope(_Scope):
                  conversation_id: str | None = None, session: dict[str, Any] | None = None):
         self.probe, self.span, self._ended = probe, span, False
         self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _RUN_KEY: self})  # _Scope.__init__
+        if yielding_to(framework):  # another GenAI instrumentation of the framework yields inside the run
+            self.ctx = otel_context.Context({**self.ctx, _SUPPRESS_INSTRUMENTATION_KEY: YIELDED})
         self.run_id = uuid.uuid4().hex
         #: The session, user, tags and metadata every span of the run carries (see ``session``).
         self.session = session or {}
