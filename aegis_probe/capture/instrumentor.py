@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Collection
+from typing import TYPE_CHECKING, Any, ClassVar, Collection
 
 import wrapt
 from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
@@ -29,6 +29,22 @@ logger = logging.getLogger("aegis_probe")
 
 #: The entry point's name: ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=aegis_probe`` turns it off.
 ENTRY_POINT = "aegis_probe"
+#: OTel's variable listing the entry points ``opentelemetry-instrument`` leaves out.
+ENV_DISABLED = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+
+
+def entry_point(framework: str) -> str:
+    """The entry point of one framework (``aegis_probe_openai_agents``): disabling it turns that framework off."""
+    return f"{ENTRY_POINT}_{framework.replace('-', '_')}"
+
+
+def disabled_frameworks() -> frozenset[str]:
+    """The frameworks whose entry point ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` lists (``*`` or
+    ``aegis_probe``: every one)."""
+    names = {part.strip() for part in os.environ.get(ENV_DISABLED, "").split(",")}
+    if names & {"*", ENTRY_POINT}:
+        return frozenset(ADAPTERS)
+    return frozenset(name for name in ADAPTERS if entry_point(name) in names)
 
 
 def supported_frameworks() -> list[str]:
@@ -57,10 +73,18 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _lock = threading.Lock()
+    #: The frameworks this instrumentor traces (None: every supported one); the subclasses below
+    #: are one framework's each, under entry points of their own.
+    frameworks: ClassVar[tuple[str, ...] | None] = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """Requirement strings of the supported framework versions (any one of them suffices)."""
-        return tuple(entry.requires for entry in ADAPTERS.values())
+        return tuple(ADAPTERS[name].requires for name in self._frameworks())
+
+    def _frameworks(self) -> tuple[str, ...]:
+        """The frameworks of this instrumentor, less those ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` turns off."""
+        off = disabled_frameworks()  # as opentelemetry-instrument leaves out the entry points it lists
+        return tuple(name for name in (self.frameworks or ADAPTERS) if name not in off)
 
     def _check_dependency_conflicts(self) -> DependencyConflict | None:
         """None: each framework is checked on its own in ``_instrument``, with a warning when its
@@ -68,10 +92,11 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return None
 
     def _instrument(self, **kwargs: Any) -> None:
-        frameworks = supported_frameworks()
-        if not frameworks:
+        mine = self._frameworks()
+        frameworks = [name for name in supported_frameworks() if name in mine]
+        if not frameworks and mine:
             logger.warning("aegis-probe: none of %s is installed; nothing is traced",
-                           ", ".join(entry.requires for entry in ADAPTERS.values()))
+                           ", ".join(ADAPTERS[name].requires for name in mine))
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
             self._setup_args = {k: v for k, v in kwargs.items() if k in _SETUP_ARGS}
@@ -93,12 +118,14 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         with self._lock:
             if generation != getattr(self, "_generation", None) or name in AUTO_PROBES:
-                return  # uninstrumented (or re-instrumented) before the app imported the framework
+                return  # uninstrumented (or re-instrumented) before the app imported the framework, or
+                # another aegis instrumentor (the all-frameworks one, a framework's own) traces it already
             try:
                 if self._setup is None:
                     self._setup = ProbeSetup.resolve(**self._setup_args)
                 adapter = get_adapter(name)
                 AUTO_PROBES[name] = self._setup.probe(adapter)
+                self._owned = {*getattr(self, "_owned", ()), name}
                 adapter.install()
             except Exception:
                 AUTO_PROBES.pop(name, None)
@@ -107,8 +134,8 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _uninstrument(self, **kwargs: Any) -> None:
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
-            probes: list[Probe] = list(AUTO_PROBES.values())
-            AUTO_PROBES.clear()
+            owned, self._owned = getattr(self, "_owned", set()), set()
+            probes: list[Probe] = [AUTO_PROBES.pop(name) for name in owned if name in AUTO_PROBES]
         for probe in probes:
             probe.flush()
             probe.uninstrument()  # removes the adapter's patches unless an instrument(app) probe still needs them
@@ -117,6 +144,69 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         """The trace-every-app probe of ``framework`` (e.g. ``"autogen"``), once its apps are traced."""
         return AUTO_PROBES.get(framework)
 
+
+class AutogenInstrumentor(AegisInstrumentor):
+    """aegis-probe for AutoGen AgentChat only (entry point ``aegis_probe_autogen``)."""
+
+    _instance = None  # BaseInstrumentor's singleton: one per class, not the base class's
+    frameworks = ("autogen",)
+
+
+class CamelInstrumentor(AegisInstrumentor):
+    """aegis-probe for CAMEL only (entry point ``aegis_probe_camel``)."""
+
+    _instance = None
+    frameworks = ("camel",)
+
+
+class MetaGPTInstrumentor(AegisInstrumentor):
+    """aegis-probe for MetaGPT only (entry point ``aegis_probe_metagpt``)."""
+
+    _instance = None
+    frameworks = ("metagpt",)
+
+
+class LangGraphInstrumentor(AegisInstrumentor):
+    """aegis-probe for LangGraph only (entry point ``aegis_probe_langgraph``)."""
+
+    _instance = None
+    frameworks = ("langgraph",)
+
+
+class OpenAIAgentsInstrumentor(AegisInstrumentor):
+    """aegis-probe for the OpenAI Agents SDK only (entry point ``aegis_probe_openai_agents``)."""
+
+    _instance = None
+    frameworks = ("openai-agents",)
+
+
+class AG2Instrumentor(AegisInstrumentor):
+    """aegis-probe for AG2 only (entry point ``aegis_probe_ag2``)."""
+
+    _instance = None
+    frameworks = ("ag2",)
+
+
+class CrewAIInstrumentor(AegisInstrumentor):
+    """aegis-probe for CrewAI only (entry point ``aegis_probe_crewai``)."""
+
+    _instance = None
+    frameworks = ("crewai",)
+
+
+class PydanticAIInstrumentor(AegisInstrumentor):
+    """aegis-probe for Pydantic AI only (entry point ``aegis_probe_pydantic_ai``)."""
+
+    _instance = None
+    frameworks = ("pydantic-ai",)
+
+
+#: Each framework's instrumentor, by framework name (pyproject's entry points name the same classes).
+FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {
+    cls.frameworks[0]: cls for cls in (AutogenInstrumentor, CamelInstrumentor, MetaGPTInstrumentor,  # type: ignore[index]
+                                       LangGraphInstrumentor, OpenAIAgentsInstrumentor, AG2Instrumentor,
+                                       CrewAIInstrumentor, PydanticAIInstrumentor)
+}
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
                          "service_name", "keep_successes"})

@@ -483,10 +483,11 @@ def global_meter_provider_set() -> bool:
 
 def uninstrument() -> None:
     """Uninstrument every probe (trace-every-app mode too) and restore every patched original."""
-    from .instrumentor import AegisInstrumentor
+    from .instrumentor import FRAMEWORK_INSTRUMENTORS, AegisInstrumentor
 
-    if AegisInstrumentor().is_instrumented_by_opentelemetry:
-        AegisInstrumentor().uninstrument()
+    for cls in (AegisInstrumentor, *FRAMEWORK_INSTRUMENTORS.values()):
+        if cls().is_instrumented_by_opentelemetry:
+            cls().uninstrument()
     with _probes_lock:
         probes = list(_probes)
     for probe in probes:
