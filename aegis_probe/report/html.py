@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit
 from ..capture import semconv as sc
 from ..redact import redact_secrets
 from .assets import CSS, JS
+from .graph import GRAPH_CSS, agent_graph, graph_svg
 from .steptable import UNPRINTABLE, cost_text, session_text
 from ..trajectory import Step, Trajectory
 
@@ -345,9 +346,12 @@ def render_report(traj: Trajectory, *, jaeger_url: str | None = None, phoenix_ur
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
-        f"<title>aegis-probe · {_e(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>aegis-probe · {_e(title)}</title><style>{CSS}{GRAPH_CSS}</style></head><body>"
         f"<header><h1>aegis-probe trace report</h1><div class=\"sub\">{_e(title)}</div></header>"
         + _summary_html(traj, marks, links, agent_cls)
+        + '<section><h2>Agents</h2><p class="hint">one box per agent (its steps), arrows: hand-overs to the next agent to act, '
+        '#order of the first one, ×how often; a nested team\'s agents are boxed under its name; red outline: blamed, '
+        f'orange: injected.</p><div class="graph-wrap">{graph_svg(agent_graph(traj, {i: [m.kind for m in ms] for i, ms in marks.items()}), agent_cls)}</div></section>'
         + f'<section><h2>Timeline</h2><p class="hint">one column per step, one row per agent; outlined red: blamed, '
         f"orange: injected, dot: tool call; bars: tokens. Click a cell to open its step.</p>"
         f'<div class="tl-wrap">{_timeline_html(traj, marks, agent_cls)}</div></section>'
