@@ -108,8 +108,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from aegis_probe.cli.common import check_place
+
     from .cli import load_source
 
+    check_place("--out", Path(args.out), directory=True)  # before anything is read
     result = load_source(argparse.Namespace(source=args.source, format=args.source_format, labels_dir=None,
                                             no_progress=args.no_progress))
     paths = export_whowhen(result.trajectories, args.out)

@@ -1,13 +1,16 @@
 """The train commands' files: inputs read through gzip when their name ends in ``.gz``, outputs
 written beside their place and moved there only when complete.
 
-A failed command never leaves a truncated or emptied output: :func:`replacing` (a file) and
-:func:`replacing_dir` (a directory) yield a temporary path in the same directory, which takes
-the output's place with ``os.replace`` (a rename) when the block ends without an error.
+A failed command never leaves a truncated or emptied output: :func:`replacing` (a file, see
+:mod:`aegis_probe.storage.outputs`: a device or FIFO is written in place) and :func:`replacing_dir`
+(a directory) yield a temporary path in the same directory, which takes the output's place with
+a rename when the block ends without an error; nothing but a regular file or a directory of our
+own is renamed over or removed.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from aegis_probe.storage.jsonl import read_jsonl, write_jsonl
+from aegis_probe.storage.outputs import replacing
 
 #: The name ending of a gzipped input (``rows.jsonl.gz``, ``12.json.gz``), read as the plain file.
 GZIP_SUFFIX = ".gz"
@@ -82,20 +86,6 @@ def _temp_beside(out: Path, kind: str) -> Path:
     return out.with_name(f".{out.name}.{kind}")
 
 
-@contextmanager
-def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary file path beside ``path`` (its folder made) to write; it replaces ``path`` when
-    the block ends without an error, and is removed otherwise."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(out, "tmp")
-    try:
-        yield tmp
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path``, whole or not at all; returns the path."""
     with replacing(path) as tmp:
@@ -114,6 +104,8 @@ def replacing_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     directory there is removed) when the block ends without an error, and is removed otherwise,
     so ``path`` is never a half-written directory."""
     out = Path(path)
+    if os.path.lexists(out) and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (an output directory goes there)", str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = partial_dir(out), _temp_beside(out, "old")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -85,6 +85,22 @@ def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+VERBOSE_HELP = "log debug output of aegis-probe; tracebacks of errors"
+
+
+def verbose_everywhere(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Accept ``-v``/``--verbose`` after every (sub-)command of ``parser`` too (``demo -v``), as
+    well as before it; returns ``parser``. (A sub-parser's default is left unset, so that it does
+    not reset a ``-v`` given before the command.)"""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if "-v" not in sub._option_string_actions and "--verbose" not in sub._option_string_actions:
+                    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+                verbose_everywhere(sub)
+    return parser
+
+
 def version() -> str:
     from .. import __version__
 
@@ -171,10 +187,13 @@ def _paths(args: argparse.Namespace, dests: Sequence[str]) -> list[tuple[str, Pa
 
 def _check_writable_place(args: argparse.Namespace) -> None:
     """Refuse a path to write under a file (``--out notes.txt/r.html``), or a directory to write
-    into that is a file: before the command runs (a demo or a campaign would fail only at its end,
+    into or a trace store directory that is a file: before the command runs (a demo or a campaign would fail only at its end,
     with ``File exists``)."""
     for dest, path in _paths(args, (*OUTPUT_DESTS, *STORE_DESTS, "report_dir")):
-        check_place("--" + dest.replace("_", "-"), path, directory=dest in DIR_DESTS)
+        option = "--" + dest.replace("_", "-")
+        if dest in STORE_DESTS and dest not in DIR_DESTS and path.exists() and not path.is_dir():  # else read as one trace file, or an empty store
+            raise ValueError(f"{option} {path}: a file, not a trace store directory")
+        check_place(option, path, directory=dest in DIR_DESTS)
 
 
 def check_place(option: str, path: Path, directory: bool) -> None:
@@ -207,6 +226,25 @@ def check_outputs(args: argparse.Namespace) -> None:
         if out.suffix in (".jsonl", ".json") and _is_store_dir(out.parent, stores):
             raise ValueError(f"{option} {out} is in the trace store {out.parent} (its .jsonl/.json files are "
                              "trace files); choose another path")
+
+
+#: How much of an existing output file :func:`check_replaceable` reads to tell whose it is.
+_HEAD = 4096
+
+
+def check_replaceable(option: str, path: str | os.PathLike[str], ours: Callable[[bytes], bool], what: str,
+                      force: bool = False) -> None:
+    """``ValueError`` naming ``option`` when ``path`` is an existing regular file that is not
+    this command's output (``ours`` tells from its first bytes; an empty file is anyone's), unless
+    ``force``: a mistyped ``--out README.md`` is not replaced. (A device or FIFO is written in place,
+    never replaced: see :mod:`aegis_probe.storage.outputs`.)"""
+    if force or not os.path.isfile(path):
+        return
+    with open(path, "rb") as fh:
+        head = fh.read(_HEAD)
+    if head.strip() and not ours(head):
+        raise ValueError(f"{option} {path}: an existing file that is not {what}; not replaced (choose another "
+                         "path, or give --force to replace it)")
 
 
 def _quiet_stdout() -> None:

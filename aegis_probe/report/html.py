@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
@@ -23,6 +21,7 @@ from urllib.parse import quote, urlsplit
 
 from ..capture import semconv as sc
 from ..redact import redact_secrets
+from ..storage.outputs import replacing
 from .assets import CSS, JS
 from .graph import GRAPH_CSS, agent_graph, graph_svg
 from .steptable import UNPRINTABLE, cost_text, session_text
@@ -382,20 +381,11 @@ def write_report(
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` (through a symlink: its target) with ``data`` at once: written and synced to
     a temporary file in the same directory, then renamed over it; the file keeps its permissions
-    (a new one gets the umask's). An ``OSError`` names ``path`` and leaves no temporary file."""
-    target = path.resolve() if path.is_symlink() else path
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with open(fd, "wb") as fh:
-            if target.exists():
-                os.chmod(fd, stat.S_IMODE(target.stat().st_mode))
-            fh.write(data)
-            fh.flush()
+    (a new one gets the umask's). A device or FIFO is written in place, never replaced
+    (:func:`~aegis_probe.storage.outputs.replacing`). An ``OSError`` names ``path`` and leaves no
+    temporary file."""
+    with replacing(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        if tmp != path:
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.filename in (None, tmp, str(tmp)):  # a failed write() names no file, a failed rename the temporary one
-            raise OSError(exc.errno, exc.strerror, str(path)) from None  # (OSError picks the errno's subclass)
-        raise

@@ -10,6 +10,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
+from .outputs import replacing
+
 _GZIP_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 
 
@@ -73,16 +75,10 @@ def _rows(path: str | os.PathLike[str], lines: Iterable[bytes], required: Iterab
 def write_jsonl(rows: Iterable[dict[str, Any] | str], path: str | os.PathLike[str]) -> Path:
     """Write rows (objects, or already encoded JSON strings) as JSON lines; returns the path.
 
-    The file is replaced only once every row is written, so a failure leaves an existing file whole.
+    The file is replaced only once every row is written, so a failure leaves an existing file whole;
+    a device or FIFO is written in place (:func:`~aegis_probe.storage.outputs.replacing`).
     """
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return Path(path)
