@@ -11,6 +11,7 @@ server, used when no endpoint is given), ``TERMINATION`` (default "TERMINATE") a
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import inspect
@@ -46,6 +47,33 @@ def load_module(target: str, what: str) -> ModuleType:
     except BaseException as exc:  # noqa: BLE001 - whatever the module does at import (sys.exit too)
         reason = f"exited with sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
         raise ValueError(f"{what}: cannot import {target!r} ({reason})") from exc
+
+
+def undefined(target: str, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that the source of module (or ``file.py``) ``target`` certainly does not
+    define at its top level, read without running it (no ``def``, assignment or import binds them,
+    and no ``import *`` or module ``__getattr__`` could); ``[]`` when its source cannot be read."""
+    try:
+        origin = target if target.endswith(".py") else getattr(importlib.util.find_spec(target), "origin", None)
+        tree = ast.parse(Path(origin).read_bytes()) if origin and origin.endswith(".py") else None
+    except (ImportError, ValueError, OSError, SyntaxError, RecursionError):  # loading it says why
+        return []
+    if tree is None:
+        return []
+    bound: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        elif not isinstance(node, (ast.Expr, ast.Pass, ast.Return)):  # assignments, if/try/with/for blocks
+            bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+            todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+    if "*" in bound or "__getattr__" in bound or "globals" in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
+        return []
+    return [name for name in names if name not in bound]
 
 
 def check_signature(func: Callable[..., Any], args: int, what: str, more: bool = False) -> None:
@@ -93,11 +121,13 @@ class AppSpec:
     def load(cls, ref: str) -> "AppSpec":
         """Resolve ``module[:factory]`` or ``file.py[:factory]``; ``ValueError`` says what is missing."""
         target, attr = split_ref(ref)
+        missing = f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) and run_app(app, task) in {target}"
+        if undefined(target, (attr or "build_app", "run_app")):  # said before the module's code runs
+            raise ValueError(missing)
         module = load_module(target, f"--app {ref}")
         factory = getattr(module, attr or "build_app", None)
         if not callable(factory) or not callable(getattr(module, "run_app", None)):
-            raise ValueError(f"--app {ref}: needs a factory {attr or 'build_app'}(base_url, model, api_key) "
-                             f"and run_app(app, task) in {target}")
+            raise ValueError(missing)
         check_signature(factory, 3, f"--app {ref}: {attr or 'build_app'}(base_url, model, api_key)", more=True)
         check_signature(module.run_app, 2, f"--app {ref}: run_app(app, task)")
         agents = getattr(module, "AGENTS", ())

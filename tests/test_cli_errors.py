@@ -20,6 +20,8 @@ from aegis_probe.demos import FRAMEWORKS, TEAMS
 
 TRACE = "0123456789abcdef0123456789abcdef"
 DEEP = "[" * 100_000 + "]" * 100_000
+#: An app module's functions, after the code that fails at import (else it is refused before it is imported).
+FUNCS = "def build_app(base_url, model, api_key): return None\ndef run_app(app, task): return None\n"
 
 
 def _span_line(success: bool | None = False) -> str:
@@ -129,7 +131,7 @@ CASES = [
     Case("report-out-is-its-input", lambda e: ["report", e.file("x.jsonl", _span_line() + "\n"), "--out", str(e.root / "x.jsonl")], 2,
          ("--out", "x.jsonl", "is an input")),
     Case("report-out-is-a-directory", lambda e: ["report", TRACE[:8], "--dir", e.store_with(), "--out", str(e.root)], 2,
-         ("Is a directory",)),
+         ("--out", "a directory; give the report's file name")),
     Case("report-out-under-a-file", lambda e: ["report", TRACE[:8], "--dir", e.store_with(), "--out",
                                               e.file("notes.txt", "x") + "/r.html"], 2, ("--out", "notes.txt is not a directory")),
     Case("train-import-out-under-a-file", lambda e: ["train", "import", e.store_with(), "-o", e.file("notes.txt", "x") + "/o.jsonl"], 2,
@@ -146,13 +148,13 @@ CASES = [
          ("--out", "rows.jsonl", "trace store")),
     # -- apps that do not load -------------------------------------------------------------------
     Case("inject-app-missing-file", lambda e: _inject(e, str(e.root / "nope.py") + ":build_app"), 2, ("--app", "no file", "nope.py")),
-    Case("inject-app-import-error", lambda e: _inject(e, e.app("app_imports_missing", "import no_such_module_for_aegis\n")), 2,
+    Case("inject-app-import-error", lambda e: _inject(e, e.app("app_imports_missing", "import no_such_module_for_aegis\n" + FUNCS)), 2,
          ("--app", "app_imports_missing", "no_such_module_for_aegis")),
     Case("inject-app-syntax-error", lambda e: _inject(e, e.app("app_bad_syntax", "def build_app(:\n")), 2,
          ("--app", "app_bad_syntax.py:1", "SyntaxError")),
-    Case("inject-app-exits-at-import", lambda e: _inject(e, e.app("app_exits", "import sys\nsys.exit(5)\n")), 2,
+    Case("inject-app-exits-at-import", lambda e: _inject(e, e.app("app_exits", "import sys\nsys.exit(5)\n" + FUNCS)), 2,
          ("--app", "app_exits", "sys.exit(5)")),
-    Case("inject-app-raises-at-import", lambda e: _inject(e, e.app("app_raises", "raise RuntimeError('boom at import')\n")), 2,
+    Case("inject-app-raises-at-import", lambda e: _inject(e, e.app("app_raises", "raise RuntimeError('boom at import')\n" + FUNCS)), 2,
          ("--app", "app_raises", "boom at import")),
     Case("inject-app-without-run-app", lambda e: _inject(e, e.app("app_no_run", "def build_app(b, m, k): return None\n")), 2,
          ("--app", "run_app")),
@@ -187,7 +189,7 @@ CASES = [
          """)), 1, ("no injected run could be made", "AGENTS"), needs="autogen_agentchat"),
     # -- task files ------------------------------------------------------------------------------
     Case("inject-tasks-missing", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", str(e.root / "none.jsonl")), 2,
-         ("No such file", "none.jsonl")),
+         ("--tasks", "none.jsonl: no such file")),
     Case("inject-tasks-empty", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app", e.tasks()), 2, ("tasks.jsonl", "no tasks")),
     Case("inject-tasks-no-expected", lambda e: _inject(e, "aegis_probe.demos.autogen:build_app",
                                                      e.tasks({"id": "a", "task": "What is 1 + 1?"})), 2,

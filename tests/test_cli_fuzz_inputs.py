@@ -79,7 +79,7 @@ def test_an_app_whose_contract_values_have_the_wrong_type_is_refused_when_loaded
 
 @pytest.mark.parametrize(("source", "names"), [
     (b"x = 1\x00\n", ("app.py: SyntaxError", "null bytes")),
-    (b"raise GeneratorExit\n", ("cannot import", "GeneratorExit")),
+    (b"raise GeneratorExit\ndef build_app(b, m, k): pass\ndef run_app(app, task): pass\n", ("cannot import", "GeneratorExit")),
 ], ids=["null-bytes", "generator-exit"])
 def test_an_app_file_that_cannot_import_is_one_error_line_naming_it(source, names, tmp_path, capsys):
     argv = _inject(tmp_path, json.dumps(GOOD) + "\n")

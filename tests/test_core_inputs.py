@@ -265,7 +265,9 @@ def test_inject_with_a_lone_surrogate_in_a_task_id_finishes_and_prints_it_escape
 
 def test_verbose_traceback_is_redacted_like_the_error_line(tmp_path, capsys):
     app = tmp_path / "keyed_app.py"
-    app.write_text(f"raise RuntimeError('could not connect with key {SECRET}')\n")
+    app.write_text(f"raise RuntimeError('could not connect with key {SECRET}')\n"
+                   "def build_app(base_url, model, api_key): return None\ndef run_app(app, task): return None\n")
+    (tmp_path / "t.jsonl").write_text(json.dumps(TASK) + "\n")
     code = cli.main(["-v", "inject", "--app", f"{app}:build_app", "--tasks", str(tmp_path / "t.jsonl"),
                      "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err

@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.config import ProbeConfig
@@ -18,9 +18,10 @@ from aegis_probe.redact import redact_secrets
 from aegis_probe.trajectory import ATTRIBUTION_SOURCE, Fault, Trajectory
 
 from .builders import dcl_row
-from .dcl.attributor import DCLAttributor
-from .dcl.examples import RowError
 from .files import read_rows, write_rows
+
+if TYPE_CHECKING:  # torch: imported when the command runs, so that --help works without the train extra
+    from .dcl.attributor import DCLAttributor
 
 
 def verdict(pred: dict[str, Any]) -> Fault:
@@ -99,6 +100,9 @@ def attribute_rows(model: DCLAttributor, rows: list[dict[str, Any]], progress: b
 
 def run(args: argparse.Namespace) -> int:
     """The ``attribute`` subcommand: predictions as JSON lines on stdout (or ``--output``)."""
+    from .dcl.attributor import DCLAttributor
+    from .dcl.examples import RowError
+
     model = DCLAttributor.load(args.model)
     if args.trace:
         store = TraceStore(args.store or ProbeConfig.resolve().trace_dir)

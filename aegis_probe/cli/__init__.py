@@ -16,7 +16,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from .common import add_examples, configure_logging, plain_help, prog_name, progress_on_terminal_only, run_command, version
+from .common import (VERBOSE_HELP, add_examples, configure_logging, plain_help, prog_name, progress_on_terminal_only,
+                     run_command, verbose_everywhere, version)
 
 #: command name -> "module:function" that adds the command's sub-parser.
 COMMANDS: dict[str, str] = {
@@ -41,12 +42,13 @@ def build_parser(prog: str = "aegis-probe") -> argparse.ArgumentParser:
                  "demo --inject FM-2.6    # a failed run, to blame",
                  "traces ls               # the runs in ./aegis-traces",
                  "train --help            # datasets, training rows, attributors")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output of aegis-probe; tracebacks of errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for target in COMMANDS.values():
         module, _, func = target.partition(":")
         getattr(importlib.import_module(module), func)(sub)
+    verbose_everywhere(parser)
     sub.add_parser("train", help=TRAIN_HELP, add_help=False)  # dispatched before parsing: see main()
     return plain_help(parser)
 

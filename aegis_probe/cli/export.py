@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import socket
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
-from .common import add_examples, http_url, seconds
+from .common import add_examples, check_replaceable, http_url, seconds
 from ..storage.otlp_encode import encode_request
 from ..storage.otlp_json import SpanRecord
 from ..report.html import write_atomically
@@ -41,7 +42,9 @@ def add_parser(actions: argparse._SubParsersAction, common: argparse.ArgumentPar
     which.add_argument("trace_id", metavar="ID", nargs="?", help="the trace to export (a unique prefix is enough)")
     which.add_argument("--all", action="store_true", help="export every trace of the store")
     p.add_argument("--out", metavar="FILE", help="write the OTLP/JSON lines to FILE (default: standard output, "
-                                                 "unless --otlp-endpoint is given)")
+                                                 "unless --otlp-endpoint is given); an existing file is replaced only "
+                                                 "when it holds OTLP/JSON lines, or with --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file that holds no OTLP/JSON lines")
     p.add_argument("--otlp-endpoint", metavar="URL", help="send the spans to the OTLP/HTTP collector at URL "
                                                           "(e.g. http://localhost:4318)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
@@ -53,6 +56,11 @@ def add_parser(actions: argparse._SubParsersAction, common: argparse.ArgumentPar
 
 def run(args: argparse.Namespace, store: TraceStore) -> int:
     seconds("--timeout", args.timeout)
+    if args.out is not None:
+        if os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out}: a directory; give the file's name (e.g. {Path(args.out) / 'traces.jsonl'})")
+        check_replaceable("--out", args.out, lambda head: head.lstrip().startswith(b'{"resourceSpans"'),
+                          "OTLP/JSON lines", args.force)
     url = traces_url(args.otlp_endpoint) if args.otlp_endpoint is not None else None
     traces = _selected(store, args.trace_id if not args.all else None)
     spans = sum(len(t) for t in traces)

@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         seconds("--run-timeout", args.run_timeout)
     if not 0 <= args.manipulator_temperature < float("inf"):
         raise ValueError(f"--manipulator-temperature must be a number >= 0, not {args.manipulator_temperature}")
+    if not os.path.exists(args.tasks) or os.path.isdir(args.tasks):  # before the app is imported
+        what = "a directory, not a tasks file" if os.path.isdir(args.tasks) else "no such file"
+        raise ValueError(f"--tasks {args.tasks}: {what} (a JSON-lines tasks file, e.g. examples/injection/math_tasks.jsonl)")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out}: not a directory (the campaign directory: runs.jsonl, traces/, baselines/)")
     with quiet_imports(not getattr(args, "verbose", False)):

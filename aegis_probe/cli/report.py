@@ -10,10 +10,11 @@ or Phoenix are added when ``--jaeger-url``/``--phoenix-url`` (or ``$AEGIS_JAEGER
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
-from .common import add_examples, http_url
+from .common import add_examples, check_replaceable, http_url
 from ..report.html import ENV_JAEGER_URL, ENV_PHOENIX_URL, write_report
 from ..storage.store import SPANS_FILE, merge_records, read_span_file, span_files
 from ..trajectory import Trajectory, load_trajectories
@@ -24,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write a self-contained HTML report of one trace",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="TRACE_ID|FILE", help="trace id (or unique prefix) in the store, or an OTLP/JSON(-lines) file")
-    p.add_argument("--out", help="output HTML file (default: aegis-report-<trace id prefix>.html)")
+    p.add_argument("--out", help="output HTML file (default: aegis-report-<trace id prefix>.html); an existing "
+                                 "file is replaced only when it is an aegis-probe report, or with --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file that is not an aegis-probe report")
     p.add_argument("--dir", default=None, help="trace store directory (default: $AEGIS_TRACE_DIR or ./aegis-traces)")
     p.add_argument("--trace", metavar="ID", help="which trace of a FILE holding several (id or unique prefix)")
     p.add_argument("--jaeger-url", help=f"Jaeger UI base URL for a trace link (default: ${ENV_JAEGER_URL})")
@@ -87,12 +90,25 @@ def load(target: str, store_dir: str | None = None, trace: str | None = None) ->
     return stored(store, target)
 
 
+def is_report(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is an HTML report of :func:`write_report`'s."""
+    return head.lstrip()[:15].lower() == b"<!doctype html>" and b"<title>aegis-probe" in head
+
+
+def check_out(out: str, force: bool) -> None:
+    """Refuse an ``--out`` that is a directory, or an existing file that is no report of ours (unless ``force``)."""
+    if os.path.isdir(out):
+        raise ValueError(f"--out {out}: a directory; give the report's file name (e.g. {Path(out) / 'report.html'})")
+    check_replaceable("--out", out, is_report, "an aegis-probe report", force)
+
+
 def run(args: argparse.Namespace) -> int:
     for option, url in (("--jaeger-url", args.jaeger_url), ("--phoenix-url", args.phoenix_url)):
         if url is not None:
             http_url(option, url, "the UI's http(s):// URL, e.g. http://localhost:16686")
     traj = load(args.target, args.dir, args.trace)
     out = args.out or f"aegis-report-{(traj.trace_id or 'trace')[:12]}.html"
+    check_out(out, args.force)
     path = write_report(traj, out, jaeger_url=args.jaeger_url, phoenix_url=args.phoenix_url)
     print(f"report of trace {traj.trace_id} ({len(traj.steps)} steps) written to {path}")
     return 0

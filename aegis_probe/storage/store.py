@@ -186,6 +186,16 @@ def merge_records(records: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
     return dict(traces)
 
 
+#: The most trace ids an ambiguous prefix's error lists.
+_LISTED = 10
+
+
+def _listed(ids: list[str]) -> str:
+    """``: id, id, ...`` (at most :data:`_LISTED`) and how to pick one, for an ambiguous prefix."""
+    more = f" and {len(ids) - _LISTED} more" if len(ids) > _LISTED else ""
+    return f": {', '.join(ids[:_LISTED])}{more}; give more of the id"
+
+
 def span_files(source: str | os.PathLike[str]) -> list[Path]:
     """The ``*.jsonl``/``*.json`` files of a store directory, or the file itself (after this
     process's queued spans are written: flush-before-read)."""
@@ -359,7 +369,7 @@ class TraceStore:
             failed = _failed_writes.get(self._file) if not matches else None
             raise KeyError(f"{what} matching {trace_id!r} in {self.path}"
                            + (f" (the last write to it failed: {failed})" if failed else "")
-                           + ("" if matches else self.nested_hint()))
+                           + (_listed(sorted(matches)) if matches else self.nested_hint()))
         return traces[matches[0]]
 
     def nested_hint(self) -> str:

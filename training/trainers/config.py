@@ -14,8 +14,6 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from transformers import HfArgumentParser
-
 from ..files import read_rows
 
 
@@ -42,13 +40,33 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: The ``train build`` kind of each trainer's rows, by the field its rows must have.
+_BUILD_KIND = {"turns": "dcl", "messages": "sft", "prompt": "grpo"}
+
+
 def training_rows(path: str | Path, required: Sequence[str]) -> list[dict[str, Any]]:
     """The rows of a trainer's ``--data`` file; a file without any is an error naming it (before
-    anything is written to ``--out``)."""
-    rows = read_rows(path, required=required)
+    anything is written to ``--out``), and so is a file of trajectories (``train import``'s
+    output), saying which ``train build`` makes the rows from it."""
+    try:
+        rows = read_rows(path, required=required)
+    except ValueError as exc:
+        if "missing field" not in str(exc) or not _trajectories(path):
+            raise
+        kind = _BUILD_KIND.get(required[0], "KIND") if required else "KIND"
+        raise ValueError(f"{path}: trajectories, not {kind} training rows: make the rows first with "
+                         f"train build {kind} {path} -o {kind}.jsonl, and give that file as --data") from None
     if not rows:
         raise ValueError(f"{path}: no rows to train on")
     return rows
+
+
+def _trajectories(path: str | Path) -> bool:
+    """Whether ``path``'s first record is a trajectory (it has ``steps``)."""
+    try:
+        return "steps" in read_rows(path)[0]
+    except (ValueError, OSError, IndexError):
+        return False
 
 
 def check_fresh_run(out: str | Path, last_checkpoint: str | Path | None, resume: bool) -> None:
@@ -77,6 +95,8 @@ def add_trainer_parser(
     """Add subcommand ``name`` with ``--data/--model/--out/--config/--resume`` and every field of
     ``config_types`` as an option; parsing sets ``args.func = run``. ``--model`` is required unless
     ``model_default`` is given; ``final_model`` says where in ``--out`` the trained model goes."""
+    from transformers import HfArgumentParser
+
     fields = HfArgumentParser(list(config_types), add_help=False)  # type: ignore[arg-type]
     for action in fields._actions:
         if isinstance(action, argparse._StoreFalseAction):  # HfArgumentParser's --no_<field> copies its help
@@ -87,14 +107,21 @@ def add_trainer_parser(
         action.default = argparse.SUPPRESS  # only options given explicitly override the file
         action.required = False
     parser = subparsers.add_parser(name, help=help, description=help, parents=[fields])
-    parser.add_argument("--data", required=True, help="training rows (JSON lines)")
-    parser.add_argument("--model", required=model_default is None, default=model_default,
-                        help=model_help + (f" (default: {model_default})" if model_default else ""))
-    parser.add_argument("--out", required=True, help=f"output directory: checkpoints, log.jsonl, the final model ({final_model})")
-    parser.add_argument("--config", help="JSON or YAML file of config fields")
-    parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    add_run_options(parser, True, model_default, model_help, final_model)
     parser.set_defaults(func=run)
     return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser, required: bool, model_default: str | None = None,
+                    model_help: str = "base model directory (or .gguf file)", final_model: str = "OUT/model") -> None:
+    """A trainer's ``--data/--model/--out/--config/--resume`` (``required``: ``--data``, ``--out``
+    and a ``--model`` without a default must be given)."""
+    parser.add_argument("--data", required=required, help="training rows (JSON lines)")
+    parser.add_argument("--model", required=required and model_default is None, default=model_default,
+                        help=model_help + (f" (default: {model_default})" if model_default else ""))
+    parser.add_argument("--out", required=required, help=f"output directory: checkpoints, log.jsonl, the final model ({final_model})")
+    parser.add_argument("--config", help="JSON or YAML file of config fields")
+    parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
 
 
 def _shown(default: Any) -> str:
@@ -188,6 +215,8 @@ def resolve_configs(args: argparse.Namespace, config_types: Sequence[type], defa
         raise ValueError(f"{args.config}: unknown config fields: {', '.join(unknown)}")
     if from_file:
         actions: dict[str, argparse.Action] = {}
+        from transformers import HfArgumentParser
+
         for action in HfArgumentParser(list(config_types))._actions:  # type: ignore[arg-type]
             actions.setdefault(action.dest, action)  # --field, not the --no_field that follows it
         values.update({k: _from_file(v, actions[k], f"{args.config}: {k}") if k in actions else v
