@@ -41,9 +41,10 @@ autogen-core opens its own ``invoke_agent`` and ``execute_tool`` spans (``trace_
 ``trace_tool_span``, on the global tracer provider). Inside an aegis run those helpers are
 patched to reuse the current span instead, so each step and tool call has exactly one span.
 Its runtime messaging spans (``TraceHelper.trace_block``) and the trace context the in-process
-runtime copies into every message envelope are skipped inside aegis runs too, unless
-``AEGIS_AUTOGEN_RUNTIME_SPANS=true``: that propagation alone costs about as much per step as the
-aegis spans themselves. Apps that are not being traced run untouched.
+runtime copies into every message envelope are skipped inside aegis runs too, and its
+``create_agent`` spans (one per agent constructed, before any run: each a one-span trace of its
+own) while instrumented, unless ``AEGIS_AUTOGEN_RUNTIME_SPANS=true``: that propagation alone
+costs about as much per step as the aegis spans themselves. Apps that are not being traced run untouched.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ FRAMEWORK = "autogen"
 #: propagates with every message) inside aegis runs; off by default, as they are noise per step.
 ENV_RUNTIME_SPANS = "AEGIS_AUTOGEN_RUNTIME_SPANS"
 _CORE_SPAN_HELPERS = (_genai.trace_invoke_agent_span, _genai.trace_tool_span)
+_CREATE_AGENT_SPAN = _genai.trace_create_agent_span  # the original: the modules that imported it are patched too
 _MODULE_PREFIXES = ("autogen_core", "autogen_agentchat", "autogen_ext")
 
 
@@ -1052,6 +1054,13 @@ def _no_runtime_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kw
     return _NO_SPAN
 
 
+def _no_create_agent_span(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """autogen-core's ``create_agent`` span (opened by every agent's constructor): none while
+    instrumented. Agents are made when the app is built, before its run: each span would be a
+    one-span trace of its own beside the run's (``AEGIS_AUTOGEN_RUNTIME_SPANS=true`` keeps them)."""
+    return _NO_SPAN
+
+
 def _no_envelope_context(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     """The in-process runtime's per-message trace context, only read by runtime spans: none in a run."""
     if current_run() is None:
@@ -1334,3 +1343,5 @@ class AutogenAdapter(Adapter):
             for attr in ("trace_invoke_agent_span", "trace_tool_span"):
                 if any(vars(module).get(attr) is helper for helper in _CORE_SPAN_HELPERS):
                     self._patcher.wrap(module, attr, _reuse_current_span)
+            if vars(module).get("trace_create_agent_span") is _CREATE_AGENT_SPAN and not env_flag(ENV_RUNTIME_SPANS, False):
+                self._patcher.wrap(module, "trace_create_agent_span", _no_create_agent_span)
