@@ -99,6 +99,69 @@ class MostFrequentStep:
         return Attribution(agent=agent, step=step, pairs=[(agent, self.mode)])
 
 
+def _at(traj: Trajectory, step: int | None) -> Attribution | None:
+    """Blame step ``step`` of ``traj`` and the agent acting there (None: no such step)."""
+    if step is None or not 0 <= step < len(traj.steps):
+        return None
+    agent = traj.steps[step].agent
+    return Attribution(agent=agent, step=step, pairs=[(agent, None)])
+
+
+def _acting_steps(traj: Trajectory) -> list[int]:
+    """The steps of acting agents (not the user/human speaker; all steps when none acts)."""
+    acting = [s.index for s in traj.steps if normalize_agent(s.agent) not in NON_AGENTS]
+    return acting or [s.index for s in traj.steps]
+
+
+def first_speaker(traj: Trajectory) -> Attribution | None:
+    """The first acting agent, at its first step."""
+    return _at(traj, next(iter(_acting_steps(traj)), None))
+
+
+def last_speaker_before_final(traj: Trajectory) -> Attribution | None:
+    """The last acting agent before the final answer (the last step), at that step; a one-step
+    trace: its only step."""
+    acting = _acting_steps(traj)
+    earlier = [i for i in acting if i < len(traj.steps) - 1]
+    return _at(traj, (earlier or acting or [None])[-1])
+
+
+def most_talkative(traj: Trajectory) -> Attribution | None:
+    """The acting agent with the most steps (the first to speak of equals), at its first step."""
+    acting = _acting_steps(traj)
+    counts = Counter(normalize_agent(traj.steps[i].agent) for i in acting)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return _at(traj, next(i for i in acting if counts[normalize_agent(traj.steps[i].agent)] == top))
+
+
+def last_step(traj: Trajectory) -> Attribution | None:
+    """The last step and its agent."""
+    return _at(traj, len(traj.steps) - 1 if traj.steps else None)
+
+
+class MedianGoldPosition:
+    """The step at the median relative position (step / last step) of the training traces' gold
+    steps, scaled to the trace's length."""
+
+    def __init__(self, train: Iterable[Trajectory]) -> None:
+        positions = sorted(g.step / (len(t.steps) - 1) if len(t.steps) > 1 else 0.0
+                           for t in train if (g := gold_attribution(t)).step is not None and g.step < len(t.steps))
+        self.position = positions[len(positions) // 2] if positions else None
+
+    def __call__(self, traj: Trajectory) -> Attribution | None:
+        if self.position is None or not traj.steps:
+            return None
+        return _at(traj, round(self.position * (len(traj.steps) - 1)))
+
+
+def structural_floors(train: Iterable[Trajectory], fit_name: str) -> dict[str, Attributor]:
+    """The structural heuristics, named, the median position fit on ``train`` (``fit_name`` says
+    what that is): on some public sets a structural heuristic beats the majority agent."""
+    return {"first speaker": first_speaker, "last speaker before the final answer": last_speaker_before_final,
+            "most talkative agent": most_talkative, "last step": last_step,
+            f"step at the median gold position (fit on {fit_name})": MedianGoldPosition(train)}
 
 
 def predict(attributor: Attributor, trajs: Iterable[Trajectory], progress: bool = False) -> list[Attribution | None]:

@@ -3,7 +3,9 @@
 ``python -m aegis_probe.train benchmark --train A [B ...] --test C [D ...]`` trains a DCL
 attributor on the training sets (or loads one with ``--model``), then scores it on each test set,
 which it never saw, next to floors fit on the training data (most frequent agent, most frequent
-agent present in the trace, most frequent step), a seeded random draw, the expected accuracy of a
+agent present in the trace, most frequent step; the structural heuristics: first speaker, last
+speaker before the final answer, most talkative agent, last step, step at the median gold
+position), a seeded random draw, the expected accuracy of a
 uniformly random acting agent and step, and the *oracle* majorities fit on the test set itself
 (in-sample, labelled as such). Every number has a percentile bootstrap 95% interval; "above every
 floor" means the model's interval lies entirely above each floor's. Nothing is selected on a test
@@ -20,7 +22,7 @@ from typing import Any, Callable, Sequence
 from aegis_probe.trajectory import Trajectory
 
 from .answers import Attribution, gold_attribution
-from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random
+from .baselines import MostFrequentAgent, MostFrequentStep, RandomBaseline, expected_random, structural_floors
 from .builders import build_dcl, dcl_row, row_id
 from .dcl.inputs import DEFAULT_ENSEMBLE, INPUTS, input_fields
 from .evaluate import unreachable_steps
@@ -99,6 +101,7 @@ def score_set(train: Sequence[Trajectory], test: Sequence[Trajectory], model_pre
         "most frequent agent (fit on train)": MostFrequentAgent(fitted),
         "most frequent agent present (fit on train)": MostFrequentAgent(fitted, present_only=True),
         "most frequent step (fit on train)": MostFrequentStep(fitted),
+        **structural_floors(fitted, "train"),
         "random draw (seeded)": RandomBaseline(seed),  # one generator for the whole set
         "oracle: most frequent agent present (fit on this test set)": MostFrequentAgent(test, present_only=True),
         "oracle: most frequent step (fit on this test set)": MostFrequentStep(test),

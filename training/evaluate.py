@@ -112,6 +112,20 @@ def unreachable_steps(golds: Sequence[Attribution], turns_read: Sequence[int | N
                if g.step is not None and n is not None and n <= g.step < length)
 
 
+def floor_scores(golds: Sequence[Attribution], trajs: Sequence[Any], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Agent and step accuracy of each structural floor (:func:`baselines.structural_floors`), its
+    median position fit on ``--fit-on``, else on the evaluation set itself (labelled oracle)."""
+    from .baselines import structural_floors
+    from .cli import load_source
+    from .metrics import agent_accuracy, step_accuracy
+
+    fit = (load_source(argparse.Namespace(source=args.fit_on, format="auto", no_progress=True)).trajectories
+           if args.fit_on else trajs)
+    floors = structural_floors(fit, args.fit_on or "the evaluation set: oracle")
+    return {name: {"agent_accuracy": agent_accuracy(golds, preds), "step_accuracy": step_accuracy(golds, preds)}
+            for name, floor in floors.items() for preds in [[floor(t) for t in trajs]]}
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The headline numbers as an aligned text table."""
     rows = [("traces", str(report["n"]), ""), ("predicted", str(report["n_predicted"]), ""),
@@ -133,6 +147,11 @@ def format_table(report: dict[str, Any]) -> str:
     width = max(len(r[0]) for r in rows)
     lines = [f"{'metric'.ljust(width)}  {'value':>15}  95% CI", "-" * (width + 30)]
     lines += [f"{name.ljust(width)}  {value:>15}  {ci}" for name, value, ci in rows]
+    floors = [(f"floor: {name} agent/step", f"{100 * f['agent_accuracy']:.2f} / {100 * f['step_accuracy']:.2f}")
+              for name, f in report.get("floors", {}).items()]  # the structural heuristics, beside every method
+    if floors:
+        wide = max(len(name) for name, _ in floors)
+        lines += ["", *(f"{name.ljust(wide)}  {value:>15}" for name, value in floors)]
     return "\n".join(lines)
 
 
@@ -250,6 +269,7 @@ def run_eval(args: argparse.Namespace) -> int:
     report = evaluate(golds, preds, k=args.k, n_resamples=args.bootstrap, seed=args.seed,
                       n_files=len(trajs) + len(imported.errors))
     report["method"] = method
+    report["floors"] = floor_scores(golds, trajs, args)
     report["unreachable_gold_steps"] = unreachable_steps(golds, read, [len(t.steps) for t in trajs])
     preds = [one_answer(p) for p in preds]
     report["predictions"] = [
