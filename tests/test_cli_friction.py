@@ -201,3 +201,14 @@ def test_train_eval_takes_the_name_of_the_key_variable_and_refuses_a_key(tmp_pat
     help_text = subprocess.run([sys.executable, "-m", "aegis_probe.train", "eval", "--help"], capture_output=True,
                                text=True, cwd=REPO, timeout=120).stdout
     assert "--api-key-env VAR" in help_text and "--api-key " not in help_text
+
+
+def test_train_import_that_skips_bad_records_calls_them_warnings_and_exits_0(tmp_path):
+    from test_train_data import whowhen_record
+
+    (tmp_path / "ww").mkdir()
+    (tmp_path / "ww" / "1.json").write_text(json.dumps(whowhen_record()))
+    (tmp_path / "ww" / "2.json").write_text("{broken")
+    ran = _run("aegis_probe.train", "import", "ww", "-o", "all.jsonl", cwd=tmp_path)
+    assert ran.returncode == 0 and ran.stdout == "wrote 1 trajectories to all.jsonl\n"
+    assert "  warning: record skipped: ww/2.json [file]: invalid JSON" in ran.stderr and "error:" not in ran.stderr

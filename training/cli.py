@@ -297,9 +297,9 @@ def unset_variable_hint(source: str) -> str:
 
 
 def report_import(result: Any, source: str, fmt: str = "auto") -> None:
-    """Print the summary and the first errors of an import to stderr. Raises ``ValueError`` (one
-    line: the first error, naming file and record, or that there were no records) when nothing
-    imported."""
+    """Print the summary and the first errors of an import to stderr, as warnings (the command
+    goes on without those records). Raises ``ValueError`` (one line: the first error, naming file
+    and record, or that there were no records) when nothing imported."""
     if result.errors and not result.trajectories:
         more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
         raise ValueError(f"{result.errors[0]}{more}; nothing imported")
@@ -308,9 +308,9 @@ def report_import(result: Any, source: str, fmt: str = "auto") -> None:
         raise ValueError(f"{source}: no {kind}records found; nothing imported")
     print(f"{source}: {result.summary()}", file=sys.stderr)
     for issue in result.errors[:10]:
-        print(f"  error: {issue}", file=sys.stderr)
+        print(f"  warning: record skipped: {issue}", file=sys.stderr)
     if len(result.errors) > 10:
-        print(f"  ... {len(result.errors) - 10} more errors", file=sys.stderr)
+        print(f"  ... {len(result.errors) - 10} more records skipped", file=sys.stderr)
 
 
 def load_source(args: argparse.Namespace) -> Any:
