@@ -13,15 +13,17 @@ What ``call`` returns is the text, the tool calls (when the caller runs tools it
 provider's own objects, read with CrewAI's ``extract_tool_call_info``), a pydantic model
 (``response_model``, or the model's ``response_format``), or the result of a tool the provider
 ran from ``available_functions``. Usage, finish reason and response id are what the provider
-reports in its ``LLMCallCompletedEvent`` (``_emit_call_completed_event``), read during the call.
+reports in its ``LLMCallCompletedEvent`` (``_emit_call_completed_event``; the LiteLLM fallback's
+``_handle_emit_call_events``), read during the call.
 
 A replayed, substituted or injected answer reaches the app as a provider would give it: tool calls
 as OpenAI-shaped dicts (what CrewAI's executors read from every provider), structured output
 validated into the requested model (its ``ValidationError`` raised as the provider's would be),
 a tool call with ``available_functions`` run through ``_handle_tool_execution``; and, for a
 streamed call, as ``LLMStreamChunkEvent`` chunks (text deltas, then tool-call argument deltas),
-which is how CrewAI streams. With interceptors, the chunk events of a real streamed call are held
-until the answer is settled, then passed on (or replaced by the new answer's).
+which is how CrewAI streams. With interceptors, the chunk events of a real streamed call (whatever
+emits them onto CrewAI's event bus) are held until the answer is settled, then passed on (or
+replaced by the new answer's).
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from __future__ import annotations
 import contextvars
 import json
 import re
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeGuard
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg, subclasses
@@ -67,7 +68,7 @@ class _Report:
         self.response_id: str | None = None
         self.executed: tuple[str, Any] | None = None  # (name, arguments) of a tool the provider ran
         self.hold = hold  # hold the call's chunk events until the answer is settled
-        self.held: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+        self.held: list[tuple[Callable[..., Any], Any, Any]] = []  # (the bus's emit, source, event)
 
 
 class _Answer:
@@ -240,9 +241,10 @@ class CrewAILLMCodec:
         """``response`` as the chunk events a streaming provider emits: text deltas, then each tool
         call's argument deltas (the call so far with each, as CrewAI's providers send it)."""
         from crewai.events.types.llm_events import LLMCallType
+        from crewai.llms.base_llm import llm_call_context
 
         task, agent, emit = self._arg("from_task"), self._arg("from_agent"), self.llm._emit_stream_chunk_event
-        with _call_id(None):
+        with llm_call_context():  # the call id CrewAI's events name their call by
             for delta in _DELTAS.findall(response.content or ""):
                 emit(chunk=delta, from_task=task, from_agent=agent, response_id=response.id)
             for index, call in enumerate(response.tool_calls):
@@ -275,22 +277,6 @@ def _is_model(value: Any) -> "TypeGuard[type[BaseModel]]":
     return isinstance(value, type) and issubclass(value, BaseModel)
 
 
-@contextmanager
-def _call_id(call_id: str | None) -> Iterator[None]:
-    """CrewAI's call scope that events name their call by: ``call_id``'s, or a new one (None)."""
-    from crewai.llms import base_llm
-
-    if call_id is None:
-        with base_llm.llm_call_context():
-            yield
-        return
-    token = base_llm._current_call_id.set(call_id)
-    try:
-        yield
-    finally:
-        base_llm._current_call_id.reset(token)
-
-
 class CrewAILLMSeam:
     """Wrappers of every ``BaseLLM`` subclass's ``call``/``acall``, for calls inside runs of ``framework``."""
 
@@ -299,12 +285,15 @@ class CrewAILLMSeam:
         self._wrapped: set[type] = set()
 
     def install(self, patcher: Patcher) -> None:
+        from crewai.events.event_bus import CrewAIEventsBus
+        from crewai.llm import LLM
         from crewai.llms.base_llm import BaseLLM
 
         self._wrapped.clear()  # (left as it was by an uninstall, which does not sync)
         patcher.wrap(BaseLLM, "_emit_call_completed_event", self._completed, enabled=_REPORT.get)
-        patcher.wrap(BaseLLM, "_emit_stream_chunk_event", self._chunk, enabled=_REPORT.get)
+        patcher.wrap(LLM, "_handle_emit_call_events", self._completed, enabled=_REPORT.get)
         patcher.wrap(BaseLLM, "_handle_tool_execution", self._executed, enabled=_REPORT.get)
+        patcher.wrap(CrewAIEventsBus, "emit", self._emitted, enabled=_REPORT.get)
         self.sync(patcher)
 
     def sync(self, patcher: Patcher) -> None:
@@ -379,14 +368,17 @@ class CrewAILLMSeam:
         return wrapped(*args, **kwargs)
 
     @staticmethod
-    def _chunk(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _emitted(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``CrewAIEventsBus.emit(source, event)``: a chunk event of a call whose answer is not settled yet is held."""
         report = _REPORT.get()
         if report is None or not report.hold:
             return wrapped(*args, **kwargs)
-        from crewai.llms.base_llm import _current_call_id
+        from crewai.events.types.llm_events import LLMStreamChunkEvent
 
-        bound = dict(zip(("chunk", "from_task", "from_agent", "tool_call", "call_type", "response_id"), args), **kwargs)
-        report.held.append((wrapped, {**bound, "_call_id": _current_call_id.get()}))
+        source, event = call_arg(args, kwargs, "source", 0), call_arg(args, kwargs, "event", 1)
+        if not isinstance(event, LLMStreamChunkEvent):
+            return wrapped(*args, **kwargs)
+        report.held.append((wrapped, source, event))
         return None
 
     @staticmethod
@@ -404,8 +396,6 @@ def _settled(codec: CrewAILLMCodec, outcome: Any) -> Any:
         return codec.deliver(outcome.response)
     if not isinstance(outcome, _Report):
         return outcome
-    for emit, event in outcome.held:
-        call_id = event.pop("_call_id")
-        with _call_id(call_id):
-            emit(**event)
+    for emit, source, event in outcome.held:
+        emit(source, event)
     return outcome.value

@@ -262,14 +262,17 @@ def test_retried_turn_is_a_failed_step_then_a_step_beside_it(kickoff, model_serv
 @needs_crewai
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from crewai import Agent, Crew
+    from crewai.events.event_bus import CrewAIEventsBus
+    from crewai.llm import LLM
     from crewai.llms.base_llm import BaseLLM
     from crewai.llms.providers.openai.completion import OpenAICompletion
     from crewai.tools.base_tool import BaseTool, Tool
 
     names = [(Crew, "kickoff"), (Crew, "akickoff"), (Crew, "copy"), (Agent, "execute_task"), (Agent, "aexecute_task"),
              (Agent, "_handle_execution_error"), (Agent, "_handle_execution_error_async"), (BaseTool, "run"),
-             (Tool, "run"), (BaseLLM, "_emit_call_completed_event"), (BaseLLM, "_emit_stream_chunk_event"),
-             (BaseLLM, "_handle_tool_execution"), (OpenAICompletion, "call"), (OpenAICompletion, "acall")]
+             (Tool, "run"), (BaseLLM, "_emit_call_completed_event"), (LLM, "_handle_emit_call_events"),
+             (BaseLLM, "_handle_tool_execution"), (CrewAIEventsBus, "emit"), (OpenAICompletion, "call"),
+             (OpenAICompletion, "acall"), (LLM, "call"), (LLM, "acall")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 

@@ -133,6 +133,24 @@ def test_crewai_models_an_injected_tool_call_reaches_the_tool(model_server, prov
     assert [(t.name, t.result) for t in calc.tool_calls] == [(demo.TOOL, "7")]
 
 
+@needs_crewai
+def test_crewai_models_async_calls_are_chat_spans_and_injectable(model_server, provider, exporter, tmp_path):
+    """``akickoff``: the agents call ``OpenAICompletion.acall`` (the async openai client)."""
+    import asyncio
+
+    server = model_server(demo.policy)
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
+    assert demo.EXPECTED in asyncio.run(app.akickoff(inputs={"task": demo.TASK})).raw
+    probe.flush()
+    chats = _chats(exporter)
+    assert len(chats) == len(server.requests) == 4
+    assert [c.attributes[sc.AGENT_NAME] for c in chats] == ["planner", "calculator", "calculator", "reviewer"]
+    assert all(c.attributes[sc.USAGE_OUTPUT_TOKENS] > 0 for c in chats)
+    with probe.intercept(Answer(LLMResponse(content=INJECTED))):
+        assert asyncio.run(app.akickoff(inputs={"task": demo.TASK})).raw == INJECTED
+
+
 # -- a user's own model class -------------------------------------------------------------------------
 def _loopback_llm_class() -> type:
     """A user's own ``BaseLLM`` (CrewAI's documented way to plug in a provider), defined when called:
@@ -352,6 +370,55 @@ def test_crewai_models_the_anthropic_provider_is_traced_replayed_and_injected(st
     assert replayed.text == live.text and len(server.requests) == 4
 
     app = _anthropic_crew(server.base_url, stream=stream)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
+    injected = Chunks()
+    with probe.intercept(Answer(LLMResponse(content=INJECTED))):
+        assert (injected.run_app(app, demo.TASK) if stream else demo.run_app(app, demo.TASK)) == INJECTED
+    assert injected.said("reviewer") == (["FINAL", " ANSWER:", " 7"] if stream else [])
+
+
+# -- the LiteLLM fallback (``crewai.LLM`` itself) -----------------------------------------------------------
+def _litellm_crew(base_url: str, model: str = "aegis-scripted", api_key: str = "sk-test", *, stream: bool = False) -> Any:
+    """The demo's planner and reviewer on ``LLM(..., is_litellm=True)``: CrewAI's own ``LLM`` class,
+    calling ``litellm.completion`` (no tools: CrewAI 1.15's LiteLLM path hands a tool call's list to
+    the task as its output and fails, instrumented or not)."""
+    from crewai import LLM, Crew
+
+    llm = LLM(model=f"openai/{model}", is_litellm=True, base_url=base_url, api_key=api_key, stream=stream)
+    base = demo.build_app("http://127.0.0.1:9/v1", model, api_key)
+    agents, tasks = [base.agents[0], base.agents[2]], [base.tasks[0], base.tasks[2]]
+    for agent in agents:
+        agent.llm = llm
+    return Crew(name="litellm-crew", agents=agents, tasks=tasks, stream=stream)
+
+
+@needs_crewai
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_crewai_models_the_litellm_fallback_is_traced_replayed_and_injected(stream, model_server, provider, exporter, tmp_path):
+    pytest.importorskip("litellm")
+    server = model_server(demo.policy)
+    store = TraceStore(tmp_path / "store")
+    app = _litellm_crew(server.base_url, stream=stream)
+    assert type(app.agents[0].llm).__name__ == "LLM" and app.agents[0].llm.is_litellm
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
+    live = Chunks()
+    answer = live.run_app(app, demo.TASK) if stream else demo.run_app(app, demo.TASK)
+    assert "FINAL ANSWER" in (answer or "")
+    probe.flush()
+    chats = _chats(exporter)
+    assert len(chats) == len(server.requests) == 2
+    assert [c.attributes[sc.AGENT_NAME] for c in chats] == ["planner", "reviewer"]
+    assert chats[0].attributes[sc.USAGE_OUTPUT_TOKENS] > 0 and "Plan: the answer is" in chats[0].attributes[sc.OUTPUT_MESSAGES]
+    trace_id = probe.last_trace_id
+    probe.uninstrument()
+
+    replayed = Chunks()
+    build = lambda url, model, key: _litellm_crew(url, stream=stream)  # noqa: E731
+    result = replay(trace_id, AppSpec(build, replayed.run_app if stream else demo.run_app), store=store)
+    assert result.exact and (result.live_calls, result.replayed_calls) == (0, 2), result.divergence or result.error
+    assert replayed.text == live.text and len(server.requests) == 2
+
+    app = _litellm_crew(server.base_url, stream=stream)
     probe = aegis_probe.instrument(app, tracer_provider=provider, store=store)
     injected = Chunks()
     with probe.intercept(Answer(LLMResponse(content=INJECTED))):
