@@ -424,3 +424,34 @@ def test_crewai_models_the_litellm_fallback_is_traced_replayed_and_injected(stre
     with probe.intercept(Answer(LLMResponse(content=INJECTED))):
         assert (injected.run_app(app, demo.TASK) if stream else demo.run_app(app, demo.TASK)) == INJECTED
     assert injected.said("reviewer") == (["FINAL", " ANSWER:", " 7"] if stream else [])
+
+
+# -- optional provider packages ----------------------------------------------------------------------------
+ABSENT = """
+import sys
+sys.modules.update({"anthropic": None, "litellm": None})  # as if neither package were installed
+sys.path.insert(0, "tests")
+import aegis_probe
+from aegis_probe.demos import crewai as demo
+from aegis_probe.modelserver import ModelServer
+
+with ModelServer(demo.policy) as server:
+    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+    probe = aegis_probe.instrument(app, store=sys.argv[1])
+    answer = demo.run_app(app, demo.TASK)
+    probe.flush()
+    print(answer, len(probe.trajectory().steps), sum(len(s.llm_calls) for s in probe.trajectory().steps))
+"""
+
+
+@needs_crewai
+def test_crewai_models_a_crew_runs_traced_without_the_optional_provider_packages(tmp_path):
+    """The seam imports no provider package: with ``anthropic`` and ``litellm`` unimportable the
+    demo crew (native OpenAI provider) runs, and its four model calls are recorded."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", ABSENT, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **TELEMETRY_OFF, "XDG_DATA_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["3", "4"] and demo.EXPECTED in proc.stdout
