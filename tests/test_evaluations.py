@@ -9,6 +9,7 @@ import json
 import aegis_probe
 from aegis_probe.capture import evaluations as ev
 from aegis_probe.capture import semconv as sc
+from aegis_probe.cli import main
 from aegis_probe.injection import InjectionPlan, run_with_plan
 from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Fault, label_attributes
@@ -46,7 +47,7 @@ def test_outcome_set_after_the_run_is_an_evaluation_in_the_store(provider, tmp_p
                                                      ev.SCORE_LABEL: "success", ev.EXPLANATION: "expected 42"})]
 
 
-def test_stored_labels_become_evaluations_on_the_blamed_step_once(provider, tmp_path):
+def test_stored_labels_become_evaluations_on_the_blamed_step_once(provider, tmp_path, capsys):
     store = TraceStore(tmp_path / "s")
     probe = make_probe(provider, store)
     run = run_script(probe, "t", sample_steps())
@@ -66,6 +67,8 @@ def test_stored_labels_become_evaluations_on_the_blamed_step_once(provider, tmp_
                         ev.EXPLANATION: "critic@-"}),
     ]
     # the label itself is as before: both faults on the root span's attribute
+    assert main(["traces", "show", "--dir", str(store.path), run.trace_id]) == 0
+    assert "eval     step 1 aegis.fault.blame:judge FM-2.6 score=1.0 (coder@1: wrong sum)" in capsys.readouterr().out
     labels = json.loads(next(s for s in store.trace(run.trace_id) if s.parent_span_id is None).attributes["aegis.labels.blame:judge"])
     assert [f["mode"] for f in labels] == ["FM-2.6", "FM-3.2"]
 

@@ -127,6 +127,10 @@ def test_instrument_keywords_are_the_default_session(provider, exporter, tmp_pat
     with aegis_probe.using_attributes(session_id="chat-10"):  # the block wins over the default
         run_script(probe, "t", sample_steps())
     probe.flush()
+    from aegis_probe.train.importers.otlp import load_otlp
+
+    imported = sorted(load_otlp(tmp_path / "store").trajectories, key=lambda t: t.start_ns or 0)
+    assert [t.metadata["session"]["session_id"] for t in imported] == ["chat-9", "chat-10"]  # the importer keeps them
     trajs = load_trajectories(tmp_path / "store")
     assert [t.metadata["session"] for t in trajs] == [
         {"session_id": "chat-9", "user_id": "ann", "tags": ["t1"], "metadata": {"tier": "gold"}},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 
+from ..capture import evaluations as ev
+from ..capture.evaluations import EVENT as EVALUATION_EVENT
 from ..trajectory import ATTRIBUTION_SOURCE, Trajectory
 
 
@@ -64,6 +66,12 @@ def summary(traj: Trajectory) -> str:
                 lines.append(f"verdict  agent={f.agent} step={f.step} mode={f.mode or '-'} by {by}" + (f" ({f.reason})" if f.reason else ""))
             else:
                 lines.append(f"fault    agent={f.agent} step={f.step} mode={f.mode or '-'} strategy={f.strategy or '-'} source={source}")
+    for step in traj.steps:  # verdicts as GenAI evaluation events on the steps they judge
+        for event in step.events:
+            if event.get("name") == EVALUATION_EVENT:
+                attrs = event.get("attributes") or {}
+                lines.append(f"eval     step {step.index} {attrs.get(ev.NAME)} {attrs.get(ev.SCORE_LABEL)} "
+                             f"score={attrs.get(ev.SCORE_VALUE)}" + (f" ({attrs[ev.EXPLANATION]})" if attrs.get(ev.EXPLANATION) else ""))
     return "\n".join(map(printable, lines))
 
 
