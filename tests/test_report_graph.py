@@ -65,3 +65,18 @@ def test_browser_draws_the_graph(tmp_path):
         "Planner → Solver: 1 hand-over(s), first #1, to steps 1#1 ×1", "Solver → Checker: 1 hand-over(s), first #2, to steps 3#2 ×1"]
     chromium(page, tmp_path, screenshot=artifact("graph.png"), size="1200,900")
     assert Path(artifact("graph.png")).stat().st_size > 10_000
+
+
+def test_step_spans_carry_the_graph_and_hand_over_attributes(tmp_path):
+    from aegis_probe.capture import semconv as sc
+    from aegis_probe.storage.store import TraceStore
+
+    traj = handmade_run(tmp_path / "store")  # Planner, Solver, Solver, Checker
+    records = TraceStore(tmp_path / "store").trace(traj.trace_id)
+    root = next(r for r in records if r.attributes.get(sc.WORKFLOW_NAME))
+    steps = sorted((r for r in records if sc.STEP_INDEX in r.attributes), key=lambda r: r.attributes[sc.STEP_INDEX])
+    assert root.attributes[sc.GRAPH_NODE_ID] == "calc-team"
+    assert [(r.attributes[sc.GRAPH_NODE_ID], r.attributes[sc.GRAPH_NODE_PARENT_ID]) for r in steps] == [
+        ("Planner", "calc-team"), ("Solver", "calc-team"), ("Solver", "calc-team"), ("Checker", "calc-team")]
+    assert [(r.attributes.get(sc.HANDOFF_SOURCE), r.attributes.get(sc.HANDOFF_TARGET)) for r in steps] == [
+        (None, None), ("Planner", "Solver"), (None, None), ("Solver", "Checker")]

@@ -44,9 +44,13 @@ def otel_names() -> set[str]:
 
 
 def documented_names() -> tuple[set[str], set[str]]:
-    """aegis-probe's own names in docs/otel.md: exact ones, and prefixes (``aegis.labels.<source>``)."""
+    """aegis-probe's own names in docs/otel.md, and those it takes from other conventions (that
+    section's table): exact ones, and prefixes (``aegis.labels.<source>``)."""
     text = DOC.read_text()
     exact = set(re.findall(r"`(aegis\.[a-z0-9_.]+)`", text))
+    borrowed = text.split("### Names from other conventions", 1)[1].split("\n#", 1)[0]
+    first_cells = re.findall(r"^\| (`[^|]+) \|", borrowed, re.M)  # the table's name column
+    exact |= {name for cell in first_cells for name in re.findall(r"`([a-z0-9_.]+)`", cell)}
     prefixes = {p + "." for p in re.findall(r"`(aegis\.[a-z0-9_.]+)\.<[a-z_]+>`", text)}
     return exact, prefixes
 

@@ -86,6 +86,12 @@ STEP_INDEX = "aegis.step.index"
 AGENT_ROLE = "aegis.agent.role"
 AGENT_CALL_INDEX = "aegis.agent.call_index"
 AGENT_PATH = "aegis.agent.path"  # the teams from the run's app down to the agent
+# The agent graph backends draw (OpenInference's names): a step's agent, and the team (else the run) it acts in.
+GRAPH_NODE_ID = "graph.node.id"
+GRAPH_NODE_PARENT_ID = "graph.node.parent_id"
+# A step that takes over from another agent (experimental: the GenAI hand-over proposal's names).
+HANDOFF_SOURCE = "gen_ai.agent.handoff.source.name"
+HANDOFF_TARGET = "gen_ai.agent.handoff.target.name"
 STEP_NEXT_SPEAKER = "aegis.step.next_speaker"  # a manager step's choice of the next speaker
 LLM_PURPOSE = "aegis.llm.purpose"  # why a model call outside any step was made
 PURPOSE_SPEAKER_SELECTION = "speaker_selection"

@@ -273,13 +273,14 @@ def _run_closed(run: "RunScope") -> None:
 class RunScope(_Scope):
     """One run of an app: the trace root. Holds the step and per-agent call counters."""
 
-    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "caches", "session", "cost", "_steps",
+    __slots__ = ("run_id", "conversation_id", "framework", "task", "answer", "caches", "session", "cost", "name",
+                 "last_agent", "_steps",
                  "_calls", "_lock", "__weakref__")
 
     _KEY = _RUN_KEY
 
     def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, framework: str, task: str | None,
-                 conversation_id: str | None = None, session: dict[str, Any] | None = None):
+                 conversation_id: str | None = None, session: dict[str, Any] | None = None, name: str = ""):
         self.probe, self.span, self._ended = probe, span, False
         self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _RUN_KEY: self})  # _Scope.__init__
         if yielding_to(framework):  # another GenAI instrumentation of the framework yields inside the run
@@ -294,13 +295,17 @@ class RunScope(_Scope):
         self.cost: float | None = None
         self.framework, self.task = framework, task
         self.answer: str | None = None
+        #: The run's name (its root's workflow or agent name) and the agent of its latest step, for
+        #: the graph and hand-over attributes of the next step.
+        self.name: str = name
+        self.last_agent: str | None = None
         #: What the core and adapters remember for this run only (e.g. its last prompts, to convert
         #: and encode only a prompt's new messages), by owner; emptied when the run ends.
         self.caches: dict[str, Any] = {}
         self._steps = itertools.count()
         self._calls: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
-        span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id})
+        span.set_attributes({sc.RUN_ID: self.run_id, sc.CONVERSATION_ID: self.conversation_id, sc.GRAPH_NODE_ID: name})
         _OPEN_RUNS.add(self)
         try:  # in flight from now on (the probe holds it weakly: an abandoned run is not kept)
             probe._run_started(self)
@@ -501,7 +506,7 @@ def start_run(
     if outer.is_valid and parent.get(_RUN_KEY) is None:
         parent, links = trace.set_span_in_context(trace.INVALID_SPAN, parent), [trace.Link(outer)]
     span = _open(probe, sc.span_name(op, name), SpanKind.INTERNAL, attrs, parent, late, links)
-    return RunScope(probe, span, parent, framework, task, conversation_id, session)
+    return RunScope(probe, span, parent, framework, task, conversation_id, session, name)
 
 
 def start_step(
@@ -522,6 +527,12 @@ def start_step(
     if run is not None:
         attrs[sc.CONVERSATION_ID] = run.conversation_id
         attrs.update(run.session)
+        path = attrs.get(sc.AGENT_PATH)
+        attrs[sc.GRAPH_NODE_ID] = agent
+        attrs[sc.GRAPH_NODE_PARENT_ID] = path[-1] if path else run.name
+        previous, run.last_agent = run.last_agent, agent
+        if previous is not None and previous != agent:
+            attrs[sc.HANDOFF_SOURCE], attrs[sc.HANDOFF_TARGET] = previous, agent
     if index is not None:
         attrs[sc.STEP_INDEX] = index
         attrs[sc.FRAMEWORK] = run.framework  # type: ignore[union-attr]
