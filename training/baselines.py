@@ -123,7 +123,7 @@ def last_speaker_before_final(traj: Trajectory) -> Attribution | None:
     trace: its only step."""
     acting = _acting_steps(traj)
     earlier = [i for i in acting if i < len(traj.steps) - 1]
-    return _at(traj, (earlier or acting or [None])[-1])
+    return _at(traj, (earlier or acting)[-1] if acting else None)
 
 
 def most_talkative(traj: Trajectory) -> Attribution | None:
