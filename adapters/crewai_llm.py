@@ -272,7 +272,7 @@ def _loaded(arguments: Any) -> Any:
 
 
 def _is_model(value: Any) -> "TypeGuard[type[BaseModel]]":
-    from pydantic import BaseModel  # noqa: F811  (the module does not import pydantic at load)
+    from pydantic import BaseModel
 
     return isinstance(value, type) and issubclass(value, BaseModel)
 
