@@ -81,19 +81,11 @@ def _caching(body: dict[str, Any]) -> "Reply":
 @needs_crewai
 def test_crewai_models_every_request_of_the_native_provider_is_one_chat_span(model_server, provider, exporter, tmp_path):
     """The calls go through ``OpenAICompletion.call`` and, under it, the openai client's
-    ``with_raw_response``; the old client seam installed too for the same framework adds nothing."""
-    from aegis_probe.adapters.openai_client import OpenAIClientSeam
-    from aegis_probe.capture.adapter import Patcher
-
+    ``with_raw_response``: one span each, none from the client beneath."""
     server = model_server(_caching)
     app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
     probe = aegis_probe.instrument(app, tracer_provider=provider, store=tmp_path / "store")
-    old = Patcher()
-    OpenAIClientSeam("crewai").install(old)
-    try:
-        assert demo.EXPECTED in demo.run_app(app, demo.TASK)
-    finally:
-        old.restore()
+    assert demo.EXPECTED in demo.run_app(app, demo.TASK)
     probe.flush()
     chats = _chats(exporter)
     assert len(chats) == len(server.requests) == 4
