@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
                          "(make one with: demo --inject FM-2.6)")
     if original.task is None:  # without content there is nothing to judge or replay
         raise ValueError(f"trace {original.trace_id} was recorded without message content (capture_content off); "
-                         "blame reads and replays the run and needs it")
+                         + ("the judge reads the run and needs it" if args.method == "judge" else "blame replays the run and needs it"))
     if args.method == "judge":
         return _judge(args, original, app, store)
     assert app is not None
