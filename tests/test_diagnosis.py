@@ -13,6 +13,7 @@ from aegis_probe.cli import main
 from aegis_probe.diagnosis.judges import StepByStepJudge
 from aegis_probe.diagnosis.spectrum import FORMULAS, action_key, localize, spectrum
 from aegis_probe.modelserver import Reply
+from aegis_probe.report.html import render_report
 from aegis_probe.storage.store import TraceStore
 from aegis_probe.trajectory import Outcome, Step, ToolCall, Trajectory
 
@@ -92,6 +93,8 @@ def test_verify_replays_the_judges_candidates_and_the_earliest_flip_wins(model_s
     # The judge's own verdict and the replay's decision are two label sets; neither overwrites the other.
     assert [(s.source, [(f.agent, f.step) for f in s.faults]) for s in labels.sets] == [
         ("blame:judge:all-at-once", [("reviewer", 2)]), ("blame:judge+replay:all-at-once", [("calculator", 1)])]
+    html = render_report(Trajectory.from_spans(store.trace(trace_id)))  # the report shows both, by source
+    assert "<td>blame:judge:all-at-once</td>" in html and "<td>blame:judge+replay:all-at-once</td>" in html
 
     # traces ls: each run's labels, and the replay marked as a replay of the original.
     assert main(["traces", "--dir", str(store.path), "ls"]) == 0
