@@ -78,6 +78,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
                            "CrewAI Crew (sequential and hierarchical processes)", "crewai >= 1.15, < 2"),
     "pydantic-ai": AdapterEntry("pydantic_ai", "aegis_probe.adapters.pydantic_ai:PydanticAIAdapter",
                                 "Pydantic AI Agent (and a WrapperAgent around one)", "pydantic-ai-slim >= 2.68, < 3"),
+    "agent-framework": AdapterEntry("agent_framework", "aegis_probe.adapters.agent_framework:AgentFrameworkAdapter",
+                                    "Microsoft Agent Framework Workflow (sequential, concurrent, group-chat, handoff, "
+                                    "Magentic) and agents (BaseAgent)", "agent-framework-core >= 1.23, < 2"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.

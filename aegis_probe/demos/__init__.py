@@ -5,7 +5,8 @@ Each module exposes ``FRAMEWORK, TASK, EXPECTED, AGENTS, TOOL, policy, build_app
 conformance tests use them. :data:`REQUIREMENTS` says what each needs installed.
 """
 
-FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai", "pydantic-ai")
+FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai", "pydantic-ai",
+              "agent-framework")
 
 #: framework -> (the module its demo imports, how to install it).
 REQUIREMENTS: dict[str, tuple[str, str]] = {
@@ -17,6 +18,7 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
     "ag2": ("autogen", "pip install 'aegis-probe[ag2]' (an environment of its own: see README.md)"),
     "crewai": ("crewai", "pip install 'aegis-probe[crewai]' (an environment of its own: see README.md)"),
     "pydantic-ai": ("pydantic_ai", "pip install 'aegis-probe[pydantic-ai]'"),
+    "agent-framework": ("agent_framework", "pip install 'aegis-probe[agent-framework]'"),
 }
 
 #: ``demo --team`` -> the demo module of that team type (its framework implied).
