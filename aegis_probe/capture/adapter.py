@@ -81,6 +81,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
     "agent-framework": AdapterEntry("agent_framework", "aegis_probe.adapters.agent_framework:AgentFrameworkAdapter",
                                     "Microsoft Agent Framework Workflow (sequential, concurrent, group-chat, handoff, "
                                     "Magentic) and agents (BaseAgent)", "agent-framework-core >= 1.23, < 2"),
+    "smolagents": AdapterEntry("smolagents", "aegis_probe.adapters.smolagents:SmolagentsAdapter",
+                               "smolagents MultiStepAgent (ToolCallingAgent, CodeAgent; managed agents included)",
+                               "smolagents >= 1.26, < 2"),
 }
 #: "Trace every app" mode (:class:`~aegis_probe.AegisInstrumentor`): framework name -> the probe
 #: that runs of apps no ``instrument(app)`` registered open under. Empty while the mode is off.
