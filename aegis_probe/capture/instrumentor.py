@@ -201,11 +201,18 @@ class PydanticAIInstrumentor(AegisInstrumentor):
     frameworks = ("pydantic-ai",)
 
 
+class SmolagentsInstrumentor(AegisInstrumentor):
+    """aegis-probe for smolagents only (entry point ``aegis_probe_smolagents``)."""
+
+    _instance = None
+    frameworks = ("smolagents",)
+
+
 #: Each framework's instrumentor, by framework name (pyproject's entry points name the same classes).
 FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {
     cls.frameworks[0]: cls for cls in (AutogenInstrumentor, CamelInstrumentor, MetaGPTInstrumentor,  # type: ignore[index]
                                        LangGraphInstrumentor, OpenAIAgentsInstrumentor, AG2Instrumentor,
-                                       CrewAIInstrumentor, PydanticAIInstrumentor)
+                                       CrewAIInstrumentor, PydanticAIInstrumentor, SmolagentsInstrumentor)
 }
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
