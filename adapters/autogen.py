@@ -89,7 +89,7 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.config import env_flag
 from aegis_probe.counterfactual.order import in_recorded_order
-from aegis_probe.capture.interception import LLMResponse, acall_llm, astream_llm
+from aegis_probe.capture.interception import LLMResponse, acall_llm, astream_llm, text_pieces
 from aegis_probe.capture.messages import SharedMessage, content_text
 from aegis_probe.capture.spans import (
     Actor,
@@ -832,14 +832,21 @@ def _is_result(item: Any) -> bool:
     return isinstance(item, CreateResult)
 
 
+def _text_deltas(result: CreateResult) -> list[str]:
+    """The ``str`` chunks autogen's clients stream before a ``CreateResult``: its text word by word
+    (with tool calls, the text beside them); the result itself carries the calls and the usage."""
+    return text_pieces(result.content if isinstance(result.content, str) else result.thought)
+
+
 class CreateStreamWrapper(_ClientWrapper):
-    """``ChatCompletionClient.create_stream``: a ``chat`` span over the whole stream."""
+    """``ChatCompletionClient.create_stream``: a ``chat`` span over the whole stream; a replayed or
+    injected answer is streamed as text deltas, then its ``CreateResult``."""
 
     def __call__(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe(instance)
         if probe is None:
             return wrapped(*args, **kwargs)
-        return astream_llm(probe, self.codec(instance), wrapped, instance, args, kwargs, _is_result)
+        return astream_llm(probe, self.codec(instance), wrapped, instance, args, kwargs, _is_result, _text_deltas)
 
 
 def _start_tool(probe: "Probe", tool: Any, args: tuple, kwargs: dict) -> ToolScope:

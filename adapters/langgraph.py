@@ -18,7 +18,8 @@ Class- and module-level patches, installed once:
   (else its writes); a state or writes as JSON text whatever they hold (:func:`~aegis_probe.capture.jsontext.json_text`);
 - LLM call: ``BaseChatModel._generate_with_cache/_agenerate_with_cache`` (every LangChain chat
   model, streaming or not) through :func:`~aegis_probe.capture.interception.call_llm` with
-  :class:`LangChainCodec`;
+  :class:`LangChainCodec`; a streamed call's chunks are held while interceptors decide, and a new
+  answer streamed as chunks (:mod:`~aegis_probe.adapters.langgraph_stream`);
 - tool call: ``BaseTool.run/arun`` (what ``ToolNode`` and ``tool.invoke`` call) -> ``execute_tool {tool}``;
   a tool that interrupts (``interrupt()`` asking a human) ends its span without error.
 
@@ -39,6 +40,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from aegis_probe.capture import semconv as sc
+from aegis_probe.adapters.langgraph_stream import StreamedCall
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.capture.interception import LLMResponse, acall_llm, call_llm
 from aegis_probe.capture.jsontext import json_text
@@ -242,6 +244,17 @@ class LangChainCodec:
                             usage_metadata=usage, response_metadata=meta,
                             name=getattr(old, "name", None), id=getattr(old, "id", None))
         return ChatResult(generations=[ChatGeneration(message=message)], llm_output=getattr(raw, "llm_output", None))
+
+
+def _streamed(probe: "Probe", instance: Any, args: tuple, kwargs: dict, is_async: bool) -> StreamedCall | None:
+    """A streamed model call under interceptors, its chunks to be held while they decide (else None)."""
+    if not probe.interceptors:
+        return None
+    try:
+        return StreamedCall.of(instance, args, kwargs, is_async)
+    except Exception:
+        log_hook_error("llm stream start")
+        return None
 
 
 def _stream_args(args: tuple, kwargs: dict) -> tuple[Any, dict[str, Any]]:
@@ -562,13 +575,29 @@ class LangGraphAdapter(Adapter):
         probe = self._probe()
         if probe is None:
             return wrapped(*args, **kwargs)
-        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        streamed = _streamed(probe, instance, args, kwargs, is_async=False)
+        if streamed is None:
+            return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        result = call_llm(probe, self.codec, streamed.live(wrapped), instance, streamed.args, streamed.kwargs)
+        try:
+            streamed.send(result)
+        except Exception:
+            log_hook_error("llm stream hand-on")
+        return result
 
     async def _allm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe()
         if probe is None:
             return await wrapped(*args, **kwargs)
-        return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        streamed = _streamed(probe, instance, args, kwargs, is_async=True)
+        if streamed is None:
+            return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        result = await acall_llm(probe, self.codec, streamed.live(wrapped), instance, streamed.args, streamed.kwargs)
+        try:
+            await streamed.asend(result)
+        except Exception:
+            log_hook_error("llm stream hand-on")
+        return result
 
     # -- tools -----------------------------------------------------------------------------
     def _open_tool(self, tool: Any, args: tuple, kwargs: dict) -> Any:

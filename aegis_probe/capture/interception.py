@@ -266,12 +266,15 @@ async def astream_llm(
     args: tuple,
     kwargs: dict,
     is_final: Callable[[Any], bool],
+    deltas: Callable[[Any], Sequence[Any]] = lambda final: (),
 ) -> AsyncGenerator[Any, None]:
     """Run a streaming model call (chunks, then the full response) inside a ``chat`` span.
 
-    Chunks pass through unchanged, with the span current while each is produced. Interceptors
-    see the request and the final response only (the item ``is_final`` accepts), which they may
-    replace; a short-circuit response from ``before`` is yielded as the only item.
+    Without interceptors chunks pass through unchanged, with the span current while each is
+    produced. Interceptors see the request and the final response only (the item ``is_final``
+    accepts), which they may replace, so with interceptors the stream is read to its end first and
+    its chunks held while they decide: then the same items are handed on, or, for a new response
+    (also a short-circuit one from ``before``), ``deltas(final)`` and the rebuilt final item.
     """
     prep = _prepare(probe, codec, instance, args, kwargs)
     if prep is None:
@@ -279,7 +282,10 @@ async def astream_llm(
             yield item
         return
     if prep.short_circuit is not None:
-        yield _complete(prep, probe, codec, None)
+        final = _complete(prep, probe, codec, None)
+        for item in deltas(final):
+            yield item
+        yield final
         return
     scope = prep.scope
     try:
@@ -289,10 +295,27 @@ async def astream_llm(
         raise
     stream = iterate_in_scope(source, scope, on_done=lambda exc: scope.fail(exc) if exc is not None else scope.end())
     try:
+        if probe.interceptors:
+            for item in await _held_stream(prep, probe, codec, stream, is_final, deltas):
+                yield item
+            return
         async for item in stream:
             yield _complete(prep, probe, codec, item) if is_final(item) else item
     finally:
         await stream.aclose()
+
+
+async def _held_stream(prep: _Prepared, probe: "Probe", codec: LLMCodec, stream: AsyncIterator[Any],
+                       is_final: Callable[[Any], bool], deltas: Callable[[Any], Sequence[Any]]) -> list[Any]:
+    """The items to hand on for ``stream``, read to its end while interceptors decide on its final item."""
+    held = [item async for item in stream]
+    final = next((item for item in reversed(held) if is_final(item)), None)
+    if final is None:
+        return held
+    handed = _complete(prep, probe, codec, final)
+    if handed is final:
+        return held
+    return [*deltas(handed), handed]
 
 
 def _complete(prep: _Prepared, probe: "Probe", codec: LLMCodec, raw: Any) -> Any:
@@ -307,6 +330,13 @@ def _complete(prep: _Prepared, probe: "Probe", codec: LLMCodec, raw: Any) -> Any
         if raw is None:
             raise RuntimeError("aegis-probe: a replayed/injected response could not be built") from None
         return raw
+
+
+def text_pieces(text: str | None) -> list[str]:
+    """``text`` as word-sized deltas (each word with the space before it), as a model streams a
+    replayed or injected answer."""
+    words = text.split(" ") if text else []
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 class ChunkCodec(LLMCodec, Protocol):
