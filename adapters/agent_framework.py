@@ -148,8 +148,15 @@ def _answer_text(output: Any) -> str | None:
 
 
 def _workflow_answer(result: Any) -> str | None:
+    """A workflow run's answer: its last output's text (streamed: the last response's updates' text)."""
     outputs = result.get_outputs()
-    return _answer_text(outputs[-1]) if outputs else None
+    if not outputs:
+        return None
+    last = outputs[-1]
+    if type(last).__name__ != "AgentResponseUpdate":
+        return _answer_text(last)
+    same = [o for o in outputs if type(o) is type(last) and o.response_id == last.response_id]
+    return "".join(o.text for o in same)
 
 
 # -- the model call ----------------------------------------------------------------------------
