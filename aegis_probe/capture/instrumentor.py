@@ -201,6 +201,13 @@ class PydanticAIInstrumentor(AegisInstrumentor):
     frameworks = ("pydantic-ai",)
 
 
+class AgentFrameworkInstrumentor(AegisInstrumentor):
+    """aegis-probe for Microsoft Agent Framework only (entry point ``aegis_probe_agent_framework``)."""
+
+    _instance = None
+    frameworks = ("agent-framework",)
+
+
 class SmolagentsInstrumentor(AegisInstrumentor):
     """aegis-probe for smolagents only (entry point ``aegis_probe_smolagents``)."""
 
@@ -212,7 +219,8 @@ class SmolagentsInstrumentor(AegisInstrumentor):
 FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {
     cls.frameworks[0]: cls for cls in (AutogenInstrumentor, CamelInstrumentor, MetaGPTInstrumentor,  # type: ignore[index]
                                        LangGraphInstrumentor, OpenAIAgentsInstrumentor, AG2Instrumentor,
-                                       CrewAIInstrumentor, PydanticAIInstrumentor, SmolagentsInstrumentor)
+                                       CrewAIInstrumentor, PydanticAIInstrumentor, SmolagentsInstrumentor,
+                                       AgentFrameworkInstrumentor)
 }
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
