@@ -180,7 +180,8 @@ def servers() -> Iterator[dict[str, ModelServer]]:
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AEGIS_"))}
     env.update(OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none",
-               OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="autogen_agentchat")  # OpenInference's, installed here
+               # the other GenAI instrumentations installed here (OpenInference's AutoGen and LangChain, OTel's openai-v2)
+               OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="autogen_agentchat,langchain,openai")
     env.update(extra)
     return env
 
@@ -407,8 +408,8 @@ def _same_objects(now: dict[tuple[type, str], Any], before: dict[tuple[type, str
 @pytest.mark.autogen
 def test_instrument_uninstrument_repeatedly_and_beside_openinference(servers, tmp_path):
     """Three instrument/uninstrument rounds trace each run once and leave the very originals; with
-    OpenInference's AutoGen instrumentor on too, each gives its own spans once, suppression hides
-    both, and uninstrumenting in reverse order restores every original."""
+    OpenInference's AutoGen instrumentor on too, aegis's spans are there once and OpenInference's
+    yield inside aegis's runs, suppression hides both, and uninstrumenting in reverse order restores every original."""
     if "autogen" not in servers:
         pytest.skip("autogen-agentchat is not installed")
     spec = importlib.util.spec_from_file_location("zerocode_app", ZEROCODE_APP)
@@ -445,7 +446,10 @@ def test_instrument_uninstrument_repeatedly_and_beside_openinference(servers, tm
     finally:
         aegis.uninstrument()
         other.uninstrument()
-    assert both == theirs + alone[0], "each instrumentor's spans, once"
+    # aegis's spans once; OpenInference's yield inside aegis's runs (capture/coexist.py): only its
+    # outermost span, opened before aegis's run starts, is left.
+    extra = both - alone[0]
+    assert both & alone[0] == alone[0] and extra <= theirs and sum(extra.values()) <= 1, (both, theirs)
     assert _same_objects(_autogen_originals(), before) and run() == Counter()
 
 

@@ -2,24 +2,39 @@
 
 With one of them active, a run would get two spans per agent step and model call, and two token
 counts per call. aegis-probe keeps its own spans (its store, replay, blame and injection read
-them) and the other side yields inside aegis's runs: the run's context carries OpenTelemetry's
-suppression key, which every instrumentation built on ``opentelemetry-instrumentation`` (and
-OpenInference's) honours, set to :data:`YIELDED`, which aegis-probe itself does not take for
-suppression. Outside aegis's runs the other instrumentation works as before.
+them) and the other side yields inside aegis's runs:
+
+- those that honour OpenTelemetry's suppression key (OpenInference's): the run's context carries
+  the key set to :data:`YIELDED`, which aegis-probe itself does not take for suppression;
+- OTel's ``openai-v2``, which does not: inside aegis's ``chat`` span of a model client built on
+  the ``openai`` SDK, the current span is a non-sampled copy of aegis's, so its ``chat`` span is
+  not recorded (a parent-based sampler, the SDK's default, follows the parent), and aegis leaves
+  the call's duration and token metrics to it (it records them whatever the sampling).
+
+Outside aegis's runs the other instrumentation works as before.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+from ..storage.metrics import leave_metrics
+
+if TYPE_CHECKING:
+    from .spans import LLMScope
 
 
 class Other(NamedTuple):
-    """An instrumentation whose spans duplicate aegis-probe's for ``frameworks`` (``*``: every one)."""
+    """An instrumentation whose spans duplicate aegis-probe's for ``frameworks`` (``*``: every one);
+    ``suppressible``: it honours OTel's suppression key (else it instruments the ``openai`` SDK)."""
 
     module: str
     instrumentor: str
     frameworks: frozenset[str]
+    suppressible: bool = True
 
 
 #: The GenAI instrumentations aegis-probe knows to duplicate its spans (by module, never imported here).
@@ -29,7 +44,7 @@ OTHERS: tuple[Other, ...] = (
     Other("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", frozenset({"openai-agents"})),
     Other("openinference.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"})),
     Other("openinference.instrumentation.openai", "OpenAIInstrumentor", frozenset({"*"})),
-    Other("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor", frozenset({"*"})),
+    Other("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor", frozenset({"*"}), suppressible=False),
 )
 
 
@@ -57,5 +72,35 @@ def active(other: Other) -> bool:
 
 
 def yielding_to(framework: str) -> list[str]:
-    """The active instrumentations that duplicate aegis-probe's spans of ``framework`` (module names)."""
-    return [o.module for o in OTHERS if ("*" in o.frameworks or framework in o.frameworks) and active(o)]
+    """The active instrumentations honouring suppression that duplicate aegis-probe's spans of
+    ``framework`` (module names)."""
+    return [o.module for o in OTHERS if o.suppressible and ("*" in o.frameworks or framework in o.frameworks)
+            and active(o)]
+
+
+
+def _openai_clients() -> tuple[type, ...]:
+    openai = sys.modules.get("openai")
+    return (openai.OpenAI, openai.AsyncOpenAI) if openai is not None else ()
+
+
+def through_openai_sdk(instance: Any) -> bool:
+    """Whether model client ``instance`` calls through an ``openai`` SDK client (its own attribute,
+    or its attribute's ``_client``: AutoGen's, LangChain's, the OpenAI Agents SDK's models)."""
+    clients = _openai_clients()
+    if not clients or isinstance(instance, clients):
+        return bool(clients)
+    values = vars(instance).values() if hasattr(instance, "__dict__") else ()
+    return any(isinstance(v, clients) or isinstance(getattr(v, "_client", None), clients) for v in values)
+
+
+def hide_inside(scope: "LLMScope", instance: Any) -> None:
+    """Inside ``scope`` (a model call by ``instance``), make an unsuppressible instrumentation of the
+    ``openai`` SDK (openai-v2) record no span, and leave the call's metrics to it."""
+    if not any(not o.suppressible and active(o) for o in OTHERS) or not through_openai_sdk(instance):
+        return
+    own = scope.span.get_span_context()
+    hidden = NonRecordingSpan(SpanContext(own.trace_id, own.span_id, False, TraceFlags(TraceFlags.DEFAULT)))
+    scope.ctx = set_span_in_context(hidden, scope.ctx)
+    if scope.span.is_recording():
+        leave_metrics(scope.probe.provider, own.span_id)

@@ -94,9 +94,10 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         mine = self._frameworks()
         frameworks = [name for name in supported_frameworks() if name in mine]
-        if not frameworks and mine:
-            logger.warning("aegis-probe: none of %s is installed; nothing is traced",
-                           ", ".join(ADAPTERS[name].requires for name in mine))
+        if not frameworks and mine:  # a framework's own entry point, loaded where it is not installed: quietly
+            logger.log(logging.WARNING if self.frameworks is None else logging.DEBUG,
+                       "aegis-probe: none of %s is installed; nothing is traced",
+                       ", ".join(ADAPTERS[name].requires for name in mine))
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
             self._setup_args = {k: v for k, v in kwargs.items() if k in _SETUP_ARGS}
@@ -125,7 +126,7 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                     self._setup = ProbeSetup.resolve(**self._setup_args)
                 adapter = get_adapter(name)
                 AUTO_PROBES[name] = self._setup.probe(adapter)
-                self._owned = {*getattr(self, "_owned", ()), name}
+                self._owned = {*getattr(self, "_owned", ()), name}  # what _uninstrument takes back
                 adapter.install()
             except Exception:
                 AUTO_PROBES.pop(name, None)
@@ -134,7 +135,8 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _uninstrument(self, **kwargs: Any) -> None:
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
-            owned, self._owned = getattr(self, "_owned", set()), set()
+            owned: set[str] = getattr(self, "_owned", set())
+            self._owned = set()
             probes: list[Probe] = [AUTO_PROBES.pop(name) for name in owned if name in AUTO_PROBES]
         for probe in probes:
             probe.flush()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Protocol, Sequence
 
 from ..errors import AegisProbeError
+from .coexist import hide_inside
 from .spans import ChatMessage, attached, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
     scope = start_llm(probe, model, provider=codec.provider, input_messages=messages, agent=agent,
                       call_index=call_index, purpose=actor.purpose if actor else None,
                       attributes=codec.request_attributes(instance, args, kwargs))
+    hide_inside(scope, instance)  # another instrumentation of the openai SDK: one span and one count per call
     shown = messages() if probe.interceptors else request[0] if request else []
     return scope, ModelCall(run, agent, call_index, step.index if step else None, model, shown)
 

@@ -33,6 +33,8 @@ STEPS = "aegis.agent.steps"
 COST = "aegis.client.cost"
 
 _attached: "weakref.WeakKeyDictionary[Any, set[int]]" = weakref.WeakKeyDictionary()
+#: Span ids of ``chat`` spans whose duration and tokens another instrumentation records (capture.coexist).
+METERED_ELSEWHERE: set[int] = set()
 _lock = threading.Lock()
 
 
@@ -65,10 +67,13 @@ class MetricsSpanProcessor(SpanProcessor):
         if op != sc.OP_CHAT or span.end_time is None or span.start_time is None:
             return
         labels = {key: attrs[key] for key in _METRIC_ATTRIBUTES if key in attrs}
-        self.duration.record((span.end_time - span.start_time) / 1e9, labels)
-        for key, kind in _TOKENS:
-            if key in attrs:
-                self.tokens.record(attrs[key], {**labels, sc.TOKEN_TYPE: kind})  # type: ignore[arg-type]
+        try:
+            METERED_ELSEWHERE.remove(span.context.span_id)  # openai-v2 records this call's (capture.coexist)
+        except KeyError:
+            self.duration.record((span.end_time - span.start_time) / 1e9, labels)
+            for key, kind in _TOKENS:
+                if key in attrs:
+                    self.tokens.record(attrs[key], {**labels, sc.TOKEN_TYPE: kind})  # type: ignore[arg-type]
         usd = attrs.get(sc.COST_USD)
         if isinstance(usd, float):
             self.cost.add(usd, labels)
@@ -78,6 +83,12 @@ class MetricsSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+def leave_metrics(tracer_provider: Any, span_id: int) -> None:
+    """Record no duration or tokens for the ``chat`` span ``span_id``: another instrumentation does."""
+    if _attached.get(tracer_provider):  # a metrics processor takes it off the set when the span ends
+        METERED_ELSEWHERE.add(span_id)
 
 
 def add_metrics(tracer_provider: Any, meter_provider: MeterProvider, version: str) -> None:
