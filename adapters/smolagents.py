@@ -21,7 +21,8 @@ Class-level patches, installed once:
   defined after ``instrument()``); a model delegating to another is one ``chat`` span, the outer;
 - tool call: ``Tool.__call__`` (of every class defining it) -> ``execute_tool {tool.name}``:
   ``ToolCallingAgent``'s tool calls and the tools a ``CodeAgent``'s generated code calls through
-  its Python executor; a tool's exception fails the span and reaches the agent unchanged.
+  its local Python executor (run in a worker thread: ``local_python_executor.timeout`` gives it
+  the caller's context); a tool's exception fails the span and reaches the agent unchanged.
 
 smolagents has no telemetry of its own (its ``Monitor`` counts tokens and logs); OpenInference's
 ``SmolagentsInstrumentor`` is a separate, opt-in package (see docs/adapters.md).
@@ -29,8 +30,10 @@ smolagents has no telemetry of its own (its ``Monitor`` counts tokens and logs);
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from typing import TYPE_CHECKING, Any, Sequence
 
 from aegis_probe.capture import semconv as sc
@@ -55,6 +58,9 @@ if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "smolagents"
+
+#: Whether the model call in progress offers the ``final_answer`` tool (a ``ToolCallingAgent``'s does).
+_ANSWER_TOOL: ContextVar[bool] = ContextVar("aegis_smolagents_answer_tool", default=False)
 
 #: smolagents' message roles as the model is sent them (``tool-call``/``tool-response``: its
 #: records of a step's tool calls and observations, sent as assistant and user messages).
@@ -115,6 +121,15 @@ def _response_message(response: LLMResponse, raw: Any) -> Any:
                        raw=getattr(raw, "raw", None), token_usage=usage)
 
 
+def _as_answer(response: LLMResponse) -> LLMResponse:
+    """A given answer (substituted, injected) of text alone, to a call offering ``final_answer``: that
+    tool's call with the text (a ``ToolCallingAgent`` ends a run only so; text alone fails its step)."""
+    if response.tool_calls or not response.content or not _ANSWER_TOOL.get():
+        return response
+    call = {"id": "call_final_answer", "name": "final_answer", "arguments": json_text({"answer": response.content})}
+    return dataclasses.replace(response, content=None, tool_calls=[call], finish_reason="tool_calls")
+
+
 def _provider_response(raw: Any) -> tuple[str | None, str | None, str | None]:
     """(model, finish reason, id) of the provider's response a ``ChatMessage`` keeps (an OpenAI-style one)."""
     provider = getattr(raw, "raw", None)
@@ -173,7 +188,7 @@ class SmolagentsCodec:
         )
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
-        return _response_message(response, raw)
+        return _response_message(_as_answer(response), raw)
 
     # -- generate_stream (ChunkCodec) ----------------------------------------------------------
     def from_chunks(self, chunks: Sequence[Any]) -> LLMResponse:
@@ -185,6 +200,7 @@ class SmolagentsCodec:
         from smolagents.models import ChatMessageStreamDelta, ChatMessageToolCallFunction, ChatMessageToolCallStreamDelta
         from smolagents.monitoring import TokenUsage
 
+        response = _as_answer(response)
         chunks: list[Any] = [ChatMessageStreamDelta(content=piece) for piece in text_pieces(response.content)]
         chunks += [ChatMessageStreamDelta(tool_calls=[ChatMessageToolCallStreamDelta(
             index=i, id=str(c.get("id") or ""), type="function",
@@ -201,6 +217,11 @@ class SmolagentsCodec:
 # -- runs, steps, managed agents -------------------------------------------------------------
 #: The managers above the agent running now (outermost first): a managed agent's steps' path.
 _MANAGERS: ContextVar[tuple[str, ...]] = ContextVar("aegis_smolagents_managers", default=())
+
+
+def _offers_final_answer(args: tuple, kwargs: dict) -> bool:
+    tools = call_arg(args, kwargs, "tools_to_call_from", 3) or ()
+    return any(getattr(t, "name", None) == "final_answer" for t in tools)
 
 
 def _name(agent: Any) -> str:
@@ -243,7 +264,7 @@ class SmolagentsAdapter(Adapter):
         return isinstance(agent_type, type) and isinstance(app, agent_type)
 
     def register(self, app: Any, probe: "Probe") -> AppInfo:
-        agents, seen = [app], []
+        agents, seen = [app], list[Any]()
         while agents:  # the app and its managed agents, all levels down
             agent = agents.pop()
             if any(agent is s for s in seen):
@@ -255,9 +276,11 @@ class SmolagentsAdapter(Adapter):
         return AppInfo(name=_name(app), lone_agent=False, agents=names)
 
     def _instrument(self, patcher: Patcher) -> None:
+        from smolagents import local_python_executor
         from smolagents.agents import MultiStepAgent
 
         patcher.wrap(MultiStepAgent, "run", self._run)
+        patcher.wrap(local_python_executor, "timeout", self._executor_timeout)
         patcher.wrap(MultiStepAgent, "__call__", self._managed_agent)
         patcher.wrap(MultiStepAgent, "_generate_planning_step", self._planning_step)
         patcher.wrap(MultiStepAgent, "provide_final_answer", self._final_answer_step)
@@ -408,13 +431,34 @@ class SmolagentsAdapter(Adapter):
         probe = self._probe()
         if probe is None or in_llm_call():  # outside runs, or a model delegating to another
             return wrapped(*args, **kwargs)
-        return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        token = _ANSWER_TOOL.set(_offers_final_answer(args, kwargs))
+        try:
+            return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+        finally:
+            _ANSWER_TOOL.reset(token)
 
     def _generate_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe()
         if probe is None or in_llm_call():
             return wrapped(*args, **kwargs)
-        return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
+        token = _ANSWER_TOOL.set(_offers_final_answer(args, kwargs))
+        try:  # a given answer's chunks are made here (the model's own pass through as they come)
+            return call_llm_chunks(probe, self.codec, wrapped, instance, args, kwargs)
+        finally:
+            _ANSWER_TOOL.reset(token)
+
+    def _executor_timeout(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``local_python_executor.timeout``: in a run, the code it runs in its worker thread runs in
+        the caller's context (the step current), so the tools the code calls are the step's."""
+        decorate = wrapped(*args, **kwargs)
+        if self._probe() is None:
+            return decorate
+
+        def in_context(func: Any) -> Any:
+            context = copy_context()
+            return decorate(functools.wraps(func)(lambda *a, **k: context.run(func, *a, **k)))
+
+        return in_context
 
     def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe()
