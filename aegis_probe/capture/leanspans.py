@@ -46,6 +46,9 @@ logger = logging.getLogger("aegis_probe")
 _PLAIN = frozenset((str, bool, int, float))
 _STR = frozenset((str,))
 _SEQUENCES = frozenset((list, tuple))
+_PLAIN_OR_SEQUENCE = _PLAIN | _SEQUENCES
+_PLAIN_OR_TUPLE = _PLAIN | {tuple}
+_NOT_PLAIN = object  # a type, so a sequence of other values fails the plain check
 _SCALAR = (str, int, float, bytes)  # and their subclasses (enums, bool): the SDK keeps these as they are
 _UNSET = Status(StatusCode.UNSET)
 #: Trace flags by (sampled, random trace id).
@@ -121,10 +124,16 @@ class LeanAttributes(BoundedAttributes):
             super()._set_items(attributes)  # the SDK renames or drops such keys
             return
         entries = self._dict
-        if (not self._immutable and self.max_value_len is None and _PLAIN.issuperset(map(type, attributes.values()))
+        kinds, items = set(map(type, attributes.values())), attributes
+        if not _PLAIN.issuperset(kinds) and _PLAIN_OR_SEQUENCE.issuperset(kinds):  # e.g. a chat span's finish reasons
+            # the SDK's cleaning of a list or tuple of plain values, in one pass (another sequence: item by item)
+            items = {k: v if type(v) not in _SEQUENCES else tuple(v) if _PLAIN.issuperset(map(type, v)) else _NOT_PLAIN  # type: ignore[arg-type]
+                     for k, v in attributes.items()}
+            kinds = set(map(type, items.values()))
+        if (not self._immutable and self.max_value_len is None and _PLAIN_OR_TUPLE.issuperset(kinds)
                 and (not entries or entries.keys().isdisjoint(attributes))
                 and (self.maxlen is None or len(entries) + len(attributes) <= self.maxlen)):
-            entries.update(attributes)  # new keys that all fit: appended in their order, as one by one
+            entries.update(items)  # new keys that all fit: appended in their order, as one by one
         else:
             for key, value in attributes.items():  # with str keys, item by item is what the SDK does
                 self[key] = value

@@ -342,6 +342,8 @@ class RunScope(_Scope):
 
     def end(self) -> None:
         _set_cost(self)
+        if self.probe.config.root_messages and not self._ended and self.records_content:
+            _set_root_messages(self)
         super().end()
 
     def _ending(self) -> None:
@@ -369,14 +371,34 @@ class StepScope(_Scope):
         span = self.span
         if output is not None and self.probe.config.capture_content and span.is_recording():  # self.content(...)
             span.set_attribute(sc.OUTPUT_MESSAGES, _encoded(self.probe, output, self.ctx))
-        self.end()
+        if not self._ended:  # self.end(), inline: one call fewer on every step
+            if self.cost is not None:  # _set_cost(self)
+                span.set_attribute(sc.COST_USD, self.cost)
+            self._ended = True
+            span.end()
 
     def end(self) -> None:
-        _set_cost(self)
-        super().end()
+        if not self._ended:  # _set_cost(self), then _Scope.end, inline
+            if self.cost is not None:
+                self.span.set_attribute(sc.COST_USD, self.cost)
+            self._ended = True
+            self.span.end()
 
 
 _COST_LOCK = threading.Lock()
+
+
+def _set_root_messages(run: RunScope) -> None:
+    """The run's task and final answer as the root span's input and output messages (opt-in: ``root_messages``)."""
+    try:
+        attrs = {}
+        if run.task is not None:
+            attrs[sc.INPUT_MESSAGES] = encode_messages([{"role": "user", "content": run.task}], run.probe.redact)
+        if run.answer is not None:
+            attrs[sc.OUTPUT_MESSAGES] = encode_messages([{"role": "assistant", "content": run.answer}], run.probe.redact)
+        run.span.set_attributes(attrs)
+    except Exception:
+        log_hook_error("root messages")
 
 
 def _set_cost(scope: "RunScope | StepScope") -> None:
@@ -402,7 +424,8 @@ class LLMScope(_Scope):
     _KEY = _LLM_KEY
 
     def __init__(self, probe: "Probe", span: Span, parent: otel_context.Context, model: str | None = None) -> None:
-        super().__init__(probe, span, parent)
+        self.probe, self.span, self._ended = probe, span, False
+        self.ctx = otel_context.Context({**parent, _SPAN_KEY: span, _LLM_KEY: self})  # _Scope.__init__, inline
         self.model = model  #: the requested model (priced when the response names none)
 
     def finish(
