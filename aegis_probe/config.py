@@ -31,14 +31,17 @@ ENV_CAPTURE = "AEGIS_CAPTURE_CONTENT"
 ENV_TRACE_DIR = "AEGIS_TRACE_DIR"
 #: The share of successful runs kept (failed ones always are): see :mod:`aegis_probe.storage.sampling`.
 ENV_KEEP_SUCCESSES = "AEGIS_KEEP_SUCCESSES"
+#: Opt-in: the run's task and final answer as ``gen_ai.input.messages``/``gen_ai.output.messages`` on its root span.
+ENV_ROOT_MESSAGES = "AEGIS_ROOT_MESSAGES"
 DEFAULT_TRACE_DIR = "aegis-traces"
 #: OTel's GenAI content variable, and the opt-in that turns it from a boolean into a mode.
 ENV_OTEL_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
 GENAI_OPT_IN = "gen_ai_latest_experimental"
-#: ``ContentCapturingMode`` names of opentelemetry-util-genai; aegis records content on spans only.
+#: ``ContentCapturingMode`` names of opentelemetry-util-genai: content on spans, in events, or both.
 CONTENT_MODES = ("NO_CONTENT", "SPAN_ONLY", "EVENT_ONLY", "SPAN_AND_EVENT")
 _SPAN_CONTENT = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT"})
+_EVENT_CONTENT = frozenset({"EVENT_ONLY", "SPAN_AND_EVENT"})
 #: OTLP protocols (``OTEL_EXPORTER_OTLP_PROTOCOL``), the specification's default first.
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 #: ``OTEL_TRACES_EXPORTER`` names aegis's own provider knows (the SDK's built-in ones).
@@ -124,6 +127,11 @@ def resolve_keep_successes(keep_successes: float | None) -> float:
     return ratio
 
 
+def content_events() -> bool:
+    """Whether model calls emit their content as GenAI events (OTel's ``EVENT_ONLY``/``SPAN_AND_EVENT``)."""
+    return otel_content_mode() in _EVENT_CONTENT
+
+
 def otlp_protocol() -> str:
     """The OTLP protocol of ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``/``OTEL_EXPORTER_OTLP_PROTOCOL``.
 
@@ -181,6 +189,10 @@ class ProbeConfig:
     console_export: bool = False
     #: The share of successful runs the store and the exporters keep (every failed run is kept).
     keep_successes: float = 1.0
+    #: Model calls also emit ``gen_ai.client.inference.operation.details`` events with their content.
+    content_events: bool = False
+    #: The run's task and answer as input/output messages on its root span (with ``capture_content``).
+    root_messages: bool = False
 
     @classmethod
     def resolve(
@@ -191,6 +203,7 @@ class ProbeConfig:
         service_name: str | None = None,
         redact: Callable[[str], str] | None = None,
         keep_successes: float | None = None,
+        root_messages: bool | None = None,
     ) -> "ProbeConfig":
         exporters = traces_exporters()
         endpoint = (os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
@@ -206,4 +219,6 @@ class ProbeConfig:
             redact=redact,
             console_export="console" in exporters,
             keep_successes=resolve_keep_successes(keep_successes),
+            content_events=content_events(),
+            root_messages=env_flag(ENV_ROOT_MESSAGES, False) if root_messages is None else root_messages,
         )

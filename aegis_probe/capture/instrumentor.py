@@ -226,7 +226,7 @@ FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {
 }
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
-                         "service_name", "keep_successes"})
+                         "service_name", "keep_successes", "logger_provider", "root_messages"})
 
 
 class _Enable:

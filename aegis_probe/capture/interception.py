@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable,
 
 from ..errors import AegisProbeError
 from .coexist import hide_inside
+from .content_events import emit_inference_details
 from .spans import ChatMessage, attached, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _begin(probe: "Probe", codec: LLMCodec, instance: Any, args: tuple, kwargs: 
                       call_index=call_index, purpose=actor.purpose if actor else None,
                       attributes=codec.request_attributes(instance, args, kwargs))
     hide_inside(scope, instance)  # another instrumentation of the openai SDK: one span and one count per call
-    shown = messages() if probe.interceptors else request[0] if request else []
+    shown = messages() if probe.interceptors or probe.events is not None else request[0] if request else []
     return scope, ModelCall(run, agent, call_index, step.index if step else None, model, shown)
 
 
@@ -193,7 +194,7 @@ class _Prepared:
             self.args, self.kwargs = codec.with_request(args, kwargs, self.call.messages)
 
     def complete(self, probe: "Probe", codec: LLMCodec, raw: Any | None) -> Any:
-        if raw is not None and not probe.interceptors:
+        if raw is not None and not probe.interceptors and probe.events is None:
             _finish_converted(self.scope, lambda: codec.response(raw))
             return raw
         response = self.short_circuit if raw is None else codec.response(raw)
@@ -203,6 +204,11 @@ class _Prepared:
             changed = changed or new is not response
             response = new
         _finish(self.scope, response)  # type: ignore[arg-type]
+        if probe.events is not None:
+            try:
+                emit_inference_details(probe, self.scope, self.call.messages, response)  # type: ignore[arg-type]
+            except Exception:
+                log_hook_error("content event")
         return codec.with_response(raw, response) if changed else raw  # type: ignore[arg-type]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, TypeVar
 
 from opentelemetry import metrics, trace
+from opentelemetry._logs import Logger, LoggerProvider
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
@@ -20,6 +21,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 from . import evaluations
 from . import semconv as sc
 from .adapter import Adapter, AppInfo, adapter_for, loaded_adapters
+from .content_events import event_logger
 from ..config import ProbeConfig
 from ..pricing import PriceTable, Prices
 from .session import session_attributes
@@ -125,6 +127,8 @@ class Probe:
         self.interceptors: tuple[Interceptor, ...] = ()
         self._interceptors_lock = threading.Lock()
         self._active = True
+        #: Where model calls emit their content events (``EVENT_ONLY``/``SPAN_AND_EVENT``); None: not at all.
+        self.events: Logger | None = None
 
     @property
     def active(self) -> bool:
@@ -356,6 +360,8 @@ def instrument(
     exporter: SpanExporter | None = None,
     judge: Judge | None = None,
     keep_successes: float | None = None,
+    logger_provider: LoggerProvider | None = None,
+    root_messages: bool | None = None,
     redact: Callable[[str], str] | None = None,
     service_name: str | None = None,
     session_id: str | None = None,
@@ -383,6 +389,11 @@ def instrument(
     - ``keep_successes``: the share of successful runs the store and aegis's exporters keep,
       0..1 (default 1, env ``AEGIS_KEEP_SUCCESSES``); failed or judged-bad runs are always kept,
       each run whole (see docs/otel.md "Sampling").
+    - ``logger_provider``: where the GenAI content events go when
+      ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``EVENT_ONLY`` or ``SPAN_AND_EVENT``
+      (default: the global one).
+    - ``root_messages``: the run's task and answer as ``gen_ai.input.messages``/``gen_ai.output.messages``
+      on its root span too (default off; env ``AEGIS_ROOT_MESSAGES``; only with ``capture_content``).
     - ``redact``: your own ``str -> str`` redaction, applied after the built-in one.
     - ``session_id``, ``user_id``, ``tags``, ``metadata``: of every run (``using_attributes`` overrides).
     - ``prices``: model prices over the built-in table, a JSON file or a mapping (see ``aegis_probe.pricing``).
@@ -395,7 +406,8 @@ def instrument(
         return existing
     setup = ProbeSetup.resolve(tracer_provider=tracer_provider, meter_provider=meter_provider,
                                capture_content=capture_content, store=store, exporter=exporter,
-                               redact=redact, service_name=service_name, keep_successes=keep_successes)
+                               redact=redact, service_name=service_name, keep_successes=keep_successes,
+                               logger_provider=logger_provider, root_messages=root_messages)
     probe = setup.probe(adapter, judge)
     probe.session = session_attributes(session_id, user_id, tags, metadata)
     if prices is not None:
@@ -414,6 +426,7 @@ class ProbeSetup:
     config: ProbeConfig
     provider: Any
     store: TraceStore | None
+    logger_provider: LoggerProvider | None = None
 
     @classmethod
     def resolve(
@@ -427,6 +440,8 @@ class ProbeSetup:
         redact: Callable[[str], str] | None = None,
         service_name: str | None = None,
         keep_successes: float | None = None,
+        logger_provider: LoggerProvider | None = None,
+        root_messages: bool | None = None,
     ) -> "ProbeSetup":
         """The provider: ``tracer_provider``, else the global one when set, else aegis-probe's own.
 
@@ -439,6 +454,7 @@ class ProbeSetup:
             service_name=service_name,
             redact=redact,
             keep_successes=keep_successes,
+            root_messages=root_messages,
         )
         if tracer_provider is None and global_provider_set():
             tracer_provider = trace.get_tracer_provider()
@@ -461,12 +477,15 @@ class ProbeSetup:
                 add_once(provider, id(exporter), lambda: sampled(batch_processor(exporter), config.keep_successes))  # the provider keeps it: no id reuse
         if meter_provider is not None or global_meter_provider_set():
             add_metrics(provider, meter_provider or metrics.get_meter_provider(), _version())
-        return cls(config, provider, trace_store)
+        return cls(config, provider, trace_store, logger_provider)
 
     def probe(self, adapter: Adapter, judge: Judge | None = None) -> Probe:
         """A new probe for ``adapter`` on this setup."""
         tracer = self.provider.get_tracer(SCOPE, _version(), schema_url=sc.SCHEMA_URL)
-        return Probe(adapter, self.config, tracer, self.store, self.provider, judge)
+        probe = Probe(adapter, self.config, tracer, self.store, self.provider, judge)
+        if self.config.content_events:
+            probe.events = event_logger(self.logger_provider, _version())
+        return probe
 
 
 def global_provider_set() -> bool:
@@ -485,7 +504,8 @@ def uninstrument() -> None:
     """Uninstrument every probe (trace-every-app mode too) and restore every patched original."""
     from .instrumentor import FRAMEWORK_INSTRUMENTORS, AegisInstrumentor
 
-    for cls in (AegisInstrumentor, *FRAMEWORK_INSTRUMENTORS.values()):
+    instrumentors: list[type[AegisInstrumentor]] = [AegisInstrumentor, *FRAMEWORK_INSTRUMENTORS.values()]
+    for cls in instrumentors:
         if cls().is_instrumented_by_opentelemetry:
             cls().uninstrument()
     with _probes_lock:

@@ -342,6 +342,8 @@ class RunScope(_Scope):
 
     def end(self) -> None:
         _set_cost(self)
+        if self.probe.config.root_messages and not self._ended and self.records_content:
+            _set_root_messages(self)
         super().end()
 
     def _ending(self) -> None:
@@ -384,6 +386,19 @@ class StepScope(_Scope):
 
 
 _COST_LOCK = threading.Lock()
+
+
+def _set_root_messages(run: RunScope) -> None:
+    """The run's task and final answer as the root span's input and output messages (opt-in: ``root_messages``)."""
+    try:
+        attrs = {}
+        if run.task is not None:
+            attrs[sc.INPUT_MESSAGES] = encode_messages([{"role": "user", "content": run.task}], run.probe.redact)
+        if run.answer is not None:
+            attrs[sc.OUTPUT_MESSAGES] = encode_messages([{"role": "assistant", "content": run.answer}], run.probe.redact)
+        run.span.set_attributes(attrs)
+    except Exception:
+        log_hook_error("root messages")
 
 
 def _set_cost(scope: "RunScope | StepScope") -> None:
