@@ -285,6 +285,29 @@ def import_source(source: str, fmt: str = "auto", labels_dir: str | None = None,
             raise FileNotFoundError(f"{exc}{unset_variable_hint(source)}") from None
 
 
+def stream_source(source: str, fmt: str = "auto", labels_dir: str | None = None, progress: bool = False,
+                  result: Any = None) -> Iterator[Any]:
+    """As :func:`import_source`, the trajectories one at a time (a trace store read as it goes);
+    ``result`` (an ``ImportResult``) counts them and keeps the errors."""
+    from tqdm import tqdm
+
+    from .importers import ImportIssue, stream
+    from .importers.base import counting
+
+    options = {"labels_dir": labels_dir} if labels_dir else {}
+    with (tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=None if progress else True) as bar,
+          counting(bar.update)):
+        try:
+            for item in stream(source, fmt, **options):
+                if isinstance(item, ImportIssue):
+                    result.errors.append(item)
+                else:
+                    result.add(item, keep=False)
+                    yield item
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{exc}{unset_variable_hint(source)}") from None
+
+
 def unset_variable_hint(source: str) -> str:
     """For a missing absolute path whose first folder is not at the file system's root either
     (``/whowhen/...``: ``"$AEGIS_SHARED_DATA/whowhen/..."`` typed with the variable unset), a hint
@@ -300,10 +323,10 @@ def report_import(result: Any, source: str, fmt: str = "auto") -> None:
     """Print the summary and the first errors of an import to stderr, as warnings (the command
     goes on without those records). Raises ``ValueError`` (one line: the first error, naming file
     and record, or that there were no records) when nothing imported."""
-    if result.errors and not result.trajectories:
+    if result.errors and not result.imported:
         more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
         raise ValueError(f"{result.errors[0]}{more}; nothing imported")
-    if not result.trajectories:  # e.g. --format whowhen on a folder of parquet files, an empty file
+    if not result.imported:  # e.g. --format whowhen on a folder of parquet files, an empty file
         kind = f"{fmt} " if fmt != "auto" else ""
         raise ValueError(f"{source}: no {kind}records found; nothing imported")
     print(f"{source}: {result.summary()}", file=sys.stderr)
@@ -348,23 +371,37 @@ def add_import(subparsers: Any) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    """Write the trajectories as they are read (a trace store trace by trace: memory does not grow
+    with it), each record once; the output takes its place only when every source imported."""
     from .importers import ImportResult
-    from .importers.base import drop_duplicates
+    from .importers.base import identity
     from .importers.native import write
 
     result = ImportResult()
-    try:
+    counts = {"written": 0, "skipped": 0}
+
+    def trajectories() -> Iterator[Any]:
+        seen: set[tuple[str, str]] = set()
         for source in args.source:
-            found = import_source(source, args.format, args.labels_dir, progress=not args.no_progress)
+            found = ImportResult()
+            for traj in stream_source(source, args.format, args.labels_dir, progress=not args.no_progress, result=found):
+                key = identity(traj)
+                if key in seen:
+                    counts["skipped"] += 1
+                    continue
+                seen.add(key)
+                counts["written"] += 1
+                yield traj
             result.extend(found)
             report_import(found, source, args.format)
+
+    try:
+        write(trajectories(), args.out)
     finally:  # also when nothing imported: the errors say why
         if args.errors:
             write_errors(result, args.errors)
-    trajectories, skipped = drop_duplicates(result.trajectories)
-    write(trajectories, args.out)
-    duplicates = f" ({skipped} duplicate records skipped)" if skipped else ""
-    print(f"wrote {len(trajectories)} trajectories to {args.out}{duplicates}")
+    duplicates = f" ({counts['skipped']} duplicate records skipped)" if counts["skipped"] else ""
+    print(f"wrote {counts['written']} trajectories to {args.out}{duplicates}")
     return 0
 
 

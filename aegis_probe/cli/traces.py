@@ -85,29 +85,40 @@ def _ls(args: argparse.Namespace) -> int:
     if hint and not (store.path / SPANS_FILE).is_file():  # a campaign's folder: its runs.jsonl is no trace file
         print(f"no traces in {store.path}{hint}")
         return 0
-    rows: list[tuple[int, str]] = []  # (start, line): a trace's line, not its trajectory, is kept
-    traces = store.traces()
-    for trace_id in list(traces):  # in file order; each trace's spans let go of once it is listed
-        spans = traces.pop(trace_id)
-        try:
-            t = Trajectory.from_spans(spans)
-        except (ValueError, RecursionError) as exc:  # one malformed trace is left out of the list, not the whole store
-            logger.warning("%s: %s; trace skipped", store.path, _malformed(spans, exc))
-            continue
-        if args.session is not None and t.metadata.get("session", {}).get("session_id") != args.session:
-            continue
-        rows.append((t.start_ns or 0, _row(t)))
-    rows.sort(key=lambda row: row[0], reverse=True)
-    if args.limit:
-        rows = rows[: args.limit]
+    rows = _rows(store, args.limit, args.session)
     if not rows:
         print(f"no traces in {store.path}{hint}")
         return 0
     print(f"{'trace id':<32}  {'started (UTC)':<19}  {'framework':<9}  {'steps':>5}  {'outcome':<10}  {'cost USD':>9}  {'replay of':<9}  "
           "app  labels (source agent@step mode)")
-    for _, row in rows:
+    for row in rows:
         print(row)
     return 0
+
+
+def _rows(store: TraceStore, limit: int, session: str | None) -> list[str]:
+    """The lines of ``traces ls``, newest first: through the store's index, only the traces listed
+    are read (more when some make no trajectory); else every trace of the store."""
+    want = limit
+    while True:
+        recent = store.recent(want, session)
+        traces = iter(recent) if recent is not None else iter(store.traces().values())
+        rows: list[tuple[int, str]] = []  # (start, line): a trace's line, not its trajectory, is kept
+        skipped = 0
+        for spans in traces:  # each trace's spans let go of once it is listed
+            try:
+                t = Trajectory.from_spans(spans)
+            except (ValueError, RecursionError) as exc:  # one malformed trace is left out of the list, not the whole store
+                logger.warning("%s: %s; trace skipped", store.path, _malformed(spans, exc))
+                skipped += 1
+                continue
+            if session is not None and t.metadata.get("session", {}).get("session_id") != session:
+                continue
+            rows.append((t.start_ns or 0, _row(t)))
+        rows.sort(key=lambda row: row[0], reverse=True)
+        if recent is None or not limit or not skipped or len(recent) < want:
+            return [row for _, row in (rows[:limit] if limit else rows)]
+        want += skipped  # as many more traces as were left out
 
 
 def _row(t: Trajectory) -> str:

@@ -20,12 +20,13 @@ import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Mapping
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from ..errors import AegisProbeError
 from .otlp_encode import encode_request
 from .otlp_json import SpanRecord, decode_request, utf8
 from .delta import expand
+from . import index
 from .writer import StoreSpanProcessor, flush_writers
 
 __all__ = ["SPANS_FILE", "StoreSpanProcessor", "TraceFileError", "TraceStore", "merge_records", "read_span_file", "span_files"]
@@ -324,11 +325,16 @@ class TraceStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             _end_last_line(fd, self._file)
+            offset = os.fstat(fd).st_size
             written = os.writev(fd, (data, b"\n"))  # the line and its newline, without joining them
             if written < len(data) + 1:  # a short write (a full disk): the rest, or the error
                 view = memoryview(data + b"\n")[written:]
                 while view:
                     view = view[os.write(fd, view):]
+            try:  # under the data file's lock: index entries in line order
+                index.note_written(self._file, offset, data)
+            except OSError as exc:  # the next reader indexes the line from the data file
+                logger.debug("%s: line not indexed: %s", self._file, exc)
         finally:
             self._fd = None
             os.close(fd)
@@ -354,7 +360,106 @@ class TraceStore:
         self.flush()
         if not self.path.exists():
             return {}
+        idx = self._index() if trace_prefix is not None else None
+        if idx is not None and trace_prefix is not None:  # only the lines the index names
+            prefix = trace_prefix.lower()
+            found = list(index.matching(idx, prefix))
+            self._warn_bad([e for e in found if e.bad is not None])
+            return merge_records(self._records_at([e for e in found if e.bad is None],
+                                                  lambda t: t.startswith(prefix)))
         return merge_records(rec for f in span_files(self.path) for rec in _readable_records(f, trace_prefix))
+
+    def _index(self) -> Path | None:
+        """The up-to-date line index of the store's file (:mod:`.index`), when that file is its
+        only one; None otherwise (other files in the directory, a read-only store): read the files."""
+        self.flush()
+        try:
+            if not self._file.is_file() or span_files(self.path) != [self._file]:
+                return None
+        except FileNotFoundError:
+            return None
+        idx = index.update(self._file)
+        if idx is not None:
+            self._warn_partial_tail(idx)
+        return idx
+
+    def _warn_partial_tail(self, idx: Path) -> None:
+        """Warn of a last line without its newline that no write is finishing (a crash's), as :func:`read_span_file` does."""
+        with open(self._file, "rb") as fh:
+            last = next(index._backwards(idx), None)
+            end = last.end if last else 0
+            size = os.fstat(fh.fileno()).st_size
+            if size <= end or _write_in_progress(fh.fileno(), size):
+                return
+            fh.seek(end)
+            tail = fh.read()
+        try:
+            json.loads(tail)
+            reason = "no newline"
+        except _UNREADABLE as exc:
+            reason = _reason(exc)
+        line = (last.line if last else 0) + 1
+        logger.warning("%s; line skipped (a truncated last line)", TraceFileError(self._file, line, reason))
+
+    def _warn_bad(self, bad: list[index.Entry]) -> None:
+        """Warn of the store file's bad lines, as :func:`read_span_file` does (the first few, then a count)."""
+        for entry in bad[:_MAX_WARNINGS]:
+            logger.warning("%s; line skipped", TraceFileError(self._file, entry.line, entry.bad or "?"))
+        if len(bad) > _MAX_WARNINGS:
+            logger.warning("%s: %d more bad lines skipped", self._file, len(bad) - _MAX_WARNINGS)
+
+    def _records_at(self, entries: Iterable[index.Entry], wanted: Callable[[str], bool]) -> list[SpanRecord]:
+        """The records of the traces ``wanted`` picks in the lines ``entries`` name (each read once, by offset)."""
+        records: list[SpanRecord] = []
+        with open(self._file, "rb") as fh:
+            for entry in sorted({e.offset: e for e in entries}.values(), key=lambda e: e.offset):
+                try:
+                    found = decode_request(json.loads(os.pread(fh.fileno(), entry.size - 1, entry.offset)))
+                except _UNREADABLE as exc:  # the file changed under its index
+                    logger.warning("%s; line skipped", TraceFileError(self._file, entry.line, _reason(exc)))
+                    continue
+                records += (r for r in found if wanted(r.trace_id))
+        return records
+
+    def recent(self, limit: int, session: str | None = None) -> list[list[SpanRecord]] | None:
+        """The spans of the ``limit`` traces (0: all) that started last, newest first (of
+        ``session`` only, when given), read through the index: only its tail and those traces'
+        lines are read. None when the store has no index (:meth:`_index`): read :meth:`traces`."""
+        idx = self._index()
+        if idx is None:
+            return None
+        self._warn_bad(index.bad_entries(idx))
+        chosen = index.recent(idx, limit, session)
+        merged = merge_records(self._records_at([e for lines in chosen.values() for e in lines], chosen.__contains__))
+        return [merged[t] for t in chosen if t in merged]
+
+    def bad_lines(self) -> list[tuple[int, str]] | None:
+        """(line number, reason) of each line of the store's file that is no valid record, from
+        its index; None when the store has no index (:meth:`_index`)."""
+        idx = self._index()
+        return None if idx is None else [(e.line, e.bad or "?") for e in index.bad_entries(idx)]
+
+    def each_trace(self, warn: bool = True) -> Iterator[list[SpanRecord]]:
+        """Every trace of the store, merged, one at a time (a trace once its last line is read);
+        through the index, the memory held is a few numbers per line, never the store's traces.
+        ``warn``: bad lines are warned about (else the caller reports :meth:`bad_lines`)."""
+        idx = self._index()
+        if idx is None:
+            yield from self.traces().values()
+            return
+        if warn:
+            self._warn_bad(index.bad_entries(idx))
+        lines: dict[str, list[tuple[int, int, int]]] = {}  # trace id -> (line, offset, size) of its lines
+        last: dict[int, list[str]] = defaultdict(list)  # line -> the traces whose last line it is
+        for entry in index.entries(idx):
+            for trace_id in entry.traces:
+                lines.setdefault(trace_id, []).append((entry.line, entry.offset, entry.size))
+        for trace_id, where in lines.items():
+            last[where[-1][0]].append(trace_id)
+        for line in sorted(last):
+            for trace_id in last[line]:
+                entries = [index.Entry(n, o, size, 0) for n, o, size in lines.pop(trace_id)]
+                yield from merge_records(self._records_at(entries, trace_id.__eq__)).values()
 
     def trace(self, trace_id: str) -> list[SpanRecord]:
         """The spans of one trace; ``trace_id`` may be a unique prefix. Only lines that may hold

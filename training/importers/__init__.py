@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+from aegis_probe.trajectory import Trajectory
 
 from .base import ImportIssue, ImportResult, counting, data_files, iter_records
 
@@ -98,4 +100,19 @@ def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> 
     return importer(fmt)(src, **options)
 
 
-__all__ = ["FORMATS", "ImportIssue", "ImportResult", "detect", "importer", "load", "sniff_record"]
+def stream(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> Iterator[Trajectory | ImportIssue]:
+    """As :func:`load`, one trajectory (or issue) at a time: an OTLP source (a trace store) is
+    read as it goes; the other formats, whole datasets of modest size, are loaded first."""
+    with counting(lambda: None):
+        fmt = detect(path) if format == "auto" else format
+    if fmt == "otlp" and not options:
+        from .otlp import iter_otlp
+
+        yield from iter_otlp(Path(path))
+        return
+    result = load(path, fmt, **options)
+    yield from result.errors
+    yield from result.trajectories
+
+
+__all__ = ["FORMATS", "ImportIssue", "ImportResult", "detect", "importer", "load", "sniff_record", "stream"]

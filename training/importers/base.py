@@ -46,19 +46,29 @@ class ImportResult:
     trajectories: list[Trajectory] = field(default_factory=list)
     errors: list[ImportIssue] = field(default_factory=list)
     flagged: int = 0
+    #: Trajectories counted but not kept (written as they were read: ``train import``).
+    passed: int = 0
+
+    @property
+    def imported(self) -> int:
+        return len(self.trajectories) + self.passed
 
     def extend(self, other: "ImportResult") -> None:
         self.trajectories += other.trajectories
         self.errors += other.errors
         self.flagged += other.flagged
+        self.passed += other.passed
 
-    def add(self, traj: Trajectory) -> None:
-        self.trajectories.append(traj)
+    def add(self, traj: Trajectory, keep: bool = True) -> None:
+        if keep:
+            self.trajectories.append(traj)
+        else:
+            self.passed += 1
         if any(f.startswith(SUSPICIOUS) for f in traj.labels.flags):
             self.flagged += 1
 
     def summary(self) -> str:
-        return f"{len(self.trajectories)} imported, {len(self.errors)} errors, {self.flagged} flagged"
+        return f"{self.imported} imported, {len(self.errors)} errors, {self.flagged} flagged"
 
 
 @contextmanager

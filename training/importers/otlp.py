@@ -13,30 +13,51 @@ import json
 import os
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from aegis_probe.storage.otlp_json import SpanRecord, decode_request
-from aegis_probe.storage.store import merge_records
+from aegis_probe.storage.store import SPANS_FILE, TraceStore, merge_records
 from aegis_probe.trajectory import Trajectory
 
-from .base import ImportIssue, ImportResult, data_files, iter_records, label_flags
+from .base import ImportIssue, ImportResult, data_files, iter_records, label_flags, tick
 
 _KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 
 
+def _trajectory(spans: list[SpanRecord], where: str) -> Trajectory | ImportIssue:
+    """A trace's trajectory with its labels checked, or the issue of a trace without step spans."""
+    traj = Trajectory.from_spans(spans)
+    if not traj.steps:
+        return ImportIssue(where, f"trace {spans[0].trace_id if spans else '?'}", "no agent step spans")
+    flags = {flag for f in traj.labels.faults for flag in label_flags(traj.steps, f.agent, f.step)}
+    traj.labels.flags = sorted(flags)
+    return traj
+
+
 def _add_traces(result: ImportResult, records: Iterable[SpanRecord], where: str) -> None:
-    for trace_id, spans in merge_records(records).items():
-        traj = Trajectory.from_spans(spans)
-        if not traj.steps:
-            result.errors.append(ImportIssue(where, f"trace {trace_id}", "no agent step spans"))
-            continue
-        flags = {flag for f in traj.labels.faults for flag in label_flags(traj.steps, f.agent, f.step)}
-        traj.labels.flags = sorted(flags)
-        result.add(traj)
+    for spans in merge_records(records).values():
+        _add(result, _trajectory(spans, where))
 
 
-def load_otlp(path: str | os.PathLike[str]) -> ImportResult:
-    """Trajectories from an OTLP/JSON(-lines) file or a store directory."""
+def _add(result: ImportResult, item: Trajectory | ImportIssue) -> None:
+    if isinstance(item, ImportIssue):
+        result.errors.append(item)
+    else:
+        result.add(item)
+
+
+def iter_otlp(path: str | os.PathLike[str]) -> Iterator[Trajectory | ImportIssue]:
+    """Trajectories (and issues) from an OTLP/JSON(-lines) file or a store directory, one at a
+    time: a store is read trace by trace through its index (:meth:`TraceStore.each_trace`), never whole."""
+    store_file = Path(path) / SPANS_FILE
+    bad = TraceStore(path).bad_lines() if store_file.is_file() and data_files(path) == [store_file] else None
+    if bad is not None:
+        for line, reason in bad:
+            yield ImportIssue(str(store_file), f"line {line}", f"not an OTLP/JSON request: {reason}")
+        for spans in TraceStore(path).each_trace(warn=False):
+            tick()
+            yield _trajectory(spans, str(path))
+        return
     result = ImportResult()
     records: list[SpanRecord] = []
     for file in data_files(path):
@@ -47,7 +68,16 @@ def load_otlp(path: str | os.PathLike[str]) -> ImportResult:
                 records += decode_request(body)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 result.errors.append(ImportIssue(str(file), name, f"not an OTLP/JSON request: {exc}"))
-    _add_traces(result, records, str(path))
+    yield from result.errors
+    for spans in merge_records(records).values():
+        yield _trajectory(spans, str(path))
+
+
+def load_otlp(path: str | os.PathLike[str]) -> ImportResult:
+    """Trajectories from an OTLP/JSON(-lines) file or a store directory."""
+    result = ImportResult()
+    for item in iter_otlp(path):
+        _add(result, item)
     return result
 
 
