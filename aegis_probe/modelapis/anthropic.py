@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from aegis_probe.modelserver import ModelServer
+from . import Completer
 
 
 def _text(content: Any) -> str:
@@ -92,7 +91,7 @@ def stream_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-def answer(handler: BaseHTTPRequestHandler, server: "ModelServer", body: dict[str, Any]) -> None:
+def answer(handler: BaseHTTPRequestHandler, server: Completer, body: dict[str, Any]) -> None:
     """Answer one ``POST /v1/messages`` on ``handler``."""
     try:
         message, usage = server.complete(chat_request(body))

@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from aegis_probe.modelserver import ModelServer
+from . import Completer
 
 
 def _text(content: Any) -> str:
@@ -149,7 +148,7 @@ def _send(handler: BaseHTTPRequestHandler, status: int, content_type: str, data:
     handler.wfile.write(data)
 
 
-def answer(handler: BaseHTTPRequestHandler, server: "ModelServer", body: dict[str, Any]) -> None:
+def answer(handler: BaseHTTPRequestHandler, server: Completer, body: dict[str, Any]) -> None:
     """Answer ``handler``'s ``POST /responses`` request (``body``) with ``server``'s policy."""
     try:
         message, usage = server.complete(chat_request(body))
