@@ -81,6 +81,9 @@ ADAPTERS: dict[str, AdapterEntry] = {
     "agent-framework": AdapterEntry("agent_framework", "aegis_probe.adapters.agent_framework:AgentFrameworkAdapter",
                                     "Microsoft Agent Framework Workflow (sequential, concurrent, group-chat, handoff, "
                                     "Magentic) and agents (BaseAgent)", "agent-framework-core >= 1.23, < 2"),
+    "google-adk": AdapterEntry("google.adk", "aegis_probe.adapters.google_adk:GoogleADKAdapter",
+                               "Google ADK agents (LlmAgent, SequentialAgent, ParallelAgent, LoopAgent; a Runner or App "
+                               "around one)", "google-adk >= 2.13, < 3"),
     "smolagents": AdapterEntry("smolagents", "aegis_probe.adapters.smolagents:SmolagentsAdapter",
                                "smolagents MultiStepAgent (ToolCallingAgent, CodeAgent; managed agents included)",
                                "smolagents >= 1.26, < 2"),

@@ -6,7 +6,7 @@ conformance tests use them. :data:`REQUIREMENTS` says what each needs installed.
 """
 
 FRAMEWORKS = ("autogen", "camel", "metagpt", "langgraph", "openai-agents", "ag2", "crewai", "pydantic-ai",
-              "agent-framework", "smolagents")
+              "agent-framework", "smolagents", "google-adk")
 
 #: framework -> (the module its demo imports, how to install it).
 REQUIREMENTS: dict[str, tuple[str, str]] = {
@@ -19,6 +19,7 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
     "crewai": ("crewai", "pip install 'aegis-probe[crewai]' (an environment of its own: see README.md)"),
     "pydantic-ai": ("pydantic_ai", "pip install 'aegis-probe[pydantic-ai]'"),
     "agent-framework": ("agent_framework", "pip install 'aegis-probe[agent-framework]'"),
+    "google-adk": ("google.adk", "pip install 'aegis-probe[google-adk]' (an environment of its own: see README.md)"),
     "smolagents": ("smolagents", "pip install 'aegis-probe[smolagents]'"),
 }
 
