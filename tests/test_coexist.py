@@ -49,7 +49,9 @@ def test_every_framework_has_its_entry_point_and_the_all_frameworks_one_stays():
     assert eps[ENTRY_POINT] == "aegis_probe.capture.instrumentor:AegisInstrumentor"
     assert set(FRAMEWORK_INSTRUMENTORS) == set(ADAPTERS)
     for name, cls in FRAMEWORK_INSTRUMENTORS.items():
-        assert eps[entry_point(name)] == f"aegis_probe.capture.instrumentor:{cls.__name__}"
+        assert eps.get(entry_point(name)) == f"aegis_probe.capture.instrumentor:{cls.__name__}", (
+            f"a new adapter needs its entry point: {entry_point(name)} = "
+            f'"aegis_probe.capture.instrumentor:{cls.__name__}" in pyproject.toml (then pip install --no-deps -e .)')
         assert cls() is cls() and cls() is not AegisInstrumentor()  # a singleton of its own
         assert list(cls().instrumentation_dependencies()) == [ADAPTERS[name].requires]
 

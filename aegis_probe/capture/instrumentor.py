@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Collection
 
@@ -147,83 +148,25 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return AUTO_PROBES.get(framework)
 
 
-class AutogenInstrumentor(AegisInstrumentor):
-    """aegis-probe for AutoGen AgentChat only (entry point ``aegis_probe_autogen``)."""
-
-    _instance = None  # BaseInstrumentor's singleton: one per class, not the base class's
-    frameworks = ("autogen",)
+def class_name(framework: str) -> str:
+    """The name of ``framework``'s instrumentor class (``openai-agents``: ``OpenaiAgentsInstrumentor``)."""
+    return "".join(part.capitalize() for part in re.split(r"[-_]", framework)) + "Instrumentor"
 
 
-class CamelInstrumentor(AegisInstrumentor):
-    """aegis-probe for CAMEL only (entry point ``aegis_probe_camel``)."""
-
-    _instance = None
-    frameworks = ("camel",)
-
-
-class MetaGPTInstrumentor(AegisInstrumentor):
-    """aegis-probe for MetaGPT only (entry point ``aegis_probe_metagpt``)."""
-
-    _instance = None
-    frameworks = ("metagpt",)
+def _framework_instrumentor(framework: str) -> type[AegisInstrumentor]:
+    """aegis-probe for ``framework`` only, under its entry point (:func:`entry_point`)."""
+    return type(class_name(framework), (AegisInstrumentor,), {
+        "__doc__": f"aegis-probe for {ADAPTERS[framework].supports} only (entry point ``{entry_point(framework)}``).",
+        "__module__": __name__,
+        "_instance": None,  # BaseInstrumentor's singleton: one per class, not the base class's
+        "frameworks": (framework,),
+    })
 
 
-class LangGraphInstrumentor(AegisInstrumentor):
-    """aegis-probe for LangGraph only (entry point ``aegis_probe_langgraph``)."""
-
-    _instance = None
-    frameworks = ("langgraph",)
-
-
-class OpenAIAgentsInstrumentor(AegisInstrumentor):
-    """aegis-probe for the OpenAI Agents SDK only (entry point ``aegis_probe_openai_agents``)."""
-
-    _instance = None
-    frameworks = ("openai-agents",)
-
-
-class AG2Instrumentor(AegisInstrumentor):
-    """aegis-probe for AG2 only (entry point ``aegis_probe_ag2``)."""
-
-    _instance = None
-    frameworks = ("ag2",)
-
-
-class CrewAIInstrumentor(AegisInstrumentor):
-    """aegis-probe for CrewAI only (entry point ``aegis_probe_crewai``)."""
-
-    _instance = None
-    frameworks = ("crewai",)
-
-
-class PydanticAIInstrumentor(AegisInstrumentor):
-    """aegis-probe for Pydantic AI only (entry point ``aegis_probe_pydantic_ai``)."""
-
-    _instance = None
-    frameworks = ("pydantic-ai",)
-
-
-class AgentFrameworkInstrumentor(AegisInstrumentor):
-    """aegis-probe for Microsoft Agent Framework only (entry point ``aegis_probe_agent_framework``)."""
-
-    _instance = None
-    frameworks = ("agent-framework",)
-
-
-class SmolagentsInstrumentor(AegisInstrumentor):
-    """aegis-probe for smolagents only (entry point ``aegis_probe_smolagents``)."""
-
-    _instance = None
-    frameworks = ("smolagents",)
-
-
-#: Each framework's instrumentor, by framework name (pyproject's entry points name the same classes).
-FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {
-    cls.frameworks[0]: cls for cls in (AutogenInstrumentor, CamelInstrumentor, MetaGPTInstrumentor,  # type: ignore[index]
-                                       LangGraphInstrumentor, OpenAIAgentsInstrumentor, AG2Instrumentor,
-                                       CrewAIInstrumentor, PydanticAIInstrumentor, SmolagentsInstrumentor,
-                                       AgentFrameworkInstrumentor)
-}
+#: Each framework's instrumentor, by framework name; each is also a name of this module, which
+#: pyproject's ``opentelemetry_instrumentor`` entry points name (tests/test_coexist.py checks both agree).
+FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {name: _framework_instrumentor(name) for name in ADAPTERS}
+globals().update({cls.__name__: cls for cls in FRAMEWORK_INSTRUMENTORS.values()})
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
                          "service_name", "keep_successes", "logger_provider", "root_messages"})
