@@ -21,6 +21,7 @@ then sent. A response AG2 serves from its cache (``cache_seed``) calls no client
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -68,6 +69,17 @@ def to_neutral(message: Any, role: str = "user") -> dict[str, Any]:
     if responses and not out["content"]:
         out["content"] = "\n".join(content_text(r.get("content")) for r in responses if isinstance(r, dict))
     return out
+
+
+#: The most ag2 messages a run remembers converted (then it starts again).
+_SEEN_MAX = 4096
+
+
+def _snapshot(message: Any) -> Any:
+    """``message`` as it is now, to tell a message changed in place since (nested lists and dicts copied)."""
+    if not isinstance(message, dict):
+        return message
+    return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in message.items()}
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -150,7 +162,23 @@ class ModelClientCodec:
                 sc.PROVIDER: sc.provider_name(url, self.provider)}
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        return [to_neutral(m) for m in self._params(args, kwargs).get("messages") or ()]
+        messages = self._params(args, kwargs).get("messages") or ()
+        run = current_run()
+        if run is None:
+            return [to_neutral(m) for m in messages]
+        # ag2 keeps a conversation's message dicts and sends them again on every call: each is
+        # converted once per run (while equal to its snapshot), so a call costs its new messages
+        # and the same neutral dicts let the prompt's JSON be reused (messages.encode_messages).
+        seen = run.caches.get("ag2.messages") or run.caches.setdefault("ag2.messages", {})
+        if len(seen) > _SEEN_MAX:
+            seen.clear()
+        out = []
+        for m in messages:
+            hit = seen.get(id(m))
+            if hit is None or hit[0] is not m or hit[1] != m:
+                hit = seen[id(m)] = (m, _snapshot(m), to_neutral(m))
+            out.append(hit[2])
+        return out
 
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]

@@ -102,7 +102,7 @@ def in_app_floor(plan: Plan, calls: int, provider: TracerProvider | None = None)
     for index, share in enumerate(shares):
         for entry in share:
             node: "int | None" = entry[3]
-            while node is not None:
+            while node is not None and node in parent_of:  # (a parent outside the plan: not the floor's to end)
                 last_share[node] = index
                 node = parent_of.get(node)
     order = {entry[3]: i for i, entry in enumerate(plan)}

@@ -1,4 +1,4 @@
-"""The three benchmark apps, each with a zero-latency model in process (no I/O), so every
+"""The seven benchmark apps, each with a zero-latency model in process (no I/O), so every
 microsecond measured is framework or tracing work.
 
 An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and plays it once
@@ -13,14 +13,13 @@ An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and pla
   metagpt's log sinks are replaced by one WARNING console sink;
 - LangGraph: a ``StateGraph`` of two model nodes taking turns on a ``BaseChatModel`` subclass;
 - CrewAI (run in .venv-crewai): a sequential crew of two agents taking turns, one task per step,
-  on CrewAI's OpenAI provider against the loopback model server in this process (CrewAI's
-  provider builds its own openai clients, so the model cannot be in-process without I/O here);
+  on a ``BaseLLM`` subclass (a user's own model class);
 - OpenAI Agents SDK (run in .venv-openai-agents): two agents handing the conversation to each
-  other, one turn per step (``Runner.run_sync``; the SDK's own tracing off), on
-  ``OpenAIChatCompletionsModel`` with an ``AsyncOpenAI`` client against the loopback model server;
+  other, one turn per step (``Runner.run_sync``; the SDK's own tracing off), on a ``Model``
+  subclass that answers with a message and the hand-over call;
 - AG2 (run in .venv-ag2): a round-robin ``GroupChat`` of two ``AssistantAgent``s, one message
-  per step, on ag2's OpenAI client against the loopback model server; ag2's console output is
-  dropped.
+  per step, on a model client of the user's own (``register_model_client``); ag2's console
+  output is dropped.
 
 Every prompt of every app repeats the conversation so far, as these frameworks do by default.
 """
@@ -43,7 +42,7 @@ os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
 
 TASK = "Count together."
 
-#: Called once per model call by the in-process models (AutoGen, CAMEL, MetaGPT, LangGraph), empty
+#: Called once per model call by every app's in-process model, empty
 #: but for ``overhead.py``'s in-app floor, which makes the floor's spans there.
 MODEL_CALL_HOOKS: list[Callable[[], None]] = []
 
@@ -300,26 +299,41 @@ def langgraph_app() -> App:
 # -- CrewAI --------------------------------------------------------------------------------------
 def crewai_app() -> App:
     for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("CREWAI_TRACING_ENABLED", "false"),
-                        ("CREWAI_DISABLE_VERSION_CHECK", "true")):
+                        ("CREWAI_DISABLE_VERSION_CHECK", "true"), ("OTEL_SDK_DISABLED", "false")):
         os.environ.setdefault(name, value)
-    from crewai import LLM, Agent, Crew, Task
+    from crewai import Agent, Crew, Task
+    from crewai.llms.base_llm import BaseLLM
 
-    from aegis_probe.modelserver import ModelServer, Reply
+    class InstantLLM(BaseLLM):
+        """A user's own ``BaseLLM`` (CrewAI's way to plug in a provider) answering at once (no I/O)."""
 
-    server = ModelServer(lambda body: Reply(content=_reply(len(server.requests)))).start()
-    atexit.register(server.stop)
+        calls: int = 0
+
+        def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
+                 from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> Any:
+            self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            return _reply(self.calls)
+
+        def supports_function_calling(self) -> bool:
+            return True
+
+    models: dict[int, InstantLLM] = {}
 
     def build(steps: int) -> Any:
-        llm = LLM(model="openai/instant", api_key="sk-bench", base_url=server.base_url, max_retries=0)
+        llm = InstantLLM(model="instant")
         agents = [Agent(role=name, goal="Count", backstory="You count.", llm=llm, allow_delegation=False)
                   for name in ("alice", "bob")]
         tasks = [Task(description=TASK, expected_output="a number", agent=agents[i % 2]) for i in range(steps)]
-        return Crew(name="counting", agents=agents, tasks=tasks)
+        crew = Crew(name="counting", agents=agents, tasks=tasks)
+        models[id(crew)] = llm
+        return crew
 
     def play(crew: Any, probe: Any, steps: int) -> None:
-        before = len(server.requests)
         crew.kickoff()
-        assert len(server.requests) - before == steps, len(server.requests) - before
+        llm = models.pop(id(crew))
+        assert llm.calls == steps, llm.calls
 
     return App("crewai", "sequential crew of 2 agents taking turns", build, play)
 
@@ -327,48 +341,65 @@ def crewai_app() -> App:
 # -- OpenAI Agents SDK ---------------------------------------------------------------------------
 def openai_agents_app() -> App:
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
-    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
-    from openai import AsyncOpenAI
-
-    from aegis_probe.modelserver import ModelServer, Reply
+    from agents import Agent, Runner, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
     set_tracing_disabled(True)  # the baseline sends no traces either (aegis turns them off in its runs)
-    turns = {"steps": 0}  # the turns of the run being played
 
-    def policy(body: dict[str, Any]) -> Reply:
-        """Hand over to the other agent until the last turn, which answers."""
-        messages = body.get("messages", [])
-        turn = 1 + sum(m.get("role") == "assistant" for m in messages)
-        other = "bob" if "alice" in str(messages[0].get("content")) else "alice"
-        if turn < turns["steps"]:
-            return Reply(content=_reply(turn), tool_calls=[(f"transfer_to_{other}", {})])
-        return Reply(content=_reply(turn))
+    class InstantModel(Model):
+        """A user's own ``Model``: hands over to the other agent until the run's last turn, which
+        answers; at once (no I/O)."""
 
-    server = ModelServer(policy).start()
-    atexit.register(server.stop)
+        def __init__(self) -> None:
+            self.calls, self.steps = 0, 0
+
+        async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,
+                               output_schema: Any, handoffs: Any, tracing: Any, *, previous_response_id: Any = None,
+                               conversation_id: Any = None, prompt: Any = None) -> ModelResponse:
+            self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            text = ResponseOutputText(type="output_text", text=_reply(self.calls), annotations=[])
+            output: list[Any] = [ResponseOutputMessage(id=f"msg_{self.calls}", type="message", role="assistant",
+                                                       status="completed", content=[text])]
+            if self.calls < self.steps:
+                output.append(ResponseFunctionToolCall(type="function_call", id=f"fc_{self.calls}", call_id=f"call_{self.calls}",
+                                                       name=handoffs[0].tool_name, arguments="{}", status="completed"))
+            size = len(input) if isinstance(input, list) else 1
+            usage = Usage(requests=1, input_tokens=10 * size, output_tokens=5, total_tokens=10 * size + 5)
+            return ModelResponse(output=output, usage=usage, response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the benchmark runs Runner.run_sync")
+
+    models: dict[int, InstantModel] = {}
 
     def build(steps: int) -> Any:
-        llm = OpenAIChatCompletionsModel(model="instant", openai_client=AsyncOpenAI(
-            base_url=server.base_url, api_key="sk-bench", max_retries=0))
+        llm = InstantModel()
+        llm.steps = steps
         alice, bob = (Agent(name=n, instructions=f"You are {n}.", model=llm) for n in ("alice", "bob"))
         alice.handoffs, bob.handoffs = [bob], [alice]
+        models[id(alice)] = llm
         return alice
 
     def play(agent: Any, probe: Any, steps: int) -> None:
-        turns["steps"], before = steps, len(server.requests)
         result = Runner.run_sync(agent, TASK, max_turns=steps + 1)
         assert result.final_output == _reply(steps), result.final_output
-        assert len(server.requests) - before == steps, len(server.requests) - before
+        llm = models.pop(id(agent))
+        assert llm.calls == steps, llm.calls
 
     return App("openai-agents", "2 Agents handing off to each other", build, play)
 
 
 # -- AG2 -----------------------------------------------------------------------------------------
 def ag2_app() -> App:
+    from types import SimpleNamespace
+
     from autogen import AssistantAgent, GroupChat, GroupChatManager
     from autogen.io import IOStream
-
-    from aegis_probe.modelserver import ModelServer, Reply
 
     class Quiet:
         """An ag2 output stream that drops everything (a group chat prints its end whatever ``silent`` says)."""
@@ -382,23 +413,50 @@ def ag2_app() -> App:
         def input(self, prompt: str = "", *, password: bool = False) -> str:
             return ""
 
+    class InstantClient:
+        """A user's own model client (ag2's ``ModelClient`` protocol, ``register_model_client``)
+        answering at once with a numbered reply and usage (no I/O)."""
+
+        calls = 0  # over all clients: the group chat's two agents share the count
+
+        def __init__(self, config: dict[str, Any], **kwargs: Any) -> None:
+            self.model = config["model"]
+
+        def create(self, params: dict[str, Any]) -> Any:
+            InstantClient.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            size = len(params["messages"])
+            message = SimpleNamespace(content=_reply(InstantClient.calls), tool_calls=None, function_call=None)
+            usage = SimpleNamespace(prompt_tokens=10 * size, completion_tokens=5, total_tokens=10 * size + 5)
+            return SimpleNamespace(id=f"instant-{InstantClient.calls}", model=self.model, usage=usage,
+                                   choices=[SimpleNamespace(message=message, finish_reason="stop")])
+
+        def message_retrieval(self, response: Any) -> list[str]:
+            return [choice.message.content for choice in response.choices]
+
+        def cost(self, response: Any) -> float:
+            return 0.0
+
+        @staticmethod
+        def get_usage(response: Any) -> dict[str, Any]:
+            return {}
+
     IOStream.set_global_default(Quiet())
-    server = ModelServer(lambda body: Reply(content=_reply(len(server.requests)))).start()
-    atexit.register(server.stop)
 
     def build(steps: int) -> Any:
-        entry = {"model": "instant", "base_url": server.base_url, "api_key": "sk-bench", "max_retries": 0,
-                 "price": [0, 0]}
-        llm_config = {"config_list": [entry], "cache_seed": None}
+        llm_config = {"config_list": [{"model": "instant", "model_client_cls": "InstantClient"}], "cache_seed": None}
         agents = [AssistantAgent(n, system_message=f"You are {n}.", llm_config=llm_config) for n in ("alice", "bob")]
+        for agent in agents:
+            agent.register_model_client(InstantClient)
         # max_round counts the opening message too
         chat = GroupChat(agents=agents, messages=[], max_round=steps + 1, speaker_selection_method="round_robin")
         return GroupChatManager(chat, name="counting", llm_config=False, silent=True)
 
     def play(manager: Any, probe: Any, steps: int) -> None:
-        before = len(server.requests)
+        before = InstantClient.calls
         manager.groupchat.agents[0].initiate_chat(manager, message=TASK, silent=True)
-        assert len(server.requests) - before == steps, len(server.requests) - before
+        assert InstantClient.calls - before == steps, InstantClient.calls - before
 
     return App("ag2", "round-robin GroupChat of 2 AssistantAgents", build, play)
 

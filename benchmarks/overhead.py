@@ -1,50 +1,131 @@
-"""Per-step tracing overhead of every framework installed here (zero-latency models), one table.
+"""Per-step tracing overhead on all seven frameworks, beside the peer instrumentors: one table.
 
-For each framework (apps in ``apps.py``, 50 agent steps, each configuration on a fresh app):
+For each framework (apps in ``apps.py``: zero-latency models in process, 50 agent steps, each
+configuration on a fresh app), interleaved in every repeat:
 
 - ``uninstrumented``: the app alone (the baseline);
-- ``spans only``: ``instrument(app, tracer_provider=p, store=False)``, content capture on, ``p``
-  an SDK provider with an in-memory exporter;
+- ``spans only``: ``instrument(app, tracer_provider=p, store=False)``, content on, ``p`` an SDK
+  provider with an in-memory exporter (its spans are what the floors make);
 - ``default``: ``instrument(app)`` as a user starts: aegis's own provider with the embedded
-  trace store, content on; timed until the trace is written (the writer thread's CPU counted);
-- ``not sampled`` (diagnostic): ``spans only`` with a sampler that records nothing, so what is
-  left is aegis's own work (hooks, context, content encoding) without the SDK recording spans;
-- ``in-app floor``: the uninstrumented app making the floor's spans *inside* it with the bare SDK,
-  the next share at each model call (``_harness.in_app_floor``; the spans of the repeat's
-  ``spans only`` run): the floor's SDK work run between framework code, as any instrumentor's
-  is, instead of in a tight loop. Its cost is (in-app floor - uninstrumented), and the notes give
-  every configuration against it as well;
-- AutoGen only: ``openinference`` (``AutogenAgentChatInstrumentor``, in-memory exporter; it
-  traces OpenAI clients only, so it makes no LLM spans here) and ``no runtime blocks``
-  (diagnostic: uninstrumented with autogen-core's runtime tracing blocks skipped, as aegis does
-  inside its runs).
+  trace store (its replay recording), content on; timed until the trace is written (the writer
+  thread's CPU counted);
+- ``in-app floor``: the uninstrumented app making the spans of the repeat's ``spans only`` run
+  *inside* it with the bare OpenTelemetry SDK, the next share at each model call
+  (``_harness.floor_in_app``); its cost is (in-app floor - uninstrumented);
+- every peer instrumentor installed for the framework (:data:`PEERS`), content on, exporting to
+  memory: OpenInference's, OpenLLMetry's (Traceloop), OpenTelemetry's official GenAI ones.
 
-Every configuration of every framework is run interleaved in each repeat. The *floor* of a run
-is the bare cost of creating its spans with the SDK (same names, parents, attribute values,
-in-memory exporter; ``_harness.floor_cost``); ``x floor`` = (configuration - uninstrumented) /
-floor, computed per repeat; the table gives the median and the interquartile range over repeats,
-and ``(min)`` the same ratio from each configuration's fastest run (noise on a shared machine
-only adds time, so minima are the steadier estimate). The target is at most 1.5. Run: ``python benchmarks/overhead.py [--repeats N] [--framework F]``.
+The measure is process CPU time (all threads) per agent step. ``x in-app`` = (configuration -
+uninstrumented) / (in-app floor - uninstrumented), per repeat, median [p25-p75]; the target for
+``default`` is at most 1.5 and below every peer. ``x floor`` (reference) divides by the tight-loop
+floor instead (``_harness.floor_cost``: the same spans created back to back).
+
+Frameworks that need an environment of their own (the Agents SDK, CrewAI, AG2) are measured by
+this script run again with ``.venv-<framework>/bin/python`` (``--json``), and their rows merged.
+Run: ``python benchmarks/overhead.py [--repeats N] [--framework F]``.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
-import time
-from contextlib import nullcontext
-from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import aegis_probe
-from _harness import Config, Result, elapsed, floor_cost, floor_in_app, measure, memory_provider, parse_args, spread, start
-from apps import APPS, App, installed
+from aegis_probe.demos import REQUIREMENTS
+from _harness import Config, Result, elapsed, floor_in_app, memory_provider, parse_args, quartiles, start
+from apps import APPS, App
 
 STEPS = 50
+ROOT = Path(__file__).resolve().parents[1]
 _STORE_DIR = tempfile.mkdtemp(prefix="aegis-bench-")
 atexit.register(shutil.rmtree, _STORE_DIR, ignore_errors=True)
+
+
+# -- peers: each instruments with a provider and returns its undo --------------------------------------
+def _openinference(module: str, cls: str, **kwargs: Any) -> Callable[[Any], Callable[[], None]]:
+    def on(provider: Any) -> Callable[[], None]:
+        instrumentor = getattr(__import__(module, fromlist=[cls]), cls)()
+        instrumentor.instrument(tracer_provider=provider, **kwargs)
+        return instrumentor.uninstrument
+
+    return on
+
+
+def _agents_sdk_tracing(peer: Callable[[Any], Callable[[], None]]) -> Callable[[Any], Callable[[], None]]:
+    """An Agents SDK peer reads the SDK's own trace events: tracing on while it is (its processor
+    the only one, so nothing is sent to OpenAI's backend), off again after."""
+
+    def on(provider: Any) -> Callable[[], None]:
+        from agents import set_trace_processors, set_tracing_disabled
+
+        set_tracing_disabled(False)
+        undo = peer(provider)
+
+        def off() -> None:
+            undo()
+            set_trace_processors([])
+            set_tracing_disabled(True)
+
+        return off
+
+    return on
+
+
+def _openllmetry_agents(provider: Any) -> Callable[[], None]:
+    from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    instrumentor = OpenAIAgentsInstrumentor(replace_existing_processors=True)
+    instrumentor.instrument(tracer_provider=provider)
+    return instrumentor.uninstrument
+
+
+#: framework -> peer name -> (module that must be importable, instrument-with-provider returning its undo).
+PEERS: dict[str, dict[str, tuple[str, Callable[[Any], Callable[[], None]]]]] = {
+    "autogen": {"OpenInference": ("openinference.instrumentation.autogen_agentchat", _openinference(
+        "openinference.instrumentation.autogen_agentchat", "AutogenAgentChatInstrumentor"))},
+    "langgraph": {
+        "OpenInference": ("openinference.instrumentation.langchain",
+                          _openinference("openinference.instrumentation.langchain", "LangChainInstrumentor")),
+        "OpenLLMetry": ("opentelemetry.instrumentation.langchain",
+                        _openinference("opentelemetry.instrumentation.langchain", "LangchainInstrumentor")),
+    },
+    "openai-agents": {
+        "OpenInference": ("openinference.instrumentation.openai_agents", _agents_sdk_tracing(_openinference(
+            "openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", exclusive_processor=True))),
+        "OpenLLMetry": ("opentelemetry.instrumentation.openai_agents", _agents_sdk_tracing(_openllmetry_agents)),
+    },
+    "crewai": {
+        "OpenInference": ("openinference.instrumentation.crewai",
+                          _openinference("openinference.instrumentation.crewai", "CrewAIInstrumentor")),
+        "OpenLLMetry": ("opentelemetry.instrumentation.crewai",
+                        _openinference("opentelemetry.instrumentation.crewai", "CrewAIInstrumentor")),
+    },
+    "ag2": {"OpenInference": ("openinference.instrumentation.ag2",
+                              _openinference("openinference.instrumentation.ag2", "AG2Instrumentor"))},
+}
+#: Peers that exist for a framework but are not measured here, and why.
+NOT_MEASURED = {
+    "langgraph": "OTel's official LangChain instrumentation: not published on PyPI (the name is OpenLLMetry's)",
+    "openai-agents": "OTel's official opentelemetry-instrumentation-openai-agents-v2 0.1.0: installs into the same "
+                     "module as OpenLLMetry's (opentelemetry.instrumentation.openai_agents), so not beside it",
+}
+
+
+def _importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
@@ -58,8 +139,8 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
 
     last_spans: list[Any] = []
 
-    def spans_only(sampled: bool = True) -> Result:
-        provider, exporter = memory_provider(sampled)
+    def spans_only() -> Result:
+        provider, exporter = memory_provider()
         target = app.build(steps)
         probe = aegis_probe.instrument(target, tracer_provider=provider, store=False)
         try:
@@ -68,9 +149,8 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
             times = elapsed(begin)
         finally:
             probe.uninstrument()
-        if sampled:
-            last_spans[:] = exporter.get_finished_spans()
-        return times, exporter.get_finished_spans()
+        last_spans[:] = exporter.get_finished_spans()
+        return times, last_spans
 
     def in_app() -> Result:
         with floor_in_app(last_spans, steps):
@@ -88,123 +168,98 @@ def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
             probe.uninstrument()
         return times, ()
 
-    out: dict[str, Config] = {"uninstrumented": uninstrumented, "spans only": spans_only,
-                              "default": default, "not sampled": partial(spans_only, sampled=False),  # no extra frame
+    def peer(on: Callable[[Any], Callable[[], None]]) -> Result:
+        provider, exporter = memory_provider()
+        target = app.build(steps)
+        undo = on(provider)
+        try:
+            begin = start()
+            app.play(target, None, steps)
+            times = elapsed(begin)
+        finally:
+            undo()
+        spans = exporter.get_finished_spans()
+        assert spans, "the peer made no span"
+        return times, ()
+
+    out: dict[str, Config] = {"uninstrumented": uninstrumented, "spans only": spans_only, "default": default,
                               "in-app floor": in_app}  # after spans only, whose spans it makes
-    if app.name == "autogen":
-        out["openinference"] = lambda: _openinference(app, steps)
-        out["no runtime blocks"] = lambda: _without_runtime_blocks(app, steps)
+    for name, (module, on) in PEERS.get(app.name, {}).items():
+        if _importable(module):
+            out[name] = lambda on=on: peer(on)  # type: ignore[misc]
     return out
 
 
-def _openinference(app: App, steps: int) -> Result:
-    from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
+def row(app: App, repeats: int) -> dict[str, Any]:
+    """One framework's figures: per-step microseconds and ratios per repeat (JSON-able)."""
+    from _harness import measure
 
-    provider, exporter = memory_provider()
-    instrumentor = AutogenAgentChatInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        target = app.build(steps)
-        begin = start()
-        app.play(target, None, steps)
-        times = elapsed(begin)
-    finally:
-        instrumentor.uninstrument()
-    return times, exporter.get_finished_spans()
-
-
-def _without_runtime_blocks(app: App, steps: int) -> Result:
-    from autogen_core import _single_threaded_agent_runtime as runtime_module
-    from autogen_core._telemetry import EnvelopeMetadata, TraceHelper
-
-    patcher = aegis_probe.Patcher()
-    patcher.wrap(TraceHelper, "trace_block", lambda w, i, a, k: nullcontext())
-    patcher.wrap(runtime_module, "get_telemetry_envelope_metadata", lambda w, i, a, k: EnvelopeMetadata())
-    try:
-        target = app.build(steps)
-        begin = start()
-        app.play(target, None, steps)
-        return elapsed(begin), ()
-    finally:
-        patcher.restore()
+    r = measure(configs(app), repeats)
+    base = r["uninstrumented"]["cpu"]
+    in_app = [t - b for t, b in zip(r["in-app floor"]["cpu"], base)]
+    floors = r["spans only"]["floor"]
+    names = [n for n in r if n not in ("uninstrumented", "in-app floor")]
+    return {
+        "framework": app.name, "repeats": repeats, "spans": r["spans only"]["spans"],
+        "base_us": statistics.median(base) / STEPS * 1e6,
+        "in_app_us": statistics.median(in_app) / STEPS * 1e6,
+        "floor_us": statistics.median(floors) / STEPS * 1e6,
+        "x_in_app": {n: [(t - b) / f for t, b, f in zip(r[n]["cpu"], base, in_app)] for n in names},
+        "x_floor": {n: [(t - b) / f for t, b, f in zip(r[n]["cpu"], base, floors)] for n in names},
+        "not_measured": NOT_MEASURED.get(app.name),
+    }
 
 
-def per_step(seconds: list[float], steps: int) -> str:
-    return f"{statistics.median(seconds) / steps * 1e6:.1f}"
+def _in_own_env(framework: str, repeats: int) -> dict[str, Any] | None:
+    """The row of ``framework`` measured by this script in ``.venv-<framework>``, or None."""
+    python = ROOT / f".venv-{framework}" / "bin" / "python"
+    if not python.exists():
+        print(f"skipped {framework}: neither installed here nor in .venv-{framework}", file=sys.stderr)
+        return None
+    proc = subprocess.run([str(python), __file__, "--json", "--framework", framework, "--repeats", str(repeats)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if proc.returncode != 0:
+        print(f"{framework} failed in .venv-{framework}:\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])[0]
 
 
-def ratios(r: dict[str, Any], name: str, floors: list[float], clock: str = "cpu", base: str = "uninstrumented") -> list[float]:
-    """Per repeat: (configuration - baseline) / floor, on ``clock``."""
-    return [(t - b) / f for t, b, f in zip(r[name][clock], r[base][clock], floors)]
+def _cell(values: list[float]) -> str:
+    q1, q2, q3 = quartiles(values)
+    return f"{q2:.2f} [{q1:.2f}-{q3:.2f}]"
 
 
-def by_min(r: dict[str, Any], name: str, floors: list[float], clock: str = "cpu", base: str = "uninstrumented") -> str:
-    """(min configuration - min baseline) / min floor: the least disturbed run of each (noise
-    on a shared machine only ever adds time)."""
-    return f"{(min(r[name][clock]) - min(r[base][clock])) / min(floors):.2f}"
-
-
-def writer_cost(app: App, repeats: int) -> tuple[float, float]:
-    """Seconds the store's writer thread spends per span of one run (encode + write, measured on
-    this thread), and the floor per span, interleaved: medians of ``repeats``."""
-    from aegis_probe.storage.store import StoreSpanProcessor, TraceStore
-
-    spans = configs(app)["spans only"]()[1]
-    processor = StoreSpanProcessor(TraceStore(_STORE_DIR))
-    writes, floors = [], []
-    for _ in range(repeats):
-        begin = time.thread_time()
-        for span in spans:
-            processor._take(span)
-        writes.append((time.thread_time() - begin) / len(spans))
-        floors.append(floor_cost(spans) / len(spans))
-    return statistics.median(writes), statistics.median(floors)
+def table(rows: list[dict[str, Any]]) -> str:
+    """The one table: per framework, base and floors per step, aegis and each peer x in-app floor."""
+    lines = [f"Process CPU per agent step, {STEPS} steps, zero-latency in-process models, interleaved repeats; "
+             "x in-app = (config - uninstrumented) / (in-app floor - uninstrumented) per repeat, median [p25-p75]",
+             f"{'framework':<14}{'rep':>4}{'base us':>9}{'in-app floor us':>16}{'floor us':>9}{'spans':>6}"
+             f"{'default x in-app':>22}{'spans only x in-app':>22}{'default x floor':>20}  peers x in-app"]
+    for r in rows:
+        x = r["x_in_app"]
+        peers = "; ".join(f"{n} {_cell(v)}" for n, v in x.items() if n not in ("default", "spans only")) or "none"
+        lines.append(f"{r['framework']:<14}{r['repeats']:>4}{r['base_us']:>9.0f}{r['in_app_us']:>16.1f}{r['floor_us']:>9.1f}"
+                     f"{r['spans']:>6}{_cell(x['default']):>22}{_cell(x['spans only']):>22}"
+                     f"{_cell(r['x_floor']['default']):>20}  {peers}")
+    notes = [f"{r['framework']}: not measured: {r['not_measured']}" for r in rows if r["not_measured"]]
+    return "\n".join(lines + notes)
 
 
 def main() -> None:
+    json_out = "--json" in sys.argv
+    if json_out:
+        sys.argv.remove("--json")
     args = parse_args(__doc__.splitlines()[0], frameworks=tuple(APPS))
-    apps = {name: APPS[name]() for name in installed(args.framework)}
-    flat = measure({f"{fw}/{name}": run for fw, app in apps.items() for name, run in configs(app).items()}, args.repeats)
-    print(f"Per-step tracing overhead, {STEPS} agent steps, zero-latency model, {args.repeats} interleaved repeats.\n"
-          "x floor = (config - uninstrumented) / floor per repeat: median [p25-p75]; cpu = process CPU time "
-          "(all threads), app thread = CPU time of the app's thread; (min) = from each configuration's fastest run")
-    print(f"{'framework':<10}{'base us/step':>13}{'floor us/step':>14}{'spans':>6}{'spans only, cpu':>20}{'(min)':>6}"
-          f"{'default, cpu':>20}{'(min)':>6}{'default, app thread':>22}{'(min)':>6}{'not sampled us/step':>21}")
-    notes: list[str] = []
-    for fw in apps:
-        r = {name.split("/", 1)[1]: v for name, v in flat.items() if name.startswith(fw + "/")}
-        floors = r["spans only"]["floor"]
-        base = statistics.median(r["uninstrumented"]["cpu"])
-        own = (statistics.median(r["not sampled"]["cpu"]) - base) / STEPS * 1e6
-        print(f"{fw:<10}{per_step(r['uninstrumented']['cpu'], STEPS):>13}{per_step(floors, STEPS):>14}"
-              f"{r['spans only']['spans']:>6}{spread(ratios(r, 'spans only', floors)):>20}{by_min(r, 'spans only', floors):>6}"
-              f"{spread(ratios(r, 'default', floors)):>20}{by_min(r, 'default', floors):>6}"
-              f"{spread(ratios(r, 'default', floors, 'thread')):>22}{by_min(r, 'default', floors, 'thread'):>6}{own:>21.1f}")
-        in_app_costs = [t - b for t, b in zip(r["in-app floor"]["cpu"], r["uninstrumented"]["cpu"])]
-        notes.append(f"{fw} in-app floor (the floor's SDK spans made inside the app, once per model call): "
-                     f"{spread([c / STEPS * 1e6 for c in in_app_costs], '{:.1f}')} us/step = "
-                     f"{spread(ratios(r, 'in-app floor', floors))} (min {by_min(r, 'in-app floor', floors)}) x floor; "
-                     f"x in-app floor: spans only {spread(ratios(r, 'spans only', in_app_costs))}, default "
-                     f"{spread(ratios(r, 'default', in_app_costs))}, default app thread "
-                     f"{spread(ratios(r, 'default', in_app_costs, 'thread'))}; (min) spans only "
-                     f"{by_min(r, 'spans only', [min(r['in-app floor']['cpu']) - min(r['uninstrumented']['cpu'])])}, default "
-                     f"{by_min(r, 'default', [min(r['in-app floor']['cpu']) - min(r['uninstrumented']['cpu'])])}")
-        if "openinference" in r:
-            oi_floors = r["openinference"]["floor"]
-            notes.append(f"{fw} openinference: {r['openinference']['spans']} spans, floor {per_step(oi_floors, STEPS)} "
-                         f"us/step, cpu x its floor {spread(ratios(r, 'openinference', oi_floors))} "
-                         f"(min {by_min(r, 'openinference', oi_floors)}), "
-                         f"overhead {spread([x * f / STEPS * 1e6 for x, f in zip(ratios(r, 'openinference', oi_floors), oi_floors)], '{:.0f}')} us/step")
-            notes.append(f"{fw} against 'no runtime blocks' (skipped by aegis inside its runs), cpu x floor: spans only "
-                         f"{spread(ratios(r, 'spans only', floors, base='no runtime blocks'))} "
-                         f"(min {by_min(r, 'spans only', floors, base='no runtime blocks')}), default "
-                         f"{spread(ratios(r, 'default', floors, base='no runtime blocks'))} "
-                         f"(min {by_min(r, 'default', floors, base='no runtime blocks')})")
-    for fw, app in apps.items():
-        write, floor = writer_cost(app, args.repeats)
-        notes.append(f"{fw} store writer (its own thread): {write * 1e6:.1f} us/span = {write / floor:.2f} x floor per span "
-                     f"({floor * 1e6:.1f} us)")
-    print("\n".join(notes))
+    rows = []
+    for name in args.framework:
+        if _importable(REQUIREMENTS[name][0]) or json_out:
+            rows.append(row(APPS[name](), args.repeats))
+        elif (own := _in_own_env(name, args.repeats)) is not None:
+            rows.append(own)
+    if json_out:
+        print(json.dumps(rows))
+    else:
+        print(table(rows))
 
 
 if __name__ == "__main__":

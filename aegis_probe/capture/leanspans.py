@@ -127,7 +127,7 @@ class LeanAttributes(BoundedAttributes):
         kinds, items = set(map(type, attributes.values())), attributes
         if not _PLAIN.issuperset(kinds) and _PLAIN_OR_SEQUENCE.issuperset(kinds):  # e.g. a chat span's finish reasons
             # the SDK's cleaning of a list or tuple of plain values, in one pass (another sequence: item by item)
-            items = {k: v if type(v) not in _SEQUENCES else tuple(v) if _PLAIN.issuperset(map(type, v)) else _NOT_PLAIN  # type: ignore[arg-type]
+            items = {k: v if type(v) not in _SEQUENCES else tuple(v) if _PLAIN.issuperset(map(type, v)) else _NOT_PLAIN  # type: ignore[arg-type,misc]
                      for k, v in attributes.items()}
             kinds = set(map(type, items.values()))
         if (not self._immutable and self.max_value_len is None and _PLAIN_OR_TUPLE.issuperset(kinds)
