@@ -297,8 +297,8 @@ def recent(index: Path, limit: int, session: str | None = None) -> dict[str, lis
     """The ``limit`` traces (0: all) that started last (of ``session`` only, when given), each with
     the entries of its lines, newest first; only the tail of the index that can hold them is read.
 
-    Walking back, an entry whose clock is below the ``limit``-th latest start found so far ends the
-    walk: no line before it holds a span that started later.
+    Walking back, an entry whose clock is at most the ``limit``-th latest start found so far ends
+    the walk: no line before it holds a span that started later.
     """
     starts: dict[str, int] = {}
     lines: dict[str, list[Entry]] = {}
@@ -308,7 +308,7 @@ def recent(index: Path, limit: int, session: str | None = None) -> dict[str, lis
     for entry in _backwards(index):
         if threshold is None and limit and len(wanted) >= limit:
             threshold = heapq.nlargest(limit, wanted.values())[-1]
-        if threshold is not None and entry.clock < threshold:
+        if threshold is not None and entry.clock <= threshold:  # ties at the limit: the later written listed
             break
         sessions.update(entry.sessions)
         for trace_id, start in entry.traces.items():

@@ -7,6 +7,7 @@ first record (``format="auto"``).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -69,6 +70,15 @@ def detect(path: str | os.PathLike[str]) -> str:
     for file in files:  # the first file with a record of a known format (skipping stray or broken files)
         if file.suffix == ".parquet":
             return "tracertraj"
+        if file.name.endswith(".jsonl"):  # its first record says it (a large trace store is not read whole)
+            with open(file, "rb") as fh:
+                first = next((raw for raw in fh if raw.strip()), b"")
+            try:
+                fmt = sniff_record(json.loads(first))
+            except (ValueError, RecursionError):
+                fmt = None
+            if fmt:
+                return fmt
         records = list(iter_records(file))
         fmt = next((f for _, record in records if (f := sniff_record(record))), None)
         if fmt:
