@@ -49,14 +49,17 @@ PYTHON=$PY bash scripts/start-phoenix.sh --install-only
 # 8. CrewAI 1.15 in its own venv (.venv-crewai, ~1 GB, about 2 minutes from a warm pip cache): it
 #    needs mcp>=1.30 and openai 2.x (constraints pin mcp<1.20); chromadb, lancedb and onnxruntime
 #    are its own requirements, so no smaller install exists. tests/test_crewai.py runs its tests there.
+# 9. Google ADK 2.13 in its own venv (.venv-google-adk, ~500 MB): google-genai needs pydantic>=2.12.5
+#    (constraints pin 2.12.0); LiteLLM comes with it (ADK's LiteLlm model). tests/test_google_adk.py runs its tests there.
 #    Each also gets the peer instrumentors benchmarks/overhead.py measures beside aegis-probe there
 #    (OpenInference's, OpenLLMetry's); OTel's official openai-agents-v2 shares OpenLLMetry's module, so it is left out.
 declare -A PEERS=(
   [openai-agents]="openinference-instrumentation-openai-agents==2.6.0 opentelemetry-instrumentation-openai-agents==0.62.4"
   [ag2]="openinference-instrumentation-ag2==0.1.12"
   [crewai]="openinference-instrumentation-crewai==1.1.21 opentelemetry-instrumentation-crewai==0.62.4"
+  [google-adk]=""
 )
-for fw in openai-agents ag2 crewai; do
+for fw in openai-agents ag2 crewai google-adk; do
   [[ -x .venv-$fw/bin/python ]] || "$PY" -m venv ".venv-$fw"
   # shellcheck disable=SC2086  # the peers are separate words
   PY=.venv-$fw/bin/python pip_install -e ".[$fw]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" ${PEERS[$fw]}
