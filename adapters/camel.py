@@ -75,7 +75,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
-from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks
+from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks, text_pieces
 from aegis_probe.capture.messages import SharedMessage, content_text
 from aegis_probe.capture.spans import (
     ChatMessage,
@@ -324,20 +324,30 @@ class CamelCodec:
         return getattr(chunk, "usage", None) is not None
 
     def to_chunks(self, response: LLMResponse) -> list[Any]:
-        """``ChatCompletionChunk``s carrying ``response``: its text (or refusal), one delta per tool
-        call, then the finish reason with the usage (as camel's stream reader expects them)."""
+        """``ChatCompletionChunk``s carrying ``response`` as OpenAI streams it: its text (or refusal)
+        word by word, each tool call's id and name then its argument deltas, the finish reason, and
+        the usage in a chunk of its own (no choices) last."""
         from openai.types.chat import ChatCompletionChunk
 
-        tool_calls = _openai_tool_calls(response)
         base = {"id": "aegis-replayed", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": response.model or "aegis"}
-        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": response.content or ""}]
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         if response.refusal:  # as OpenAI streams one: no text, the refusal in deltas of its own
-            deltas = [{"role": "assistant", "content": response.content}, {"refusal": response.refusal}]
-        deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(tool_calls)]
+            deltas = [{"role": "assistant", "content": response.content}]
+            deltas += [{"refusal": piece} for piece in text_pieces(response.refusal)]
+        else:
+            deltas += [{"content": piece} for piece in text_pieces(response.content)]
+        for i, call in enumerate(_openai_tool_calls(response)):
+            function = call["function"]
+            deltas.append({"tool_calls": [{**call, "index": i, "function": {"name": function["name"], "arguments": ""}}]})
+            deltas += [{"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
+                       for piece in text_pieces(function["arguments"])]
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-        finish = response.finish_reason or ("tool_calls" if tool_calls else "stop")
-        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": _openai_usage(response)})
+        finish = response.finish_reason or ("tool_calls" if response.tool_calls else "stop")
+        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        usage = _openai_usage(response)
+        if usage is not None:
+            events.append({**base, "choices": [], "usage": usage})
         return [ChatCompletionChunk.model_validate(e) for e in events]
 
 

@@ -29,7 +29,9 @@ Span shape and where each span comes from (class-level patches, installed once):
   so an answer that needs no network still lets the round's other roles start first (the order
   above, on which a role's observed history depends); a replayed answer then reaches its role in
   the order the recorded answers came back (:func:`~aegis_probe.counterfactual.order.in_recorded_order`),
-  the order in which the round's roles publish and a later role's history lists them. Token usage is read from
+  the order in which the round's roles publish and a later role's history lists them. A streamed
+  call's pieces (``log_llm_stream``) are held while interceptors decide, then passed on, or a new
+  answer streamed word by word (:mod:`~aegis_probe.adapters.metagpt_stream`). Token usage is read from
   the usage the provider hands to ``BaseLLM._update_costs`` during that call (it is passed even
   with ``calc_usage: false``), also a stream's usage sent in a chunk of its own after the finish
   reason (as OpenAI sends it when asked). A stream without any (metagpt never asks OpenAI for
@@ -67,6 +69,7 @@ from metagpt.schema import Message
 from metagpt.team import Team
 from metagpt.utils.common import any_to_str
 
+from aegis_probe.adapters import metagpt_stream
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, subclasses
 from aegis_probe.counterfactual.order import in_recorded_order
@@ -468,9 +471,30 @@ class MetaGPTAdapter(Adapter):
             return await wrapped(*args, **kwargs)
         token = _ACTIVE_CALL.set(codec)
         try:
+            if run.probe.interceptors and metagpt_stream.streams(instance, args, kwargs, _AASK_PARAMS.index("stream")):
+                return await self._held_aask(run.probe, codec, wrapped, instance, args, kwargs)
             return await in_recorded_order(acall_llm(run.probe, codec, wrapped, instance, args, kwargs))
         finally:
             _ACTIVE_CALL.reset(token)
+
+    @staticmethod
+    async def _held_aask(probe: "Probe", codec: "MetaGPTCodec", wrapped: Callable[..., Any], instance: BaseLLM,
+                         args: tuple, kwargs: dict) -> Any:
+        """A streamed ``aask`` under interceptors: its live pieces held while they decide, then
+        passed on, or the new answer streamed instead (:mod:`~aegis_probe.adapters.metagpt_stream`)."""
+        live: list[Any] = []
+
+        async def call(*a: Any, **k: Any) -> Any:
+            live.append(await wrapped(*a, **k))
+            return live[-1]
+
+        with metagpt_stream.held_pieces() as held:
+            answer = await in_recorded_order(acall_llm(probe, codec, call, instance, args, kwargs))
+        try:
+            metagpt_stream.send(held if live and answer is live[0] else metagpt_stream.answer_pieces(answer))
+        except Exception:
+            log_hook_error("llm stream hand-on")
+        return answer
 
     @staticmethod
     def _update_costs(wrapped: Callable[..., Any], instance: BaseLLM, args: tuple, kwargs: dict) -> Any:
