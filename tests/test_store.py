@@ -104,7 +104,9 @@ def test_amend_merges_attributes_and_events_of_any_span(probe, store):
     assert spans[step.span_id].attributes["aegis.note"] == "blamed"
     assert spans[step.span_id].attributes[sc.AGENT_NAME] == "critic", "amendment keeps earlier attributes"
     [traj2] = aegis_probe.load_trajectories(store.path)
-    assert traj2.steps[2].events == [{"name": sc.EVENT_INJECTION, "time_ns": 5, "attributes": {"mode": "FM-1.3"}}]
+    injection, verdict = traj2.steps[2].events  # the amended event, then the labelled fault as an evaluation
+    assert injection == {"name": sc.EVENT_INJECTION, "time_ns": 5, "attributes": {"mode": "FM-1.3"}}
+    assert verdict["name"] == "gen_ai.evaluation.result" and verdict["attributes"]["gen_ai.evaluation.explanation"] == "critic@2"
     assert traj2.labels.source == "test" and traj2.labels.faults[0].agent == "critic"
     assert traj2.steps[:2] == traj.steps[:2]
     with pytest.raises(KeyError):
@@ -268,7 +270,7 @@ def test_cli_errors_are_one_line_exit_2(probe, store, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}:1: not an OTLP/JSON trace record") and err.count("\n") == 1
     assert main(["report", trace_id, "--dir", str(store.path), "--out", str(tmp_path)]) == 2  # a directory
-    assert capsys.readouterr().err.startswith("error: [Errno 21]")
+    assert capsys.readouterr().err.startswith(f"error: --out {tmp_path}: a directory")
     assert main(["blame", "--trace", trace_id, "--dir", str(store.path), "--app", "aegis_probe.demos.autogen",
                  "--expected", "126", "--fixer", "aegis_probe.demos.task:no_such"]) == 2
     assert capsys.readouterr().err.startswith("error: --fixer aegis_probe.demos.task:no_such: module")
