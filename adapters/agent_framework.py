@@ -33,10 +33,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from opentelemetry import trace
-
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
+from aegis_probe.capture.coexist import SILENT
 from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks
 from aegis_probe.capture.jsontext import json_text
 from aegis_probe.capture.spans import (
@@ -276,24 +275,6 @@ def _message(neutral: Mapping[str, Any]) -> Any:
         return Message("assistant", _response_contents(
             LLMResponse(content=neutral.get("content"), tool_calls=list(neutral.get("tool_calls") or ()))))
     return Message(role, [text])
-
-
-# -- Agent Framework's own telemetry, kept out ---------------------------------------------------
-class _SilentTracer(trace.NoOpTracer):
-    """A tracer whose spans record nothing and stand for the current span (its children keep their parent)."""
-
-    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> trace.Span:
-        return trace.NonRecordingSpan(trace.get_current_span(context).get_span_context())
-
-    @contextmanager
-    def start_as_current_span(  # type: ignore[override]
-        self, name: str, context: Any = None, *args: Any, **kwargs: Any
-    ) -> Iterator[trace.Span]:
-        with trace.use_span(self.start_span(name, context), end_on_exit=False) as span:
-            yield span
-
-
-_SILENT = _SilentTracer()
 
 
 # -- runs and steps ------------------------------------------------------------------------------
@@ -564,7 +545,7 @@ class AgentFrameworkAdapter(Adapter):
 
     def _own_tracer(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``observability.get_tracer``: inside an instrumented run, a tracer recording nothing."""
-        return _SILENT if self._probe() is not None else wrapped(*args, **kwargs)
+        return SILENT if self._probe() is not None else wrapped(*args, **kwargs)
 
 
 #: ``FunctionTool.invoke``'s own keywords (the others are the tool's arguments, passed directly).

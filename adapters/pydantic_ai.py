@@ -29,14 +29,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
-from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
-
-from opentelemetry import trace
+from typing import TYPE_CHECKING, Any, Sequence
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
+from aegis_probe.capture.coexist import SILENT
 from aegis_probe.capture.interception import LLMResponse, acall_llm, aopen_llm_stream
 from aegis_probe.capture.jsontext import json_text
 from aegis_probe.capture.messages import content_text
@@ -261,24 +259,6 @@ class StreamedResponses:
 
         params = call_arg(args, kwargs, "model_request_parameters", 2)
         return CompletedStreamedResponse(raw, model_request_parameters=params, replay_events=True)
-
-
-# -- pydantic-ai's own instrumentation, kept out --------------------------------------------
-class _SilentTracer(trace.NoOpTracer):
-    """A tracer whose spans record nothing and stand for the current span (its children keep their parent)."""
-
-    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> trace.Span:
-        return trace.NonRecordingSpan(trace.get_current_span(context).get_span_context())
-
-    @contextmanager
-    def start_as_current_span(  # type: ignore[override]
-        self, name: str, context: Any = None, *args: Any, **kwargs: Any
-    ) -> Iterator[trace.Span]:
-        with trace.use_span(self.start_span(name, context), end_on_exit=False) as span:
-            yield span
-
-
-_SILENT = _SilentTracer()
 
 
 # -- runs and steps ---------------------------------------------------------------------------
@@ -576,7 +556,7 @@ class PydanticAIAdapter(Adapter):
         if self._probe() is not None:
             try:
                 settings = copy.copy(inst.settings)
-                settings.tracer = _SILENT
+                settings.tracer = SILENT
                 inst.settings = settings
             except Exception:
                 log_hook_error("pydantic-ai instrumentation")

@@ -11,15 +11,26 @@ them) and the other side yields inside aegis's runs:
   not recorded (a parent-based sampler, the SDK's default, follows the parent), and aegis leaves
   the call's duration and token metrics to it (it records them whatever the sampling).
 
-Outside aegis's runs the other instrumentation works as before.
+Outside aegis's runs the other instrumentation works as before. A framework's own telemetry
+(pydantic-ai's, Agent Framework's, ADK's) is given :data:`SILENT` inside aegis's runs instead.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    NoOpTracer,
+    Span,
+    SpanContext,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+    use_span,
+)
 
 from ..storage.metrics import leave_metrics
 
@@ -104,3 +115,21 @@ def hide_inside(scope: "LLMScope", instance: Any) -> None:
     scope.ctx = set_span_in_context(hidden, scope.ctx)
     if scope.span.is_recording():
         leave_metrics(scope.probe.provider, own.span_id)
+
+
+class SilentTracer(NoOpTracer):
+    """A tracer whose spans record nothing and stand for the current span (its children keep their
+    parent): what a framework's own telemetry gets inside aegis's runs."""
+
+    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Span:
+        return NonRecordingSpan(get_current_span(context).get_span_context())
+
+    @contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self, name: str, context: Any = None, *args: Any, **kwargs: Any
+    ) -> Iterator[Span]:
+        with use_span(self.start_span(name, context), end_on_exit=False) as span:
+            yield span
+
+
+SILENT = SilentTracer()
