@@ -14,7 +14,8 @@ interleaved ``--repeats`` times; the table gives per agent step:
 - ``peak kB``: the largest amount of memory Python held during the run (``tracemalloc``, one
   extra run each, not timed), default minus uninstrumented, / steps.
 
-Run: ``python benchmarks/scaling.py [--framework F] [--steps 10 50 200 1000] [--repeats N]``.
+The Agents SDK, CrewAI and AG2 are measured by this script run again in their own environments
+(``.venv-<framework>``). Run: ``python benchmarks/scaling.py [--framework F] [--steps 10 50 200 1000] [--repeats N]``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -71,6 +74,27 @@ def peak_bytes(app: App, steps: int, store: Path | None) -> int:
         tracemalloc.stop()
 
 
+def importable(name: str) -> bool:
+    """Whether framework ``name`` can be imported in this environment."""
+    from importlib.util import find_spec
+
+    from aegis_probe.demos import REQUIREMENTS
+
+    return find_spec(REQUIREMENTS[name][0]) is not None
+
+
+def _in_own_env(name: str, argv: list[str]) -> None:
+    """Print ``name``'s rows measured by this script in ``.venv-<name>`` (the Agents SDK, CrewAI, AG2)."""
+    python = Path(__file__).resolve().parents[1] / f".venv-{name}" / "bin" / "python"
+    if not python.exists():
+        installed([name])  # says it is skipped, and why
+        return
+    rest = [a for i, a in enumerate(argv) if a != "--framework" and (i == 0 or argv[i - 1] != "--framework")]
+    proc = subprocess.run([str(python), __file__, *rest, "--framework", name], capture_output=True, text=True)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(name)]
+    print("\n".join(rows) if rows else f"{name}: failed in {python.parent.parent.name}: {proc.stderr[-2000:]}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=tuple(APPS), action="append")
@@ -81,8 +105,11 @@ def main() -> None:
     try:
         print(f"Default configuration (store on, content on) by run length, {args.repeats} interleaved repeats, "
               "per agent step; overhead = process CPU, median [p25-p75]")
-        print(f"{'framework':<10}{'steps':>6}{'base us':>10}{'overhead us':>24}{'writer us':>10}{'store B':>10}{'peak kB':>10}")
-        for name in installed(args.framework or list(APPS)):
+        print(f"{'framework':<14}{'steps':>6}{'base us':>10}{'overhead us':>24}{'writer us':>10}{'store B':>10}{'peak kB':>10}")
+        for name in args.framework or list(APPS):
+            if not importable(name):
+                _in_own_env(name, sys.argv[1:])
+                continue
             app = APPS[name]()
             run_once(app, 10, store)  # warm-up: imports and first-call costs
             run_once(app, 10, None)
@@ -96,7 +123,7 @@ def main() -> None:
                     writer.append(writer_seconds)
                 over = [(d - b) / steps * 1e6 for d, b in zip(default, base)]
                 peak = (peak_bytes(app, steps, store) - peak_bytes(app, steps, None)) / steps / 1e3
-                print(f"{name:<10}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>24}"
+                print(f"{name:<14}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>24}"
                       f"{min(writer) / steps * 1e6:>10.1f}{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}")
     finally:
         shutil.rmtree(store, ignore_errors=True)
