@@ -9,7 +9,8 @@ tool call, ``stop_reason`` ``tool_use`` or ``end_turn``, and ``usage`` as Anthro
 (``input_tokens`` without the cache reads, which are ``cache_read_input_tokens``). Streamed
 (``"stream": true``): the SSE events ``message_start``, per block ``content_block_start`` /
 ``content_block_delta`` (``text_delta`` word by word, ``input_json_delta``) / ``content_block_stop``,
-``message_delta`` (stop reason, output tokens) and ``message_stop``.
+``message_delta`` (stop reason, and the usage so far, cache counts included, as the API now sends it)
+and ``message_stop``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def stream_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": response["stop_reason"],
                                                                         "stop_sequence": None},
-                                     "usage": {"output_tokens": response["usage"]["output_tokens"]}}))
+                                     "usage": dict(response["usage"])}))  # cumulative, as the API sends it
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
