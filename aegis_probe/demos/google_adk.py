@@ -48,9 +48,11 @@ class OpenAICompatibleLlm(BaseLlm):
         from openai import AsyncOpenAI
 
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0)
+        params: dict[str, Any] = {"model": llm_request.model or self.model, "messages": _messages(llm_request)}
         tools = _tools(llm_request)
-        completion = await client.chat.completions.create(
-            model=llm_request.model or self.model, messages=_messages(llm_request), **({"tools": tools} if tools else {}))
+        if tools:
+            params["tools"] = tools
+        completion = await client.chat.completions.create(**params)
         yield _response(completion)
 
 
