@@ -30,6 +30,7 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg
 from aegis_probe.capture.interception import LLMResponse, call_llm
 from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.openai_shape import completion_usage, openai_messages, openai_tool_calls
 from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call, log_hook_error
 from aegis_probe.capture.usage import openai_usage
 
@@ -183,16 +184,7 @@ class ModelClientCodec:
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        out = []
-        for m in messages:
-            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
-            for key in ("name", "tool_call_id"):
-                if m.get(key):
-                    msg[key] = m[key]
-            if m.get("tool_calls"):
-                msg["tool_calls"] = _openai_tool_calls(m["tool_calls"])
-            out.append(msg)
-        params = {**self._params(args, kwargs), "messages": out}
+        params = {**self._params(args, kwargs), "messages": openai_messages(messages)}
         return ((params, *args[1:]), kwargs) if "params" not in kwargs else (args, {**kwargs, "params": params})
 
     def response(self, raw: Any) -> LLMResponse:
@@ -221,7 +213,7 @@ class ModelClientCodec:
         )
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
-        calls = _openai_tool_calls(response.tool_calls)
+        calls = openai_tool_calls(response.tool_calls)
         message: dict[str, Any] = {"role": "assistant", "content": response.content}
         if response.refusal:
             message["refusal"] = response.refusal
@@ -232,7 +224,7 @@ class ModelClientCodec:
         base = raw.model_dump() if raw is not None and isinstance(raw, cls) else {
             "id": response.id or "aegis-replayed", "object": "chat.completion", "created": int(time.time()),
             "model": response.model or "aegis"}
-        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=_usage(response))
+        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=completion_usage(response))
         built = cls.model_validate(base)
         self.replaced = True
         if self.stream is not None:
@@ -258,25 +250,6 @@ class ModelClientCodec:
         self.stream.held = []
         for piece in stream_pieces(text) if text else ():
             self.stream.target.send(StreamEvent(content=piece))
-
-
-def _usage(response: LLMResponse) -> dict[str, Any] | None:
-    """``response``'s usage as a ``ChatCompletion``'s (cached and reasoning tokens in their details)."""
-    i, o = response.input_tokens, response.output_tokens
-    if i is None and o is None:
-        return None
-    usage: dict[str, Any] = {"prompt_tokens": i or 0, "completion_tokens": o or 0, "total_tokens": (i or 0) + (o or 0)}
-    if response.cache_read_input_tokens is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": response.cache_read_input_tokens}
-    if response.reasoning_output_tokens is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": response.reasoning_output_tokens}
-    return usage
-
-
-def _openai_tool_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"id": c.get("id") or f"call_{i}", "type": "function",
-             "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-            for i, c in enumerate(calls)]
 
 
 class ModelClientSeam:

@@ -77,6 +77,7 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
 from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks, call_llm, call_llm_chunks, text_pieces
 from aegis_probe.capture.messages import SharedMessage, content_text
+from aegis_probe.capture.openai_shape import completion_usage, openai_messages, openai_tool_calls
 from aegis_probe.capture.spans import (
     ChatMessage,
     RunScope,
@@ -233,22 +234,10 @@ class CamelCodec:
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        openai_messages = []
-        for m in messages:
-            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
-            for key in ("name", "tool_call_id"):
-                if m.get(key):
-                    msg[key] = m[key]
-            if m.get("tool_calls"):
-                msg["tool_calls"] = [
-                    {"id": c.get("id"), "type": "function",
-                     "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-                    for c in m["tool_calls"]
-                ]
-            openai_messages.append(msg)
+        out = openai_messages(messages)
         if "messages" in kwargs:
-            return args, {**kwargs, "messages": openai_messages}
-        return (openai_messages, *args[1:]), kwargs
+            return args, {**kwargs, "messages": out}
+        return (out, *args[1:]), kwargs
 
     def response(self, raw: Any) -> LLMResponse:
         from openai.types.chat import ChatCompletion
@@ -274,7 +263,7 @@ class CamelCodec:
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
         from openai.types.chat import ChatCompletion
 
-        tool_calls = _openai_tool_calls(response)
+        tool_calls = openai_tool_calls(response.tool_calls)
         message: dict[str, Any] = {"role": "assistant", "content": response.content}
         if response.refusal:
             message["refusal"] = response.refusal
@@ -284,7 +273,7 @@ class CamelCodec:
         base = raw.model_dump() if isinstance(raw, ChatCompletion) else {
             "id": "aegis-replayed", "object": "chat.completion", "created": int(time.time()),
             "model": response.model or "aegis"}
-        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=_openai_usage(response))
+        base.update(choices=[{"index": 0, "message": message, "finish_reason": finish}], usage=completion_usage(response))
         return ChatCompletion.model_validate(base)
 
     def from_chunks(self, chunks: Sequence[Any]) -> LLMResponse:
@@ -337,7 +326,7 @@ class CamelCodec:
             deltas += [{"refusal": piece} for piece in text_pieces(response.refusal)]
         else:
             deltas += [{"content": piece} for piece in text_pieces(response.content)]
-        for i, call in enumerate(_openai_tool_calls(response)):
+        for i, call in enumerate(openai_tool_calls(response.tool_calls)):
             function = call["function"]
             deltas.append({"tool_calls": [{**call, "index": i, "function": {"name": function["name"], "arguments": ""}}]})
             deltas += [{"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
@@ -345,30 +334,10 @@ class CamelCodec:
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         finish = response.finish_reason or ("tool_calls" if response.tool_calls else "stop")
         events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-        usage = _openai_usage(response)
+        usage = completion_usage(response)
         if usage is not None:
             events.append({**base, "choices": [], "usage": usage})
         return [ChatCompletionChunk.model_validate(e) for e in events]
-
-
-def _openai_tool_calls(response: LLMResponse) -> list[dict[str, Any]]:
-    return [
-        {"id": c.get("id") or f"call_{i}", "type": "function",
-         "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-        for i, c in enumerate(response.tool_calls)
-    ]
-
-
-def _openai_usage(response: LLMResponse) -> dict[str, Any] | None:
-    if response.input_tokens is None and response.output_tokens is None:
-        return None
-    i, o = response.input_tokens or 0, response.output_tokens or 0
-    usage: dict[str, Any] = {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
-    if response.cache_read_input_tokens is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": response.cache_read_input_tokens}
-    if response.reasoning_output_tokens is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": response.reasoning_output_tokens}
-    return usage
 
 
 class _StreamedOutput:

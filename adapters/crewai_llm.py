@@ -37,6 +37,7 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg, subclasses
 from aegis_probe.capture.interception import LLMResponse, acall_llm, call_llm
 from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.openai_shape import openai_messages, openai_tool_calls
 from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call, log_hook_error
 
 if TYPE_CHECKING:
@@ -170,15 +171,7 @@ class CrewAILLMCodec:
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        out = []
-        for m in messages:
-            msg: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
-            for key in ("name", "tool_call_id"):
-                if m.get(key):
-                    msg[key] = m[key]
-            if m.get("tool_calls"):
-                msg["tool_calls"] = _openai_calls(m["tool_calls"])
-            out.append(msg)
+        out = openai_messages(messages)
         if "messages" in kwargs or not args:
             return args, {**kwargs, "messages": out}
         return (out, *args[1:]), kwargs
@@ -211,7 +204,7 @@ class CrewAILLMCodec:
         if response.tool_calls:
             functions = self._arg("available_functions")
             if not functions:
-                return _openai_calls(response.tool_calls)
+                return openai_tool_calls(response.tool_calls)
             first = response.tool_calls[0]
             result = self.llm._handle_tool_execution(
                 function_name=first["name"], function_args=_loaded(first.get("arguments")),
@@ -255,11 +248,6 @@ class CrewAILLMCodec:
                          response_id=response.id,
                          tool_call={"id": call.get("id"), "type": "function", "index": index,
                                     "function": {"name": call.get("name"), "arguments": sent}})
-
-
-def _openai_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"id": c.get("id"), "type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-            for c in calls]
 
 
 def _loaded(arguments: Any) -> Any:
