@@ -349,11 +349,13 @@ class AutogenCodec:
         return {**sc.request_attributes(params), **_endpoint_attributes(client)}
 
     def model(self, instance: Any, args: tuple, kwargs: dict) -> str | None:
+        """The model autogen's clients send (their create args), else a user's client's ``model`` text."""
         for client in (instance, getattr(instance, "client", None)):  # ChatCompletionCache wraps .client
             create_args = getattr(client, "_create_args", None)
             if isinstance(create_args, dict) and create_args.get("model"):
                 return str(create_args["model"])
-        return None
+        name = getattr(instance, "model", None)
+        return name if isinstance(name, str) and name else None
 
     def request(self, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
         return llm_messages(args[0] if args else kwargs.get("messages", ()))

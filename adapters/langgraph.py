@@ -257,6 +257,26 @@ def _streamed(probe: "Probe", instance: Any, args: tuple, kwargs: dict, is_async
         return None
 
 
+def _parsed(result: Any, probe: "Probe", kwargs: dict) -> Any:
+    """``result``, its message given the ``parsed`` answer ``langchain-openai``'s structured output
+    reads (``with_structured_output``: a ``response_format`` in the call) when a rebuilt (replayed,
+    injected) answer lacks it: the JSON object its text holds; text that is not one is left to fail
+    the parser as the provider's would."""
+    if not probe.interceptors or kwargs.get("response_format") is None:
+        return result
+    try:
+        message = result.generations[0].message
+        if message.additional_kwargs.get("parsed") is None and isinstance(message.content, str) and not message.tool_calls:
+            parsed = json.loads(message.content)
+            if isinstance(parsed, dict):
+                message.additional_kwargs["parsed"] = parsed
+    except ValueError:
+        pass
+    except Exception:
+        log_hook_error("structured output")
+    return result
+
+
 def _stream_args(args: tuple, kwargs: dict) -> tuple[Any, dict[str, Any]]:
     """``(input, config)`` of a ``Pregel.stream/astream`` call."""
     graph_input = kwargs["input"] if "input" in kwargs else args[0] if args else None
@@ -577,13 +597,13 @@ class LangGraphAdapter(Adapter):
             return wrapped(*args, **kwargs)
         streamed = _streamed(probe, instance, args, kwargs, is_async=False)
         if streamed is None:
-            return call_llm(probe, self.codec, wrapped, instance, args, kwargs)
+            return _parsed(call_llm(probe, self.codec, wrapped, instance, args, kwargs), probe, kwargs)
         result = call_llm(probe, self.codec, streamed.live(wrapped), instance, streamed.args, streamed.kwargs)
         try:
             streamed.send(result)
         except Exception:
             log_hook_error("llm stream hand-on")
-        return result
+        return _parsed(result, probe, kwargs)
 
     async def _allm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         probe = self._probe()
@@ -591,13 +611,13 @@ class LangGraphAdapter(Adapter):
             return await wrapped(*args, **kwargs)
         streamed = _streamed(probe, instance, args, kwargs, is_async=True)
         if streamed is None:
-            return await acall_llm(probe, self.codec, wrapped, instance, args, kwargs)
+            return _parsed(await acall_llm(probe, self.codec, wrapped, instance, args, kwargs), probe, kwargs)
         result = await acall_llm(probe, self.codec, streamed.live(wrapped), instance, streamed.args, streamed.kwargs)
         try:
             await streamed.asend(result)
         except Exception:
             log_hook_error("llm stream hand-on")
-        return result
+        return _parsed(result, probe, kwargs)
 
     # -- tools -----------------------------------------------------------------------------
     def _open_tool(self, tool: Any, args: tuple, kwargs: dict) -> Any:
