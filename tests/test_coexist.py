@@ -121,7 +121,8 @@ def test_openinference_autogen_yields_inside_aegis_runs(model_server, provider, 
         exporter.clear()
         # ... with aegis, one span per step and per model call: aegis's.
         trace_id = _run_demo(server.base_url, tracer_provider=provider)
-    finally:
+    finally:  # in the reverse order of instrumenting: each restores what it found (docs/otel.md)
+        aegis_probe.uninstrument()
         AutogenAgentChatInstrumentor().uninstrument()
     spans = exporter.get_finished_spans()
     run = tuple(s for s in spans if format(s.context.trace_id, "032x") == trace_id)
@@ -159,6 +160,7 @@ def test_opentelemetry_openai_v2_yields_inside_aegis_runs(model_server, provider
         exporter.clear()
         trace_id = _run_demo(server.base_url, tracer_provider=provider, meter_provider=meters)
     finally:
+        aegis_probe.uninstrument()
         OpenAIInstrumentor().uninstrument()
     run = tuple(s for s in exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id)
     chats = _scopes(run, "chat")
@@ -186,6 +188,7 @@ def test_openinference_langchain_yields_inside_aegis_langgraph_runs(model_server
         probe = aegis_probe.instrument(app, tracer_provider=provider)
         assert lg.EXPECTED in lg.run_app(app, lg.TASK)
     finally:
+        aegis_probe.uninstrument()
         LangChainInstrumentor().uninstrument()
     spans = exporter.get_finished_spans()
     run = tuple(s for s in spans if format(s.context.trace_id, "032x") == probe.last_trace_id)
