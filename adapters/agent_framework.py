@@ -12,7 +12,12 @@ Class-level patches, installed once:
   tool loop (model calls and tools) runs under it. ``run`` is patched on every ``BaseAgent``
   subclass that defines it (``Agent``, ``RawAgent``, a user's own); the layers of one agent
   (middleware, telemetry, ``RawAgent``) calling one another are one step. Orchestrators that
-  decide with an agent (a group chat's agent-based manager, Magentic's manager) make steps of it;
+  decide with an agent (a group chat's agent-based manager, Magentic's manager) make steps of it:
+  a group chat's selection (``AgentBasedGroupChatOrchestrator._invoke_agent``) is a step with
+  ``aegis.llm.purpose = speaker_selection`` (its ``chat`` spans too) and the participant it picks in
+  ``aegis.step.next_speaker``; a Magentic progress ledger
+  (``StandardMagenticManager.create_progress_ledger``) names its next speaker there too, and so does
+  a handoff orchestration's agent the agent it hands over to (its handoff tool's result);
 - LLM call: ``BaseChatClient.get_response`` (``stream=False`` and ``stream=True``), the framework's
   own model abstraction: every provider's client (OpenAI, Azure, Anthropic, Ollama, ...) and a
   user's own ``BaseChatClient`` subclass reach it once per model request, below the client's
@@ -28,10 +33,11 @@ current span. Outside instrumented runs they record as configured.
 
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
@@ -211,6 +217,9 @@ class AgentFrameworkCodec:
         default = name if isinstance(name, str) and name != "unknown" else self.provider
         attrs = {**sc.request_attributes(self._options(kwargs)), **sc.server_attributes(url)}
         attrs[sc.PROVIDER] = sc.provider_name(url, default)
+        decision = _DECISION.get()
+        if decision is not None and decision.purpose:
+            attrs[sc.LLM_PURPOSE] = decision.purpose
         return attrs
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -316,14 +325,70 @@ def _step_output(response: Any) -> list[dict[str, Any]] | None:
     return None if messages is None else [d for m in messages for d in message_dicts(m)]
 
 
+class _Decision(NamedTuple):
+    """An orchestrator deciding with its agent: why (``aegis.llm.purpose``, if marked) and how its
+    response names the next speaker."""
+
+    purpose: str | None
+    next_speaker: Callable[[Any], str | None]
+
+
+#: The decision an orchestrator is making with its agent (that agent's run is a step marked so).
+_DECISION: ContextVar[_Decision | None] = ContextVar("aegis_agent_framework_decision", default=None)
+
+
+def _selected(response: Any) -> str | None:
+    """A group chat's agent-based selection: the participant it names, unless it terminates."""
+    from agent_framework_orchestrations._group_chat import AgentBasedGroupChatOrchestrator
+
+    output = AgentBasedGroupChatOrchestrator._parse_agent_output(response)
+    return None if output.terminate else output.next_speaker
+
+
+def _ledger_speaker(response: Any) -> str | None:
+    """A Magentic progress ledger's next speaker, unless it finds the request satisfied."""
+    from agent_framework_orchestrations._magentic import _extract_json
+
+    ledger = _extract_json(response.messages[-1].text)
+    speaker = ledger["next_speaker"]["answer"]
+    return None if ledger["is_request_satisfied"]["answer"] or not isinstance(speaker, str) else speaker
+
+
+def _handed_to(response: Any) -> str | None:
+    """The agent a handoff orchestration's agent hands over to (its handoff tool's result), if any."""
+    messages = getattr(response, "messages", None)
+    for content in messages[-1].contents if messages else ():
+        if content.type == "function_result" and isinstance(content.result, str) and _HANDOFF_KEY in content.result:
+            try:
+                target = json.loads(content.result).get(_HANDOFF_KEY)
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(target, str):
+                return target
+    return None
+
+
+#: The key of a handoff tool's result (agent_framework_orchestrations' ``HANDOFF_FUNCTION_RESULT_KEY``).
+_HANDOFF_KEY = "handoff_to"
+
+
 class _Turn:
     """One agent ``run`` traced: its step, and the run it opened (a lone agent's), if any."""
 
-    def __init__(self, agent: Any, step: StepScope, run: RunScope | None) -> None:
-        self.agent, self.step, self.run = agent, step, run
+    def __init__(self, agent: Any, step: StepScope, run: RunScope | None, decision: _Decision | None = None) -> None:
+        self.agent, self.step, self.run, self.decision = agent, step, run, decision
+
+    def _mark_next_speaker(self, response: Any) -> None:
+        try:
+            speaker = self.decision.next_speaker(response) if self.decision else _handed_to(response)
+        except Exception:  # not a decision the orchestrator can read either: it retries or fails
+            speaker = None
+        if speaker:
+            self.step.span.set_attribute(sc.STEP_NEXT_SPEAKER, speaker)
 
     def end(self, exc: BaseException | None, response: Any = None) -> None:
         if exc is None:
+            self._mark_next_speaker(response)
             _end(self.step, None, lambda: _step_output(response))
         else:
             _end(self.step, exc)
@@ -352,6 +417,20 @@ class _Turn:
 
         return (stream.with_pull_context_manager(lambda: _in_step(self.step, self.agent))
                 .with_cleanup_hook(cleanup).with_result_hook(result))
+
+
+def _deciding(purpose: str | None, next_speaker: Callable[[Any], str | None]) -> Callable[..., Any]:
+    """A wrapper of an orchestrator's async decision method: its agent's runs inside are decision steps."""
+    decision = _Decision(purpose, next_speaker)
+
+    async def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _DECISION.set(decision)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _DECISION.reset(token)
+
+    return wrapper
 
 
 class AgentFrameworkAdapter(Adapter):
@@ -387,6 +466,13 @@ class AgentFrameworkAdapter(Adapter):
         patcher.wrap(BaseChatClient, "get_response", self._get_response)
         patcher.wrap(FunctionTool, "invoke", self._tool)
         patcher.wrap(observability, "get_tracer", self._own_tracer)
+        try:
+            from agent_framework_orchestrations import AgentBasedGroupChatOrchestrator, StandardMagenticManager
+        except ImportError:  # the orchestrations package is optional
+            pass
+        else:
+            patcher.wrap(AgentBasedGroupChatOrchestrator, "_invoke_agent", _deciding(sc.PURPOSE_SPEAKER_SELECTION, _selected))
+            patcher.wrap(StandardMagenticManager, "create_progress_ledger", _deciding(None, _ledger_speaker))
         self.sync_patches()
 
     def sync_patches(self, **options: Any) -> None:
@@ -470,11 +556,13 @@ class AgentFrameworkAdapter(Adapter):
         run = opened or current_run()
         if run is None or run.framework != FRAMEWORK or not run.probe.active:
             return None
+        decision = _DECISION.get()
+        purpose = {sc.LLM_PURPOSE: decision.purpose} if decision is not None and decision.purpose else None
         with attached(opened):
             step = start_step(run.probe, name, run=run, agent_id=getattr(agent, "id", None),
                               description=getattr(agent, "description", None),
-                              input_messages=lambda: neutral_messages(messages))
-        return _Turn(agent, step, opened)
+                              input_messages=lambda: neutral_messages(messages), attributes=purpose)
+        return _Turn(agent, step, opened, decision)
 
     def _agent_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:

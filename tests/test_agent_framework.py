@@ -27,7 +27,8 @@ from aegis_probe.demos.task import TASK, judge  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
 from framework_checks import (  # noqa: E402
-    blame_finds_planted_step, campaign_keeps_labelled_failures, ours, raising_tool_policy, uninstrument_restores_originals)
+    agents_traced_without_instrument, blame_finds_planted_step, campaign_keeps_labelled_failures,
+    model_error_as_uninstrumented, ours, raising_tool_policy, uninstrument_restores_originals)
 
 LONE_SYSTEM = "You are the calculator. Evaluate expressions with the calculate tool."
 
@@ -204,28 +205,21 @@ def test_tool_error_fails_its_span_and_the_run_goes_on(model_server, provider, e
 
 
 def test_model_error_reaches_the_app_as_uninstrumented(provider, exporter):
-    key = "sk-test-key-do-not-leak-1234567890"
-    with pytest.raises(Exception) as bare:  # nothing listens on port 9
-        demo.run_app(demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key), demo.TASK)
-    app = demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key)
-    probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
-    with pytest.raises(type(bare.value)) as raised:
-        demo.run_app(app, demo.TASK)
-    assert str(raised.value) == str(bare.value)
-    probe.flush()
-    spans = ours(exporter)
+    spans = model_error_as_uninstrumented(demo, provider, exporter)
     chat = next(s for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT)
     assert chat.status.status_code.name == "ERROR"
     assert {"invoke_agent planner", "invoke_workflow math-team"} <= {s.name for s in spans if s.status.status_code.name == "ERROR"}
-    assert "do-not-leak" not in str([dict(s.attributes) for s in spans])
 
 
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
     from agent_framework import Agent, BaseChatClient, FunctionTool, RawAgent, observability
     from agent_framework._workflows._workflow import Workflow
 
+    from agent_framework_orchestrations import AgentBasedGroupChatOrchestrator, StandardMagenticManager
+
     names = [(Workflow, "run"), (BaseChatClient, "get_response"), (FunctionTool, "invoke"), (observability, "get_tracer"),
-             (Agent, "run"), (RawAgent, "run")]
+             (Agent, "run"), (RawAgent, "run"), (AgentBasedGroupChatOrchestrator, "_invoke_agent"),
+             (StandardMagenticManager, "create_progress_ledger")]
     uninstrument_restores_originals(names, lambda: _instrumented(model_server, provider, tmp_path))
 
 
@@ -240,25 +234,4 @@ def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
 
 def test_trace_every_app_mode_traces_a_workflow_imported_after_it(tmp_path):
     """AegisInstrumentor before the app imports agent_framework: its run is traced without instrument()."""
-    script = textwrap.dedent("""
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from aegis_probe import AegisInstrumentor
-        from aegis_probe.modelserver import ModelServer
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        AegisInstrumentor().instrument(tracer_provider=provider, store=False)
-        from aegis_probe.demos import agent_framework as demo  # imports agent_framework only now
-
-        with ModelServer(demo.policy) as server:
-            demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK)
-        steps = sorted((s for s in exporter.get_finished_spans() if "aegis.step.index" in s.attributes),
-                       key=lambda s: s.attributes["aegis.step.index"])
-        print([s.attributes["gen_ai.agent.name"] for s in steps])
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'reviewer']"
+    assert agents_traced_without_instrument("agent_framework", tmp_path) == "['planner', 'calculator', 'reviewer']"
