@@ -1,11 +1,15 @@
 """Checks every newer framework's demo passes the same way (tests/test_langgraph.py,
 test_openai_agents.py, test_ag2.py, test_crewai.py): a planted failure blamed on the calculator's
 step, an injection campaign that keeps labelled failures, ``uninstrument()`` restoring every
-patched original, and a policy whose calculator tool raises. Against the loopback model server."""
+patched original, a model error reaching the app as uninstrumented, trace-every-app mode, and a
+policy whose calculator tool raises. Against the loopback model server."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,10 +33,11 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "injection"
 CORRECTION = "(17 + 25) * 3 = 126"
 
 
-def blame_finds_planted_step(demo: ModuleType, model_server, tmp_path: Path) -> None:
-    """The calculator evaluates the wrong expression at step 1; blame (scan) finds and labels that step."""
+def blame_finds_planted_step(demo: ModuleType, model_server, tmp_path: Path, policy: Policy | None = None) -> None:
+    """The calculator evaluates the wrong expression at step 1 (``policy``, else every tool call's
+    expression made wrong); blame (scan) finds and labels that step."""
     store = TraceStore(tmp_path / "store")
-    policy = _planted_failure(demo)
+    policy = policy or _planted_failure(demo)
     trace_id = _record(demo, policy, model_server, store)
     failed = aegis_probe.Trajectory.from_spans(store.trace(trace_id))
     assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
@@ -71,6 +76,55 @@ def uninstrument_restores_originals(names: list[tuple[Any, str]], instrument: Ca
     assert all(vars(owner)[name] is not saved for (owner, name), saved in before.items())
     aegis_probe.uninstrument()
     assert all(vars(owner)[name] is saved for (owner, name), saved in before.items())
+
+
+def model_error_as_uninstrumented(demo: ModuleType, provider: Any, exporter: Any) -> list[Any]:
+    """The demo against a port nothing listens on, bare and instrumented: the app gets the same
+    exception (message and whether an ``APIConnectionError`` caused it), and the key is on no span.
+    aegis-probe's finished spans."""
+    from openai import APIConnectionError
+
+    key = "sk-test-key-do-not-leak-1234567890"
+    with pytest.raises(Exception) as bare:  # nothing listens on port 9
+        demo.run_app(demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key), demo.TASK)
+    app = demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key)
+    probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
+    with pytest.raises(type(bare.value)) as raised:
+        demo.run_app(app, demo.TASK)
+    assert str(raised.value) == str(bare.value)
+    assert isinstance(raised.value.__cause__, APIConnectionError) == isinstance(bare.value.__cause__, APIConnectionError)
+    probe.flush()
+    spans = ours(exporter)
+    assert "do-not-leak" not in str([dict(s.attributes) for s in spans])
+    return spans
+
+
+def agents_traced_without_instrument(demo: str, cwd: Path) -> str:
+    """Trace-every-app mode: ``AegisInstrumentor`` set up before a fresh process imports
+    ``aegis_probe.demos.<demo>`` (and so its framework), whose app then runs without
+    ``instrument()``; the agent names of its steps, in order, as the process prints them."""
+    script = textwrap.dedent(f"""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from aegis_probe import AegisInstrumentor
+        from aegis_probe.modelserver import ModelServer
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        AegisInstrumentor().instrument(tracer_provider=provider, store=False)
+        from aegis_probe.demos import {demo} as demo  # imports the framework only now
+
+        with ModelServer(demo.policy) as server:
+            demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK)
+        steps = sorted((s for s in exporter.get_finished_spans() if "aegis.step.index" in s.attributes),
+                       key=lambda s: s.attributes["aegis.step.index"])
+        print([s.attributes["gen_ai.agent.name"] for s in steps])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def raising_tool_policy(demo: ModuleType) -> Policy:

@@ -5,9 +5,6 @@ tool errors, planted-failure blame and an injection campaign; against the loopba
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -19,7 +16,8 @@ from aegis_probe.capture import semconv as sc  # noqa: E402
 from aegis_probe.demos import langgraph as demo  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from framework_checks import (  # noqa: E402
-    blame_finds_planted_step, campaign_keeps_labelled_failures, raising_tool_policy, uninstrument_restores_originals)
+    agents_traced_without_instrument, blame_finds_planted_step, campaign_keeps_labelled_failures, raising_tool_policy,
+    uninstrument_restores_originals)
 
 
 @pytest.fixture(autouse=True)
@@ -204,28 +202,7 @@ def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
 def test_trace_every_app_mode_traces_a_graph_imported_after_it(tmp_path):
     """AegisInstrumentor before the app imports langgraph (a namespace package: the import hook is
     on langgraph.pregel): the graph's run is traced though the app never calls instrument()."""
-    script = textwrap.dedent("""
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from aegis_probe import AegisInstrumentor
-        from aegis_probe.modelserver import ModelServer
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        AegisInstrumentor().instrument(tracer_provider=provider, store=False)
-        from aegis_probe.demos import langgraph as demo  # imports langgraph only now
-
-        with ModelServer(demo.policy) as server:
-            demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK)
-        steps = sorted((s for s in exporter.get_finished_spans() if "aegis.step.index" in s.attributes),
-                       key=lambda s: s.attributes["aegis.step.index"])
-        print([s.attributes["gen_ai.agent.name"] for s in steps])
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'reviewer']"
+    assert agents_traced_without_instrument("langgraph", tmp_path) == "['planner', 'calculator', 'reviewer']"
 
 
 def _chat_app(model_server):

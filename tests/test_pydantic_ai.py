@@ -7,9 +7,6 @@ pydantic-ai and the real openai client against the loopback model server."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -22,7 +19,8 @@ from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.demos import pydantic_ai as demo  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
 from framework_checks import (  # noqa: E402
-    blame_finds_planted_step, campaign_keeps_labelled_failures, ours, raising_tool_policy, uninstrument_restores_originals)
+    agents_traced_without_instrument, blame_finds_planted_step, campaign_keeps_labelled_failures,
+    model_error_as_uninstrumented, ours, raising_tool_policy, uninstrument_restores_originals)
 
 
 def _instrumented(model_server, provider, tmp_path, policy=demo.policy):
@@ -156,21 +154,9 @@ def test_app_error_passes_through_and_fails_tool_steps_and_run(model_server, pro
 
 
 def test_model_error_reaches_the_app_as_uninstrumented(provider, exporter, tmp_path):
-    from openai import APIConnectionError
-
-    key = "sk-test-key-do-not-leak-1234567890"
-    with pytest.raises(Exception) as bare:  # nothing listens on port 9
-        demo.run_app(demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key), demo.TASK)
-    app = demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key)
-    probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
-    with pytest.raises(type(bare.value)) as raised:
-        demo.run_app(app, demo.TASK)
-    assert str(raised.value) == str(bare.value)
-    assert isinstance(raised.value.__cause__, APIConnectionError) == isinstance(bare.value.__cause__, APIConnectionError)
-    probe.flush()
-    chat = next(s for s in ours(exporter) if s.attributes.get(sc.OPERATION) == sc.OP_CHAT)
+    spans = model_error_as_uninstrumented(demo, provider, exporter)
+    chat = next(s for s in spans if s.attributes.get(sc.OPERATION) == sc.OP_CHAT)
     assert chat.status.status_code.name == "ERROR"
-    assert "do-not-leak" not in str([dict(s.attributes) for s in ours(exporter)])
 
 
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
@@ -197,25 +183,4 @@ def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
 
 def test_trace_every_app_mode_traces_an_agent_imported_after_it(tmp_path):
     """AegisInstrumentor before the app imports pydantic_ai: its run is traced without instrument()."""
-    script = textwrap.dedent("""
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from aegis_probe import AegisInstrumentor
-        from aegis_probe.modelserver import ModelServer
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        AegisInstrumentor().instrument(tracer_provider=provider, store=False)
-        from aegis_probe.demos import pydantic_ai as demo  # imports pydantic_ai only now
-
-        with ModelServer(demo.policy) as server:
-            demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK)
-        steps = sorted((s for s in exporter.get_finished_spans() if "aegis.step.index" in s.attributes),
-                       key=lambda s: s.attributes["aegis.step.index"])
-        print([s.attributes["gen_ai.agent.name"] for s in steps])
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'calculator', 'planner']"
+    assert agents_traced_without_instrument("pydantic_ai", tmp_path) == "['planner', 'calculator', 'calculator', 'planner']"

@@ -7,24 +7,21 @@ trace-every-app mode; real smolagents and the real openai client against the loo
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 pytest.importorskip("smolagents")
 
 import aegis_probe  # noqa: E402
-from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
+from aegis_probe.apps import AppSpec  # noqa: E402
 from aegis_probe.capture import semconv as sc  # noqa: E402
-from aegis_probe.counterfactual import blame, replay  # noqa: E402
+from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.demos import smolagents as demo  # noqa: E402
-from aegis_probe.demos.task import judge  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
 from framework_checks import (  # noqa: E402
-    CORRECTION, campaign_keeps_labelled_failures, ours, raising_tool_policy, uninstrument_restores_originals)
+    agents_traced_without_instrument, blame_finds_planted_step, campaign_keeps_labelled_failures,
+    model_error_as_uninstrumented, ours, raising_tool_policy, uninstrument_restores_originals)
 
 WRONG = "(17 + 25) * 2"
 
@@ -198,22 +195,9 @@ def test_tool_error_fails_its_spans_and_the_app_goes_on_as_uninstrumented(model_
 
 
 def test_model_error_reaches_the_app_as_uninstrumented(provider, exporter, tmp_path):
-    from openai import APIConnectionError
-
-    key = "sk-test-key-do-not-leak-1234567890"
-    with pytest.raises(Exception) as bare:  # nothing listens on port 9
-        demo.run_app(demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key), demo.TASK)
-    app = demo.build_app("http://127.0.0.1:9/v1", "aegis-scripted", key)
-    probe = aegis_probe.instrument(app, tracer_provider=provider, store=False)
-    with pytest.raises(type(bare.value)) as raised:
-        demo.run_app(app, demo.TASK)
-    assert str(raised.value) == str(bare.value)
-    assert isinstance(raised.value.__cause__, APIConnectionError) == isinstance(bare.value.__cause__, APIConnectionError)
-    probe.flush()
-    spans = ours(exporter)
+    spans = model_error_as_uninstrumented(demo, provider, exporter)
     assert {"chat aegis-scripted", "invoke_agent planner", "invoke_workflow planner"} <= {
         s.name for s in spans if s.status.status_code.name == "ERROR"}
-    assert "do-not-leak" not in str([dict(s.attributes) for s in spans])
 
 
 def test_uninstrument_restores_every_original(model_server, provider, tmp_path):
@@ -238,24 +222,7 @@ def _planted(body):
 
 
 def test_blame_finds_planted_step(model_server, tmp_path):
-    store = TraceStore(tmp_path / "store")
-    server = model_server(_planted)
-    app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
-    probe = aegis_probe.instrument(app, store=store, judge=judge)
-    demo.run_app(app, demo.TASK)
-    probe.flush()
-    probe.uninstrument()
-    failed = aegis_probe.Trajectory.from_spans(store.trace(probe.last_trace_id))
-    assert failed.outcome.success is False and failed.steps[1].agent == "calculator"
-
-    def fixer(traj, t):
-        return CORRECTION if traj.steps[t].agent == "calculator" else traj.steps[t].output
-
-    live = model_server(_planted)
-    report = blame(probe.last_trace_id, AppSpec(demo.build_app, demo.run_app), fixer=fixer, judge=judge,
-                   endpoint=Endpoint(live.base_url, "aegis-scripted", "sk-test"), search="scan", store=store)
-    assert report.found and report.step == 1 and report.agent == "calculator"
-    assert report.evidence.success and "126" in report.evidence.answer
+    blame_finds_planted_step(demo, model_server, tmp_path, _planted)
 
 
 def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
@@ -265,25 +232,4 @@ def test_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
 
 def test_trace_every_app_mode_traces_an_agent_imported_after_it(tmp_path):
     """AegisInstrumentor before the app imports smolagents: its run is traced without instrument()."""
-    script = textwrap.dedent("""
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from aegis_probe import AegisInstrumentor
-        from aegis_probe.modelserver import ModelServer
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        AegisInstrumentor().instrument(tracer_provider=provider, store=False)
-        from aegis_probe.demos import smolagents as demo  # imports smolagents only now
-
-        with ModelServer(demo.policy) as server:
-            demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK)
-        steps = sorted((s for s in exporter.get_finished_spans() if "aegis.step.index" in s.attributes),
-                       key=lambda s: s.attributes["aegis.step.index"])
-        print([s.attributes["gen_ai.agent.name"] for s in steps])
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['planner', 'calculator', 'calculator', 'planner']"
+    assert agents_traced_without_instrument("smolagents", tmp_path) == "['planner', 'calculator', 'calculator', 'planner']"
