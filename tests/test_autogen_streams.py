@@ -6,7 +6,6 @@ stream, text deltas word by word and then the ``CreateResult`` with the tool cal
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.messages import ModelClientStreamingChunkEvent
@@ -20,20 +19,8 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.counterfactual import replay
 from aegis_probe.demos.task import calculate
-from aegis_probe.modelserver import Reply
 from aegis_probe.storage.store import TraceStore
-
-TASK = "What is 17 + 25?"
-THOUGHT = "Adding the two numbers with the calculator now."
-ANSWER = "The total is 42 coins, as the calculator says."
-INJECTED = "An injected answer streamed word by word"
-
-
-def policy(body: dict[str, Any]) -> Reply:
-    if body["messages"][-1].get("role") == "tool":
-        return Reply(content=ANSWER)
-    return Reply(content=THOUGHT, tool_calls=[("calculate", {"expression": "17 + 25"})])
-
+from streamed_turn import ANSWER, INJECTED, TASK, THOUGHT, AnswerCall, policy
 
 def build_app(base_url: str, model: str = "gpt-4o-mini", api_key: str = "sk-test") -> AssistantAgent:
     info = ModelInfo(vision=False, function_calling=True, json_output=True, family="gpt-4o", structured_output=True)
@@ -64,22 +51,6 @@ class Streamed:
         return asyncio.run(go())
 
 
-class AnswerLast:
-    """An interceptor answering the second model call (the reflection) with ``INJECTED``."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def before(self, call: Any) -> None:
-        return None
-
-    def after(self, call: Any, response: LLMResponse) -> LLMResponse:
-        self.seen += 1
-        if self.seen != 2:
-            return response
-        return LLMResponse(content=INJECTED, input_tokens=3, output_tokens=6, finish_reason="stop")
-
-
 def test_streamed_answers_replayed_or_injected_reach_the_app_as_text_deltas(model_server, provider, exporter, tmp_path):
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
@@ -108,7 +79,7 @@ def test_streamed_answers_replayed_or_injected_reach_the_app_as_text_deltas(mode
 
     agent = build_app(server.base_url)
     probe = aegis_probe.instrument(agent, tracer_provider=provider, store=store)
-    with probe.intercept(AnswerLast()):
+    with probe.intercept(AnswerCall(2)):  # the reflection
         answer = run_app(agent, TASK)
     assert answer == INJECTED
     assert run_app.runs[-1] == text_pieces(THOUGHT) + text_pieces(INJECTED), \

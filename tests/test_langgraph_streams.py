@@ -21,21 +21,8 @@ from aegis_probe.apps import AppSpec
 from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.counterfactual import replay
 from aegis_probe.demos.task import calculate
-from aegis_probe.modelserver import Reply
 from aegis_probe.storage.store import TraceStore
-
-TASK = "What is 17 + 25?"
-THOUGHT = "Adding the two numbers with the calculator now."
-ANSWER = "The total is 42 coins, as the calculator says."
-INJECTED = "An injected answer streamed word by word"
-ARGS = {"expression": "17 + 25"}
-
-
-def policy(body: dict[str, Any]) -> Reply:
-    if body["messages"][-1].get("role") == "tool":
-        return Reply(content=ANSWER)
-    return Reply(content=THOUGHT, tool_calls=[("calculate", ARGS)])
-
+from streamed_turn import ANSWER, ARGS, INJECTED, TASK, THOUGHT, AnswerCall, policy
 
 def build_app(base_url: str, model: str = "gpt-4o-mini", api_key: str = "sk-test") -> Any:
     llm = ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(api_key), max_retries=0, stream_usage=True)
@@ -77,22 +64,6 @@ def texts(chunks: list[AIMessageChunk]) -> list[str]:
     return [str(c.content) for c in chunks if c.content]
 
 
-class AnswerLast:
-    """An interceptor answering the second model call with ``INJECTED``."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def before(self, call: Any) -> None:
-        return None
-
-    def after(self, call: Any, response: LLMResponse) -> LLMResponse:
-        self.seen += 1
-        if self.seen != 2:
-            return response
-        return LLMResponse(content=INJECTED, input_tokens=3, output_tokens=6, finish_reason="stop")
-
-
 def test_streamed_answers_replayed_or_injected_reach_the_app_as_chunks(model_server, provider, tmp_path):
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
@@ -132,7 +103,7 @@ def test_streamed_answers_replayed_or_injected_reach_the_app_as_chunks(model_ser
 
     graph = build_app(server.base_url)
     probe = aegis_probe.instrument(graph, tracer_provider=provider, store=store)
-    with probe.intercept(AnswerLast()):
+    with probe.intercept(AnswerCall(2)):
         answer = run_app(graph, TASK)
     assert answer == INJECTED
     assert texts(run_app.runs[-1]) == text_pieces(THOUGHT) + text_pieces(INJECTED), \

@@ -1,0 +1,39 @@
+"""The scripted conversation the stream tests share (tests/test_<framework>_streams.py): asked
+:data:`TASK`, the model says :data:`THOUGHT` while calling the calculator, then :data:`ANSWER`;
+the loopback model server streams each word by word. :class:`AnswerCall` injects an answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aegis_probe.capture.interception import LLMResponse
+from aegis_probe.modelserver import Reply
+
+TASK = "What is 17 + 25?"
+THOUGHT = "Adding the two numbers with the calculator now."
+ANSWER = "The total is 42 coins, as the calculator says."
+INJECTED = "An injected answer streamed word by word"
+ARGS = {"expression": "17 + 25"}
+
+
+def policy(body: dict[str, Any]) -> Reply:
+    """:data:`THOUGHT` and a ``calculate`` call, then :data:`ANSWER` once the tool's result is in."""
+    if body["messages"][-1].get("role") == "tool":
+        return Reply(content=ANSWER)
+    return Reply(content=THOUGHT, tool_calls=[("calculate", ARGS)])
+
+
+class AnswerCall:
+    """An interceptor answering model call number ``n`` (from 1) with ``content``."""
+
+    def __init__(self, n: int, content: str = INJECTED) -> None:
+        self.n, self.content, self.seen = n, content, 0
+
+    def before(self, call: Any) -> None:
+        return None
+
+    def after(self, call: Any, response: LLMResponse) -> LLMResponse:
+        self.seen += 1
+        if self.seen != self.n:
+            return response
+        return LLMResponse(content=self.content, input_tokens=3, output_tokens=6, finish_reason="stop")
