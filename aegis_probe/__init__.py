@@ -28,7 +28,7 @@ _LAZY: dict[str, str] = {
     "AegisInstrumentor": ".capture.instrumentor",
     "TraceFileError": ".storage.store",
     "TraceStore": ".storage.store",
-    "BlameReport": ".counterfactual.blame",
+    "BlameReport": ".counterfactual.search",
     "ReplayResult": ".counterfactual.replayer",
     "blame": ".counterfactual.blame",
     "replay": ".counterfactual.replayer",
@@ -91,7 +91,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .capture.adapter import Adapter, AppInfo, Patcher
     from .apps import AppSpec
-    from .counterfactual.blame import BlameReport, blame
+    from .counterfactual.blame import blame
+    from .counterfactual.search import BlameReport
     from .counterfactual.replayer import ReplayResult, replay
     from .errors import AegisProbeError
     from .capture.instrumentor import AegisInstrumentor

@@ -2,7 +2,8 @@
 
 ``aegis_probe.replay`` and ``aegis_probe.blame`` are re-exported from here."""
 
-from .blame import Attempt, BlameReport, Fixer, blame
+from .blame import blame
+from .search import Attempt, BlameReport, Fixer
 from .fixers import AnalyzerFixer
 from .step_injection import StepInjection, inject_step
 from .recording import RecordedCall, RecordingError, load_recording

@@ -18,7 +18,6 @@ import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 from ..apps import AppSpec, Endpoint
 from ..executors import Executor, Failure, outcome
@@ -26,9 +25,8 @@ from ..storage.otlp_json import SpanRecord
 from ..capture.probe import Judge
 from ..storage.store import TraceStore
 from .replayer import replay
+from .search import SearchState
 
-if TYPE_CHECKING:
-    from .blame import _Search
 
 
 @dataclass
@@ -54,14 +52,14 @@ def replay_step(app: AppSpec, spans: list[SpanRecord], t: int, correction: str, 
     return StepReplay(success, result.answer, result.error, result.tokens, records, result.live_failed)
 
 
-def scan_in_parallel(search: "_Search", executor: Executor) -> None:
+def scan_in_parallel(search: SearchState, executor: Executor) -> None:
     """Run the scan of ``search`` on ``executor``; the report ends up in ``search.report``."""
     executor.ship(search.app)
     with executor:
         _scan(search, executor)
 
 
-def _scan(search: "_Search", executor: Executor) -> None:
+def _scan(search: SearchState, executor: Executor) -> None:
     n = len(search.original.steps)
     corrections: dict[int, str | None] = {}
     futures: dict[int, Future] = {}
