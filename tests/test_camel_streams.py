@@ -16,20 +16,8 @@ from aegis_probe.apps import AppSpec  # noqa: E402
 from aegis_probe.capture.interception import LLMResponse, text_pieces  # noqa: E402
 from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.demos.task import calculate  # noqa: E402
-from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
-
-TASK = "What is 17 + 25?"
-THOUGHT = "Adding the two numbers with the calculator now."
-ANSWER = "The total is 42 coins, as the calculator says."
-INJECTED = "An injected answer streamed word by word"
-
-
-def policy(body: dict[str, Any]) -> Reply:
-    if body["messages"][-1]["role"] == "tool":
-        return Reply(content=ANSWER)
-    return Reply(content=THOUGHT, tool_calls=[("calculate", {"expression": "17 + 25"})])
-
+from streamed_turn import ANSWER, INJECTED, TASK, AnswerCall, policy  # noqa: E402
 
 def build_app(base_url: str, model: str = "aegis-scripted", api_key: str = "sk-test") -> Any:
     from camel.agents import ChatAgent
@@ -57,22 +45,6 @@ class Pieces:
         return "".join(pieces)
 
 
-class AnswerLast:
-    """An interceptor answering the second model call with ``INJECTED``."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def before(self, call: Any) -> None:
-        return None
-
-    def after(self, call: Any, response: LLMResponse) -> LLMResponse:
-        self.seen += 1
-        if self.seen != 2:
-            return response
-        return LLMResponse(content=INJECTED, input_tokens=3, output_tokens=6, finish_reason="stop")
-
-
 def test_streamed_answers_replayed_or_injected_reach_the_app_as_deltas(model_server, provider, tmp_path):
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
@@ -94,7 +66,7 @@ def test_streamed_answers_replayed_or_injected_reach_the_app_as_deltas(model_ser
 
     agent = build_app(server.base_url)
     probe = aegis_probe.instrument(agent, tracer_provider=provider, store=store)
-    with probe.intercept(AnswerLast()):
+    with probe.intercept(AnswerCall(2)):
         run_app(agent, TASK)
     assert run_app.runs[-1] == live[:-len(text_pieces(ANSWER))] + text_pieces(INJECTED), \
         "the live chunks of the replaced answer were held back and the injected one streamed instead"

@@ -15,9 +15,10 @@ import metagpt.logs  # noqa: E402
 
 import aegis_probe  # noqa: E402
 from aegis_probe.apps import AppSpec  # noqa: E402
-from aegis_probe.capture.interception import LLMResponse, text_pieces  # noqa: E402
+from aegis_probe.capture.interception import text_pieces  # noqa: E402
 from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
+from streamed_turn import AnswerCall  # noqa: E402
 
 pytestmark = pytest.mark.metagpt
 INJECTED = "An injected plan streamed word by word"
@@ -46,22 +47,6 @@ def build_app(base_url: str, model: str = "aegis-scripted", api_key: str = "sk-t
     return team
 
 
-class AnswerFirst:
-    """An interceptor answering the first model call (the planner's) with ``INJECTED``."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    def before(self, call: Any) -> None:
-        return None
-
-    def after(self, call: Any, response: LLMResponse) -> LLMResponse:
-        self.seen += 1
-        if self.seen != 1:
-            return response
-        return LLMResponse(content=INJECTED, input_tokens=3, output_tokens=6, finish_reason="stop")
-
-
 def test_streamed_answers_replayed_or_injected_reach_the_app_as_pieces(model_server, provider, tmp_path, pieces):
     server = model_server(demo.policy)
     store = TraceStore(tmp_path / "store")
@@ -85,7 +70,7 @@ def test_streamed_answers_replayed_or_injected_reach_the_app_as_pieces(model_ser
     del pieces[:]
     team = build_app(server.base_url)
     probe = aegis_probe.instrument(team, tracer_provider=provider, store=store)
-    with probe.intercept(AnswerFirst()):
+    with probe.intercept(AnswerCall(1, INJECTED)):  # the planner's
         demo.run_app(team, demo.TASK)
     first = pieces[:pieces.index("\n") + 1]
     assert first == [*text_pieces(INJECTED), "\n"], \
