@@ -10,31 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from aegis_probe.demos.smolagents import AGENTS, SYSTEM, TERMINATION, TOOL, WORKER, build_app, observation, run_app
+from aegis_probe.demos.smolagents import AGENTS, SYSTEM, TERMINATION, WORKER, build_app, observation, run_app
+from aegis_probe.demos.smolagents import policy as demo_policy
 from aegis_probe.modelserver import Reply
-from scripted import expression_in, final_number, message_text, plan_expression
+from scripted import message_text, plan_expression
 
 __all__ = ["AGENTS", "TERMINATION", "build_app", "policy", "run_app"]
 
 
 def policy(body: dict[str, Any]) -> Reply:
-    """Planner plans from the task and asks the calculator; calculator evaluates and reports; planner answers."""
+    """The demo's scripted model, except that the planner plans any task of math_tasks.jsonl
+    (``plan_expression``) and asks the calculator; the calculator evaluates and reports, and the
+    planner answers, as in the demo."""
     messages = body.get("messages", [])
     system = message_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    if SYSTEM["planner"] not in system or observation(messages) is not None:
+        return demo_policy(body)
     texts = [message_text(m) for m in messages[1:] if m.get("role") == "user"]
-    seen = observation(messages)
-    if SYSTEM["planner"] in system:
-        if seen is not None:
-            return Reply(tool_calls=[("final_answer", {"answer": f"{TERMINATION}: {final_number(seen)}"})])
-        expression = plan_expression(texts[0] if texts else "")
-        if expression is None:
-            return Reply(tool_calls=[("final_answer", {"answer": "The task is unclear to me; I cannot make a plan."})])
-        return Reply(tool_calls=[(WORKER, {"task": f"Evaluate {expression}"})])
-    if SYSTEM["calculator"] in system:
-        if seen is not None:
-            return Reply(tool_calls=[("final_answer", {"answer": f"The result is {seen}."})])
-        expression = next((e for e in map(expression_in, reversed(texts)) if e), None)
-        if expression is None:
-            return Reply(tool_calls=[("final_answer", {"answer": "There is no expression for me to evaluate."})])
-        return Reply(tool_calls=[(TOOL, {"expression": expression})])
-    return Reply(content="I can only answer as planner or calculator.")
+    expression = plan_expression(texts[0] if texts else "")
+    if expression is None:
+        return Reply(tool_calls=[("final_answer", {"answer": "The task is unclear to me; I cannot make a plan."})])
+    return Reply(tool_calls=[(WORKER, {"task": f"Evaluate {expression}"})])
