@@ -15,7 +15,9 @@ Class-level patches, installed once:
   ``aegis.step.next_speaker`` the agent transferred to, whose turns follow as steps of the run;
 - LLM call: ``BaseLlm.generate_content_async``, ADK's own model abstraction, on every subclass
   that defines it (``LiteLlm``, ``Gemini``, ``AnthropicLlm``, a user's own, also one defined after
-  ``instrument()``); a model delegating to another is one ``chat`` span, the outer call;
+  ``instrument()``); a model delegating to another is one ``chat`` span, the outer call. A
+  streamed call's (``RunConfig(streaming_mode=SSE)``) replayed or injected answer reaches the app
+  as ADK's models stream one: partial text responses word by word, then the whole response;
 - tool call: ``BaseTool.run_async`` of every tool class that defines it (``FunctionTool``,
   ``AgentTool``, ``transfer_to_agent``, ...) -> ``execute_tool {tool}``.
 
@@ -32,7 +34,13 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, Iterator
 
 from opentelemetry import trace
 
-from aegis_probe.adapters.google_adk_models import ADKCodec, content_messages, request_messages, response_message
+from aegis_probe.adapters.google_adk_models import (
+    ADKCodec,
+    StreamedADKCodec,
+    content_messages,
+    request_messages,
+    response_message,
+)
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
 from aegis_probe.capture.interception import acall_llm_chunks
@@ -182,6 +190,7 @@ class GoogleADKAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self.codec = ADKCodec()
+        self.streamed_codec = StreamedADKCodec()
 
     # -- contract --------------------------------------------------------------------------
     def detect(self, app: Any) -> bool:
@@ -298,7 +307,8 @@ class GoogleADKAdapter(Adapter):
         async def call(*a: Any, **k: Any) -> Any:
             return wrapped(*a, **k)
 
-        async for response in await acall_llm_chunks(run.probe, self.codec, call, instance, args, kwargs):
+        codec = self.streamed_codec if call_arg(args, kwargs, "stream", 1) else self.codec
+        async for response in await acall_llm_chunks(run.probe, codec, call, instance, args, kwargs):
             yield response
 
     async def _tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import call_arg
-from aegis_probe.capture.interception import LLMResponse
+from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.capture.jsontext import json_text
 
 #: ``types.FinishReason`` names that OpenAI (the value the other adapters record) calls otherwise.
@@ -210,6 +210,18 @@ class ADKCodec:
 
     def is_last(self, chunk: Any) -> bool:
         return False  # a call may yield more than one whole response: the span ends with the stream
+
+
+class StreamedADKCodec(ADKCodec):
+    """A streamed call's (``stream=True``: ``RunConfig(streaming_mode=SSE)``) chunks as ADK's models
+    yield them: a replayed or injected answer's text word by word in partial responses, then the
+    whole response (tool calls, usage, finish reason), not partial."""
+
+    def to_chunks(self, response: LLMResponse) -> list[Any]:
+        from google.adk.models.llm_response import LlmResponse
+
+        partial = [LlmResponse(content=_model_content(piece, ()), partial=True) for piece in text_pieces(response.content)]
+        return [*partial, self.with_response(None, response)]
 
 
 def _finish_reason(openai_name: str) -> Any:
