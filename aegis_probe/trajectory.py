@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from .capture import semconv as sc
 from .capture import session as ss
 from .errors import validation_summary
+from .storage import fastjson
 from .storage.otlp_json import SpanRecord
 from .redact import encodable, redact_secrets
 
@@ -219,7 +220,7 @@ def messages_from_json(raw: Any) -> list[Message]:
     if not raw:
         return []
     try:
-        data = json.loads(raw) if isinstance(raw, str) else raw
+        data = fastjson.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
         return [Message(role="", content=raw)]
     out = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -90,7 +91,8 @@ def plain_attributes(attrs: Any) -> dict[str, Any]:
 def _from_any_value(value: Mapping[str, Any]) -> Any:
     """The Python value of an OTLP/JSON ``AnyValue``; ``ValueError`` names a field of the wrong JSON type."""
     if "stringValue" in value:  # a lone surrogate (another writer's "\ud800") escaped, as this store writes it
-        return encodable(_str(value["stringValue"], "stringValue"))
+        text = value["stringValue"]
+        return text if type(text) is str and text.isascii() else encodable(_str(text, "stringValue"))
     if "intValue" in value:
         return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
@@ -111,7 +113,9 @@ def _from_any_value(value: Mapping[str, Any]) -> Any:
 def _int(value: Any, field: str) -> int:
     """An OTLP/JSON integer field (a number or a decimal string); ``ValueError`` names the field."""
     try:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        if type(value) is str:  # as OTLP/JSON writes 64-bit integers
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError
         return int(value)
     except (TypeError, ValueError, OverflowError):
@@ -130,7 +134,7 @@ def _double(value: Any) -> float:
 
 def _enum(value: Any, field: str, names: Mapping[str, int]) -> int:
     """An OTLP/JSON enum field: one of the numbers of ``names``, or one of its names (proto3 JSON)."""
-    number = names.get(value) if isinstance(value, str) else _int(value, field)
+    number = value if type(value) is int else names.get(value) if isinstance(value, str) else _int(value, field)
     if number is None or number not in names.values():
         raise ValueError(f"unknown {field} {str(value)[:40]!r} (expected 0-{max(names.values())} "
                          f"or {os.path.commonprefix(list(names))}*)")
@@ -149,7 +153,12 @@ def _str(value: Any, field: str) -> str:
 
 
 def _from_attributes(items: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
-    return {item["key"]: _from_any_value(item.get("value", {})) for item in items or ()}
+    out = {}
+    for item in items or ():
+        value = item.get("value", {})
+        text = value.get("stringValue") if type(value) is dict else None  # most values: ASCII text, taken as is
+        out[item["key"]] = text if type(text) is str and text.isascii() else _from_any_value(value)
+    return out
 
 
 def _escape_unencodable(error: UnicodeError) -> tuple[str, int]:
@@ -170,11 +179,14 @@ def utf8(text: str) -> bytes:
         return text.encode("utf-8", "aegis.json-escape")
 
 
+_HEX_ID = re.compile("[0-9a-fA-F]{16}(?:[0-9a-fA-F]{16})?")
+
+
 def _decode_id(value: str | None) -> str | None:
     """Hex id as written by OTLP/JSON; base64 ids (proto3 JSON mapping) are converted."""
     if not value:
         return None
-    if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
+    if _HEX_ID.fullmatch(value):
         return value.lower()
     import base64
     import binascii

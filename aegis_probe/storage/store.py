@@ -26,7 +26,7 @@ from ..errors import AegisProbeError
 from .otlp_encode import encode_request
 from .otlp_json import SpanRecord, decode_request, utf8
 from .delta import expand
-from . import index
+from . import fastjson, index
 from .writer import StoreSpanProcessor, flush_writers
 
 __all__ = ["SPANS_FILE", "StoreSpanProcessor", "TraceFileError", "TraceStore", "merge_records", "read_span_file", "span_files"]
@@ -414,7 +414,7 @@ class TraceStore:
         with open(self._file, "rb") as fh:
             for entry in sorted({e.offset: e for e in entries}.values(), key=lambda e: e.offset):
                 try:
-                    found = decode_request(json.loads(os.pread(fh.fileno(), entry.size - 1, entry.offset)))
+                    found = decode_request(fastjson.loads(os.pread(fh.fileno(), entry.size - 1, entry.offset)))
                 except _UNREADABLE as exc:  # the file changed under its index
                     logger.warning("%s; line skipped", TraceFileError(self._file, entry.line, _reason(exc)))
                     continue

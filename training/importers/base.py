@@ -24,6 +24,8 @@ SUSPICIOUS = "suspicious"
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as surrogateescape keeps them
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a surrogate (maybe a lone one)
 _POSITION = re.compile(r":(line|item|row)\d+$")  # a record id's position in its file (see :func:`identity`)
+#: What :func:`identity` leaves out of a record's content: its id and the file it was read from.
+_NOT_CONTENT: Any = {"run_id": True, "metadata": {"file": True}}
 _TICK: ContextVar[Callable[[], Any] | None] = ContextVar("aegis_import_tick", default=None)
 
 
@@ -93,11 +95,14 @@ def identity(traj: Trajectory) -> tuple[str, str]:
     without the position in its file that importers add to the ids of records sharing a file,
     ``whowhen:f:line3`` -> ``whowhen:f``) and a hash of everything else it holds but the name of
     the file it was read from. So one record read twice (twice in one input, one input given twice,
-    a file and its ``.gz`` copy) is one record; two files or traces of the same content are two."""
+    a file and its ``.gz`` copy) is one record; two files or traces of the same content are two.
+    The hash is of the record's JSON (pydantic's, in field order: one pass in Rust, no dict tree)."""
     record = traj.trace_id or _POSITION.sub("", traj.run_id or "")
-    content = traj.model_dump(mode="json", exclude={"run_id"})
-    content["metadata"].pop("file", None)
-    return record, hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    try:
+        content = traj.model_dump_json(exclude=_NOT_CONTENT)
+    except ValueError:  # a lone surrogate in a text (JSON of it is not UTF-8): the standard library writes it escaped
+        content = json.dumps(traj.model_dump(mode="python", exclude=_NOT_CONTENT), default=str)
+    return record, hashlib.sha256(content.encode()).hexdigest()
 
 
 def drop_duplicates(trajs: Iterable[Trajectory]) -> tuple[list[Trajectory], int]:
