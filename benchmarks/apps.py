@@ -1,4 +1,4 @@
-"""The seven benchmark apps, each with a zero-latency model in process (no I/O), so every
+"""The eleven benchmark apps, each with a zero-latency model in process (no I/O), so every
 microsecond measured is framework or tracing work.
 
 An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and plays it once
@@ -19,7 +19,18 @@ An :class:`App` builds a fresh app for ``steps`` agent steps (``build``) and pla
   subclass that answers with a message and the hand-over call;
 - AG2 (run in .venv-ag2): a round-robin ``GroupChat`` of two ``AssistantAgent``s, one message
   per step, on a model client of the user's own (``register_model_client``); ag2's console
-  output is dropped.
+  output is dropped;
+- Pydantic AI: two ``Agent``s taking turns (each ``run`` given the conversation so far as its
+  message history: Pydantic AI's programmatic hand-off), on a ``Model`` subclass; aegis runs wrap
+  the turns in ``probe.run(task)``;
+- Agent Framework: a ``GroupChatBuilder`` workflow of two ``Agent``s chosen in turn by a
+  ``selection_func``, on a ``BaseChatClient`` subclass with the framework clients' layers;
+- smolagents: two ``ToolCallingAgent``s taking turns, each keeping its memory (``reset=False``),
+  on a ``Model`` subclass answering with its ``final_answer`` call; aegis runs wrap the turns in
+  ``probe.run(task)``;
+- Google ADK (run in .venv-google-adk): two ``LlmAgent``s (``bob`` a sub-agent of ``alice``)
+  transferring to each other (``transfer_to_agent``) until the last turn, which answers, on a
+  ``BaseLlm`` subclass, on an ``InMemoryRunner``.
 
 Every prompt of every app repeats the conversation so far, as these frameworks do by default.
 """
@@ -461,9 +472,198 @@ def ag2_app() -> App:
     return App("ag2", "round-robin GroupChat of 2 AssistantAgents", build, play)
 
 
+# -- Pydantic AI ---------------------------------------------------------------------------------
+def pydantic_ai_app() -> App:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models import Model
+    from pydantic_ai.usage import RequestUsage
+
+    class InstantModel(Model):
+        """A user's own ``Model`` answering at once with a numbered reply and usage (no I/O)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        async def request(self, messages: list, model_settings: Any, model_request_parameters: Any) -> ModelResponse:
+            self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            return ModelResponse(parts=[TextPart(_reply(self.calls))], model_name="instant",
+                                 usage=RequestUsage(input_tokens=10 * len(messages), output_tokens=5))
+
+        @property
+        def model_name(self) -> str:
+            return "instant"
+
+        @property
+        def system(self) -> str:
+            return "instant"
+
+    def build(steps: int) -> Any:
+        llm = InstantModel()
+        alice, bob = (Agent(llm, name=n, instructions=f"You are {n}.") for n in ("alice", "bob"))
+        alice.bench_partner = bob  # type: ignore[attr-defined]
+        return alice
+
+    async def turns(alice: Any, steps: int) -> None:
+        history: list[Any] = []
+        prompt = TASK
+        for turn in range(steps):
+            result = await (alice if turn % 2 == 0 else alice.bench_partner).run(prompt, message_history=history)
+            history, prompt = result.all_messages(), result.output
+
+    def play(alice: Any, probe: Any, steps: int) -> None:
+        with probe.run(TASK) if probe is not None else nullcontext():
+            asyncio.run(turns(alice, steps))
+        assert alice.model.calls == steps, alice.model.calls
+
+    return App("pydantic-ai", "2 Agents taking turns on the conversation so far", build, play)
+
+
+# -- Microsoft Agent Framework -------------------------------------------------------------------
+def agent_framework_app() -> App:
+    from agent_framework import Agent, BaseChatClient, ChatMiddlewareLayer, ChatResponse, FunctionInvocationLayer, Message
+    from agent_framework.observability import ChatTelemetryLayer
+    from agent_framework.orchestrations import GroupChatBuilder
+
+    # "reached max_rounds; forcing completion", every run
+    logging.getLogger("agent_framework_orchestrations").setLevel(logging.ERROR)
+
+    class InstantClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTelemetryLayer, BaseChatClient):
+        """A user's own ``BaseChatClient`` with the layers of the framework's own clients (function
+        invocation, middleware, telemetry), answering at once with a numbered reply and usage (no I/O)."""
+
+        calls = 0  # over all clients
+
+        async def _inner_get_response(self, *, messages: Any, stream: bool, options: Any, **kwargs: Any) -> Any:
+            InstantClient.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            size = len(messages)
+            return ChatResponse(messages=[Message("assistant", [_reply(InstantClient.calls)])], model="instant",
+                                usage_details={"input_token_count": 10 * size, "output_token_count": 5,
+                                               "total_token_count": 10 * size + 5})
+
+    names = ("alice", "bob")
+
+    def build(steps: int) -> Any:
+        llm = InstantClient()
+        agents = [Agent(llm, f"You are {n}.", name=n) for n in names]
+        workflow = GroupChatBuilder(name="counting", participants=agents, max_rounds=steps,
+                                    selection_func=lambda state: names[state.current_round % 2]).build()
+        # A round takes two supersteps (to the speaker, back to the orchestrator); the builder does not
+        # pass a limit on to its workflow (100 supersteps, ~49 rounds), so it is raised here.
+        workflow.max_iterations = workflow._runner._max_iterations = 2 * steps + 10
+        return workflow
+
+    def play(workflow: Any, probe: Any, steps: int) -> None:
+        before = InstantClient.calls
+        asyncio.run(workflow.run(TASK))
+        assert InstantClient.calls - before == steps, InstantClient.calls - before
+
+    return App("agent-framework", "GroupChat of 2 Agents taking turns", build, play)
+
+
+# -- smolagents ----------------------------------------------------------------------------------
+def smolagents_app() -> App:
+    from smolagents import ToolCallingAgent
+    from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole, Model
+    from smolagents.monitoring import LogLevel, TokenUsage
+
+    class InstantModel(Model):
+        """A user's own ``Model``: answers at once with its ``final_answer`` call and usage (no I/O)."""
+
+        def __init__(self) -> None:
+            super().__init__(model_id="instant")
+            self.calls = 0
+
+        def generate(self, messages: list, stop_sequences: Any = None, response_format: Any = None,
+                     tools_to_call_from: Any = None, **kwargs: Any) -> ChatMessage:
+            self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            call = ChatMessageToolCall(id=f"call_{self.calls}", type="function",
+                                       function=ChatMessageToolCallFunction(name="final_answer",
+                                                                            arguments={"answer": _reply(self.calls)}))
+            return ChatMessage(role=MessageRole.ASSISTANT, content=None, tool_calls=[call],
+                               token_usage=TokenUsage(input_tokens=10 * len(messages), output_tokens=5))
+
+    def build(steps: int) -> Any:
+        llm = InstantModel()
+        alice, bob = (ToolCallingAgent(tools=[], model=llm, name=n, instructions=f"You are {n}.",
+                                       verbosity_level=LogLevel.OFF) for n in ("alice", "bob"))
+        alice.bench_partner = bob
+        return alice
+
+    def play(alice: Any, probe: Any, steps: int) -> None:
+        with probe.run(TASK) if probe is not None else nullcontext():
+            answer: Any = TASK
+            for turn in range(steps):  # each agent keeps its memory (reset=False): its prompt grows every turn
+                answer = (alice if turn % 2 == 0 else alice.bench_partner).run(str(answer), reset=turn < 2)
+        assert alice.model.calls == steps, alice.model.calls
+
+    return App("smolagents", "2 ToolCallingAgents taking turns, memories kept", build, play)
+
+
+# -- Google ADK ----------------------------------------------------------------------------------
+def google_adk_app() -> App:
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    logging.getLogger("google_adk").setLevel(logging.ERROR)  # "no context_cache_config", every run
+
+    class InstantLlm(BaseLlm):
+        """A user's own ``BaseLlm``: transfers to the other agent until the run's last turn, which
+        answers; at once with usage (no I/O)."""
+
+        calls: int = 0
+        steps: int = 0
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            self.calls += 1
+            for hook in MODEL_CALL_HOOKS:
+                hook()
+            parts = [types.Part(text=_reply(self.calls))]
+            if self.calls < self.steps:
+                other = "bob" if self.calls % 2 else "alice"
+                parts.append(types.Part(function_call=types.FunctionCall(
+                    id=f"call_{self.calls}", name="transfer_to_agent", args={"agent_name": other})))
+            size = len(llm_request.contents)
+            usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=10 * size, candidates_token_count=5,
+                                                               total_token_count=10 * size + 5)
+            yield LlmResponse(content=types.Content(role="model", parts=parts), usage_metadata=usage)
+
+    def build(steps: int) -> Any:
+        llm = InstantLlm(model="instant", steps=steps)
+        bob = LlmAgent(name="bob", model=llm, instruction="You are bob.", description="Counts with alice.")
+        return LlmAgent(name="alice", model=llm, instruction="You are alice.", description="Counts with bob.",
+                        sub_agents=[bob])
+
+    async def run(alice: Any) -> None:
+        runner = InMemoryRunner(agent=alice, app_name="bench")
+        session = await runner.session_service.create_session(app_name="bench", user_id="user")
+        message = types.Content(role="user", parts=[types.Part(text=TASK)])
+        async for _ in runner.run_async(user_id="user", session_id=session.id, new_message=message):
+            pass
+        await runner.close()
+
+    def play(alice: Any, probe: Any, steps: int) -> None:
+        asyncio.run(run(alice))
+        assert alice.model.calls == steps, alice.model.calls
+
+    return App("google-adk", "2 LlmAgents transferring to each other", build, play)
+
+
 APPS: dict[str, Callable[[], App]] = {"autogen": autogen_app, "camel": camel_app, "metagpt": metagpt_app,
                                       "langgraph": langgraph_app, "crewai": crewai_app,
-                                      "openai-agents": openai_agents_app, "ag2": ag2_app}
+                                      "openai-agents": openai_agents_app, "ag2": ag2_app,
+                                      "pydantic-ai": pydantic_ai_app, "agent-framework": agent_framework_app,
+                                      "smolagents": smolagents_app, "google-adk": google_adk_app}
 
 
 def installed(names: list[str]) -> list[str]:

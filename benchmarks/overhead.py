@@ -1,4 +1,4 @@
-"""Per-step tracing overhead on all seven frameworks, beside the peer instrumentors: one table.
+"""Per-step tracing overhead on all eleven frameworks, beside the peer instrumentors: one table.
 
 For each framework (apps in ``apps.py``: zero-latency models in process, 50 agent steps, each
 configuration on a fresh app), interleaved in every repeat:
@@ -13,14 +13,15 @@ configuration on a fresh app), interleaved in every repeat:
   *inside* it with the bare OpenTelemetry SDK, the next share at each model call
   (``_harness.floor_in_app``); its cost is (in-app floor - uninstrumented);
 - every peer instrumentor installed for the framework (:data:`PEERS`), content on, exporting to
-  memory: OpenInference's, OpenLLMetry's (Traceloop), OpenTelemetry's official GenAI ones.
+  memory: OpenInference's, OpenLLMetry's (Traceloop), OpenTelemetry's official GenAI ones, and a
+  framework's own OpenTelemetry spans where it has them (``own OTel``: Pydantic AI, Agent Framework).
 
 The measure is process CPU time (all threads) per agent step. ``x in-app`` = (configuration -
 uninstrumented) / (in-app floor - uninstrumented), per repeat, median [p25-p75]; the target for
 ``default`` is at most 1.5 and below every peer. ``x floor`` (reference) divides by the tight-loop
 floor instead (``_harness.floor_cost``: the same spans created back to back).
 
-Frameworks that need an environment of their own (the Agents SDK, CrewAI, AG2) are measured by
+Frameworks that need an environment of their own (the Agents SDK, CrewAI, AG2, Google ADK) are measured by
 this script run again with ``.venv-<framework>/bin/python`` (``--json``), and their rows merged.
 Run: ``python benchmarks/overhead.py [--repeats N] [--framework F]``.
 """
@@ -87,6 +88,48 @@ def _openllmetry_agents(provider: Any) -> Callable[[], None]:
     return instrumentor.uninstrument
 
 
+def _pydantic_ai_own(processor: str | None) -> Callable[[Any], Callable[[], None]]:
+    """Pydantic AI's own OTel instrumentation (``Agent.instrument_all``, content on) into the provider,
+    with ``processor`` (``module:Class``, a span processor that rewrites its spans) added first."""
+
+    def on(provider: Any) -> Callable[[], None]:
+        from pydantic_ai import Agent
+        from pydantic_ai.models.instrumented import InstrumentationSettings
+
+        if processor is not None:
+            module, cls = processor.split(":")
+            provider.add_span_processor(getattr(__import__(module, fromlist=[cls]), cls)())
+        Agent.instrument_all(InstrumentationSettings(tracer_provider=provider, include_content=True))
+        return lambda: Agent.instrument_all(False)
+
+    return on
+
+
+def _agent_framework_own(processor: str | None) -> Callable[[Any], Callable[[], None]]:
+    """Agent Framework's own spans (on by default, through ``observability.get_tracer``, the global
+    provider's) into the provider, sensitive data (content) on; ``processor`` as above."""
+
+    def on(provider: Any) -> Callable[[], None]:
+        from agent_framework import observability
+
+        if processor is not None:
+            module, cls = processor.split(":")
+            provider.add_span_processor(getattr(__import__(module, fromlist=[cls]), cls)())
+        settings, original = observability.OBSERVABILITY_SETTINGS, observability.get_tracer
+        sensitive = settings.enable_sensitive_data
+        tracer = provider.get_tracer("agent_framework")
+        observability.get_tracer = lambda *args, **kwargs: tracer  # type: ignore[assignment]
+        settings.enable_sensitive_data = True
+
+        def off() -> None:
+            observability.get_tracer = original  # type: ignore[assignment]
+            settings.enable_sensitive_data = sensitive
+
+        return off
+
+    return on
+
+
 #: framework -> peer name -> (module that must be importable, instrument-with-provider returning its undo).
 PEERS: dict[str, dict[str, tuple[str, Callable[[Any], Callable[[], None]]]]] = {
     "autogen": {"OpenInference": ("openinference.instrumentation.autogen_agentchat", _openinference(
@@ -110,6 +153,22 @@ PEERS: dict[str, dict[str, tuple[str, Callable[[Any], Callable[[], None]]]]] = {
     },
     "ag2": {"OpenInference": ("openinference.instrumentation.ag2",
                               _openinference("openinference.instrumentation.ag2", "AG2Instrumentor"))},
+    # OpenInference's Pydantic AI and Agent Framework packages are span processors rewriting the
+    # framework's own spans: measured as the framework's own instrumentation plus the processor.
+    "pydantic-ai": {
+        "own OTel": ("pydantic_ai", _pydantic_ai_own(None)),
+        "OpenInference": ("openinference.instrumentation.pydantic_ai", _pydantic_ai_own(
+            "openinference.instrumentation.pydantic_ai:OpenInferenceSpanProcessor")),
+    },
+    "agent-framework": {
+        "own OTel": ("agent_framework", _agent_framework_own(None)),
+        "OpenInference": ("openinference.instrumentation.agent_framework", _agent_framework_own(
+            "openinference.instrumentation.agent_framework:AgentFrameworkToOpenInferenceProcessor")),
+    },
+    "smolagents": {"OpenInference": ("openinference.instrumentation.smolagents", _openinference(
+        "openinference.instrumentation.smolagents", "SmolagentsInstrumentor"))},
+    "google-adk": {"OpenInference": ("openinference.instrumentation.google_adk", _openinference(
+        "openinference.instrumentation.google_adk", "GoogleADKInstrumentor"))},
 }
 #: Peers that exist for a framework but are not measured here, and why.
 NOT_MEASURED = {

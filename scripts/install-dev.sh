@@ -57,7 +57,7 @@ declare -A PEERS=(
   [openai-agents]="openinference-instrumentation-openai-agents==2.6.0 opentelemetry-instrumentation-openai-agents==0.62.4"
   [ag2]="openinference-instrumentation-ag2==0.1.12"
   [crewai]="openinference-instrumentation-crewai==1.1.21 opentelemetry-instrumentation-crewai==0.62.4"
-  [google-adk]=""
+  [google-adk]="openinference-instrumentation-google-adk==1.0.5"
 )
 for fw in openai-agents ag2 crewai google-adk; do
   [[ -x .venv-$fw/bin/python ]] || "$PY" -m venv ".venv-$fw"
