@@ -359,50 +359,74 @@ def write_errors(result: Any, path: str) -> None:
 
 
 def add_import(subparsers: Any) -> None:
+    from aegis_probe.executors import add_executor_arguments
+
     p = subparsers.add_parser("import", help="import a dataset or traces as trajectory JSON lines",
                               description="Import a public attribution dataset (Who&When, Aegis, TracerTraj, TRAIL) "
                                           "or traces (OTLP/JSON, Jaeger API) into trajectory JSON lines. A record "
-                                          "read twice (twice in one input, or one input given twice) is written once.")
+                                          "read twice (twice in one input, or one input given twice) is written once. "
+                                          "With --executor ray, each store (a folder of stores: every store below "
+                                          "it) is converted in a Ray task, the results written in order.")
     add_source_args(p, many=True)
     p.add_argument("-o", "--out", required=True, help="output .jsonl of trajectories (.jsonl.gz: gzipped)")
     p.add_argument("--errors", help="also write the import errors (file, record, message) as JSON here")
     add_progress_arg(p)
+    add_executor_arguments(p)
     p.set_defaults(func=_run_import)
 
 
 def _run_import(args: argparse.Namespace) -> int:
     """Write the trajectories as they are read (a trace store trace by trace: memory does not grow
-    with it), each record once; the output takes its place only when every source imported."""
+    with it; on Ray, shard by shard), each record once; the output takes its place only when every
+    source imported."""
+    from .files import write_rows
     from .importers import ImportResult
-    from .importers.base import identity
-    from .importers.native import write
 
     result = ImportResult()
     counts = {"written": 0, "skipped": 0}
 
-    def trajectories() -> Iterator[Any]:
+    def lines() -> Iterator[str]:
         seen: set[tuple[str, str]] = set()
-        for source in args.source:
-            found = ImportResult()
-            for traj in stream_source(source, args.format, args.labels_dir, progress=not args.no_progress, result=found):
-                key = identity(traj)
+        for source, found, rows in _imported(args):
+            for key, line in rows:
                 if key in seen:
                     counts["skipped"] += 1
                     continue
                 seen.add(key)
                 counts["written"] += 1
-                yield traj
+                yield line
             result.extend(found)
             report_import(found, source, args.format)
 
     try:
-        write(trajectories(), args.out)
+        write_rows(lines(), args.out)
     finally:  # also when nothing imported: the errors say why
         if args.errors:
             write_errors(result, args.errors)
     duplicates = f" ({counts['skipped']} duplicate records skipped)" if counts["skipped"] else ""
     print(f"wrote {counts['written']} trajectories to {args.out}{duplicates}")
     return 0
+
+
+def _imported(args: argparse.Namespace) -> Iterator[tuple[str, Any, Iterator[tuple[tuple[str, str], str]]]]:
+    """``(source, its ImportResult, its (identity, JSON line) rows)`` of each source in order; the
+    result is complete once its rows are consumed. Local: streamed; ``--executor ray``: each
+    shard (:mod:`.importers.shards`) converted in a Ray task."""
+    from aegis_probe.executors import RayExecutor, executor_from_args
+
+    from .importers import ImportResult
+    from .importers.base import identity
+    from .importers.shards import in_order
+
+    executor = executor_from_args(args)
+    if isinstance(executor, RayExecutor):
+        for done in in_order(executor, args.source, args.format, args.labels_dir):
+            yield done.source, done.result, iter(done.rows)
+        return
+    for source in args.source:
+        found = ImportResult()
+        trajs = stream_source(source, args.format, args.labels_dir, progress=not args.no_progress, result=found)
+        yield source, found, ((identity(t), t.model_dump_json(exclude_none=True)) for t in trajs)
 
 
 def local_tokenizer(path: str) -> Any:
