@@ -29,9 +29,13 @@ def _shape(spans: Any) -> list[tuple[Any, ...]]:
             for s in sorted(spans, key=lambda s: s.start_time)]
 
 
-@pytest.mark.parametrize("framework", ["autogen", "camel"])
+MODULES = {"autogen": "autogen_agentchat", "camel": "camel", "pydantic-ai": "pydantic_ai",
+           "agent-framework": "agent_framework", "smolagents": "smolagents"}
+
+
+@pytest.mark.parametrize("framework", list(MODULES))
 def test_the_in_app_floor_makes_the_runs_spans_one_share_per_model_call(framework: str) -> None:
-    pytest.importorskip({"autogen": "autogen_agentchat", "camel": "camel"}[framework])
+    pytest.importorskip(MODULES[framework])
     app = APPS[framework]()
     provider, exporter = memory_provider()
     target = app.build(STEPS)
