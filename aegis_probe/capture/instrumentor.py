@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, Collection
+from typing import Any, ClassVar, Collection
 
 import wrapt
 from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
@@ -22,9 +22,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from .adapter import ADAPTERS, AUTO_PROBES, get_adapter
 from ..config import ENV_TRACE_DIR
-
-if TYPE_CHECKING:
-    from .probe import Probe, ProbeSetup
+from .probe import GLOBAL_UNINSTALLERS, Probe, ProbeSetup
 
 logger = logging.getLogger("aegis_probe")
 
@@ -116,8 +114,6 @@ class AegisInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         The provider is chosen at the first such import, so a global provider set after
         ``instrument()`` but before the app imports its framework is the one used.
         """
-        from .probe import ProbeSetup
-
         with self._lock:
             if generation != getattr(self, "_generation", None) or name in AUTO_PROBES:
                 return  # uninstrumented (or re-instrumented) before the app imported the framework, or
@@ -167,6 +163,18 @@ def _framework_instrumentor(framework: str) -> type[AegisInstrumentor]:
 #: pyproject's ``opentelemetry_instrumentor`` entry points name (tests/test_coexist.py checks both agree).
 FRAMEWORK_INSTRUMENTORS: dict[str, type[AegisInstrumentor]] = {name: _framework_instrumentor(name) for name in ADAPTERS}
 globals().update({cls.__name__: cls for cls in FRAMEWORK_INSTRUMENTORS.values()})
+
+
+def _uninstrument_all() -> None:
+    """Uninstrument every aegis instrumentor that is instrumented (for ``aegis_probe.uninstrument()``)."""
+    instrumentors: list[type[AegisInstrumentor]] = [AegisInstrumentor, *FRAMEWORK_INSTRUMENTORS.values()]
+    for cls in instrumentors:
+        if cls().is_instrumented_by_opentelemetry:
+            cls().uninstrument()
+
+
+GLOBAL_UNINSTALLERS.append(_uninstrument_all)
+
 
 _SETUP_ARGS = frozenset({"tracer_provider", "meter_provider", "capture_content", "store", "exporter", "redact",
                          "service_name", "keep_successes", "logger_provider", "root_messages"})

@@ -500,14 +500,15 @@ def global_meter_provider_set() -> bool:
     return not isinstance(metrics.get_meter_provider(), metrics_internal._ProxyMeterProvider)
 
 
+#: What :func:`uninstrument` undoes besides the probes: the zero-code instrumentors register
+#: theirs when their module is imported (:mod:`.instrumentor`), so this module never imports it.
+GLOBAL_UNINSTALLERS: list[Callable[[], None]] = []
+
+
 def uninstrument() -> None:
     """Uninstrument every probe (trace-every-app mode too) and restore every patched original."""
-    from .instrumentor import FRAMEWORK_INSTRUMENTORS, AegisInstrumentor
-
-    instrumentors: list[type[AegisInstrumentor]] = [AegisInstrumentor, *FRAMEWORK_INSTRUMENTORS.values()]
-    for cls in instrumentors:
-        if cls().is_instrumented_by_opentelemetry:
-            cls().uninstrument()
+    for undo in list(GLOBAL_UNINSTALLERS):
+        undo()
     with _probes_lock:
         probes = list(_probes)
     for probe in probes:
