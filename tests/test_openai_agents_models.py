@@ -84,7 +84,12 @@ def run_streamed(app: Any, task: str) -> str | None:
     return None if output is None else str(output)
 
 
-RUNS = {"run": demo.run_app, "streamed": run_streamed}
+def run_plain(app: Any, task: str) -> str | None:
+    """The demo's own ``Runner.run`` (looked up when called: the module imports it only where the SDK is)."""
+    return demo.run_app(app, task)
+
+
+RUNS = {"run": run_plain, "streamed": run_streamed}
 BUILDS = {"responses": build_default, "chat_completions": build_chat}
 
 
