@@ -12,7 +12,7 @@ failure and no clean run: every builder skips it.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from aegis_probe.trajectory import Trajectory
 
@@ -79,41 +79,47 @@ def target_text(traj: Trajectory, target: Target, *, reasoning: bool = False) ->
     return format_agent_step(fault.agent, fault.step, fault_reason(fault) if reasoning else None)
 
 
-def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
-              tokenizer: Any = None, reasoning: bool = False) -> list[dict[str, Any]]:
-    """Chat rows ``{"id", "source", "messages": [system, user, assistant]}``.
+def sft_rows(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
+             tokenizer: Any = None, reasoning: bool = False) -> Iterator[dict[str, Any]]:
+    """Chat rows ``{"id", "source", "messages": [system, user, assistant]}``, one trajectory at a time.
 
     ``reasoning=True`` (agent_step only) puts the label's reason in a ``<think>`` block before
     ``<answer>agent|step</answer>``, the format the AgenTracer reward checks.
     """
-    rows = []
     for traj in trajs:
         answer = None if recovered(traj) else target_text(traj, target, reasoning=reasoning)
         if answer is None:
             continue
         messages = prompt_messages(traj, target, max_tokens=max_tokens, tokenizer=tokenizer)
-        rows.append({"id": row_id(traj), "source": source_of(traj),
-                     "messages": messages + [{"role": "assistant", "content": answer}]})
-    return rows
+        yield {"id": row_id(traj), "source": source_of(traj),
+               "messages": messages + [{"role": "assistant", "content": answer}]}
 
 
-def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
-               tokenizer: Any = None) -> list[dict[str, Any]]:
+def build_sft(trajs: Iterable[Trajectory], target: Target = "pairs", **options: Any) -> list[dict[str, Any]]:
+    """:func:`sft_rows` as a list."""
+    return list(sft_rows(trajs, target, **options))
+
+
+def grpo_rows(trajs: Iterable[Trajectory], target: Target = "pairs", *, max_tokens: int = 4096,
+              tokenizer: Any = None) -> Iterator[dict[str, Any]]:
     """Rows ``{"id", "source", "prompt": [system, user], "gold_pairs", "gold_agent", "gold_step"}``;
     ``gold_pairs`` is ``[[agent, mode or None], ...]``, the others come from the decisive fault. For
     ``agent_step``, trajectories without an agent and step label are skipped, as for SFT (the
-    prompt says the run failed, and no answer could earn a reward)."""
-    rows = []
+    prompt says the run failed, and no answer could earn a reward). One trajectory at a time."""
     for traj in trajs:
         if recovered(traj) or (target == "agent_step" and target_text(traj, target) is None):
             continue
         gold = gold_attribution(traj)
-        rows.append({
+        yield {
             "id": row_id(traj), "source": source_of(traj),
             "prompt": prompt_messages(traj, target, max_tokens=max_tokens, tokenizer=tokenizer),
             "gold_pairs": [[a, m] for a, m in gold.pairs], "gold_agent": gold.agent, "gold_step": gold.step,
-        })
-    return rows
+        }
+
+
+def build_grpo(trajs: Iterable[Trajectory], target: Target = "pairs", **options: Any) -> list[dict[str, Any]]:
+    """:func:`grpo_rows` as a list."""
+    return list(grpo_rows(trajs, target, **options))
 
 
 def dcl_row(traj: Trajectory) -> dict[str, Any]:
@@ -132,12 +138,18 @@ def dcl_row(traj: Trajectory) -> dict[str, Any]:
     }
 
 
-def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
+def dcl_rows(trajs: Iterable[Trajectory]) -> Iterator[dict[str, Any]]:
     """Training rows ``{"id", "group", "task", "turns": [{"agent", "text"}], "label_agents", "label_modes",
     "label_pairs", "label_step", "positive"}`` (:func:`dcl_row`; recovered runs skipped); ``label_pairs``
     are the labelled ``[agent, mode]`` pairs (an agent may have several modes; null when a faulty agent
-    has no mode); ``positive`` marks clean runs, the others of a group are negatives."""
-    return [dcl_row(traj) for traj in trajs if not recovered(traj)]
+    has no mode); ``positive`` marks clean runs, the others of a group are negatives. One
+    trajectory at a time: a group is a row's field, grouped by the trainer, so nothing is held."""
+    return (dcl_row(traj) for traj in trajs if not recovered(traj))
+
+
+def build_dcl(trajs: Iterable[Trajectory]) -> list[dict[str, Any]]:
+    """:func:`dcl_rows` as a list."""
+    return list(dcl_rows(trajs))
 
 
 def to_hf_dataset(rows: list[dict[str, Any]]) -> Any:
@@ -148,3 +160,5 @@ def to_hf_dataset(rows: list[dict[str, Any]]) -> Any:
 
 
 BUILDERS = {"sft": build_sft, "grpo": build_grpo, "dcl": build_dcl}
+#: The row generators of ``train build``, which writes rows as they are made.
+ROWS: dict[str, Callable[..., Iterator[dict[str, Any]]]] = {"sft": sft_rows, "grpo": grpo_rows, "dcl": dcl_rows}

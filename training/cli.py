@@ -460,35 +460,77 @@ def add_build(subparsers: Any) -> None:
 
 
 def _run_build(args: argparse.Namespace) -> int:
+    """Build rows as the trajectories are read (a trace store trace by trace) and write them as
+    they are made: memory does not grow with the input, but for ``--hf-dir`` (a dataset is made
+    from rows in memory). Each record once, as ``import`` keeps it; recovered runs skipped."""
     from tqdm import tqdm
 
     from . import builders
     from .answers import recovered
     from .files import replacing_dir, write_rows
 
-    result = load_source(args)
-    trajs = tqdm(result.trajectories, desc=f"build {args.kind}", unit="traj", file=sys.stderr, disable=args.no_progress)
+    counts = {"rows": 0, "recovered": 0}
+
+    def trajectories() -> Iterator[Any]:
+        for traj in tqdm(_distinct(args), desc=f"build {args.kind}", unit="traj", file=sys.stderr,
+                         disable=args.no_progress):
+            counts["recovered"] += recovered(traj)
+            yield traj
+
     if args.kind == "dcl":
-        rows = builders.build_dcl(trajs)
+        rows = builders.ROWS["dcl"](trajectories())
     else:
-        tokenizer = None
-        if args.tokenizer:
-            tokenizer = local_tokenizer(args.tokenizer)
+        tokenizer = local_tokenizer(args.tokenizer) if args.tokenizer else None
         options: dict[str, Any] = {"max_tokens": args.max_tokens, "tokenizer": tokenizer}
         if args.kind == "sft":
             options["reasoning"] = args.reasoning
-        builder: Any = builders.BUILDERS[args.kind]  # sft or grpo (dcl takes no target)
-        rows = builder(trajs, args.target, **options)
-    skipped = sum(map(recovered, result.trajectories))
-    if skipped:
-        print(f"{args.source}: {skipped} recovered runs skipped (a labelled fault, yet the run succeeded)", file=sys.stderr)
-    if not rows:  # --target agent_step on runs without agent and step labels (Aegis, clean runs); recovered runs
-        what = "is a failure or a clean run" if args.kind == "dcl" else f"has an agent and step label for --target {args.target}"
-        raise ValueError(f"{args.source}: no trajectory {what}" + (f" ({skipped} recovered runs skipped)" if skipped else "")
-                         + f"; {args.out} not written")
-    with ExitStack() as done:  # the dataset takes its place once the rows are written too
-        if args.hf_dir:
-            builders.to_hf_dataset(rows).save_to_disk(str(done.enter_context(replacing_dir(args.hf_dir))))
-        write_rows(rows, args.out)
-    print(f"wrote {len(rows)} {args.kind} rows to {args.out}")
+        rows = builders.ROWS[args.kind](trajectories(), args.target, **options)
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for row in rows:
+            counts["rows"] += 1
+            yield row
+        skipped = counts["recovered"]
+        if skipped:
+            print(f"{args.source}: {skipped} recovered runs skipped (a labelled fault, yet the run succeeded)",
+                  file=sys.stderr)
+        if not counts["rows"]:  # --target agent_step on runs without agent and step labels (Aegis, clean runs)
+            what = ("is a failure or a clean run" if args.kind == "dcl"
+                    else f"has an agent and step label for --target {args.target}")
+            raise ValueError(f"{args.source}: no trajectory {what}"
+                             + (f" ({skipped} recovered runs skipped)" if skipped else "") + f"; {args.out} not written")
+
+    if args.hf_dir:
+        held = list(checked())
+        with ExitStack() as done:  # the dataset takes its place once the rows are written too
+            builders.to_hf_dataset(held).save_to_disk(str(done.enter_context(replacing_dir(args.hf_dir))))
+            write_rows(held, args.out)
+    else:
+        write_rows(checked(), args.out)
+    print(f"wrote {counts['rows']} {args.kind} rows to {args.out}")
     return 0
+
+
+def _distinct(args: argparse.Namespace) -> Iterator[Any]:
+    """The trajectories of ``args.source`` as they are read (:func:`stream_source`), each record
+    once (as ``import`` keeps them, saying how many were skipped); the import is reported (:func:`report_import`)
+    once the source is read."""
+    from .importers import ImportResult
+    from .importers.base import identity
+
+    found = ImportResult()
+    seen: set[tuple[str, str]] = set()
+    skipped = 0
+    for traj in stream_source(args.source, args.format, getattr(args, "labels_dir", None),
+                              progress=not args.no_progress, result=found):
+        key = identity(traj)
+        if key in seen:
+            skipped += 1
+            continue
+        seen.add(key)
+        yield traj
+    report_import(found, args.source, args.format)
+    if skipped:
+        print(f"{args.source}: {skipped} duplicate records skipped", file=sys.stderr)
+
+
