@@ -145,7 +145,12 @@ def test_price_table_matches_dated_and_prefixed_names_only():
     assert table.price("gpt-4o-mini-2024-07-18") == table.price("gpt-4o-mini") != table.price("gpt-4o")
     assert table.price("claude-3-5-sonnet-20241022") == table.price("claude-3-5-sonnet")
     assert table.price("gemini-2.0-flash-001") == table.price("gemini-2.0-flash")
-    for unknown in ("aegis-scripted", "gpt-4o-turbo-ultra", "my-gpt-4o", "", None):
+    # a dated snapshot lands on its own model, never on the shorter neighbour's row
+    assert table.price("claude-sonnet-4-5-20250929") == table.price("claude-sonnet-4-5") is not None
+    assert table.price("claude-haiku-4-5-20251001").input == 1.0 != table.price("claude-3-5-haiku").input
+    assert table.price("claude-opus-4-5-20251101").input == 5.0 != table.price("claude-opus-4").input
+    assert table.price("gpt-5.4-nano-2026-03-17") == table.price("gpt-5.4-nano") != table.price("gpt-5-nano")
+    for unknown in ("aegis-scripted", "gpt-4o-turbo-ultra", "my-gpt-4o", "gpt-4o-pro", "claude-sonnet-4-9", "", None):
         assert table.price(unknown) is None
     assert table.cost("aegis-scripted", input_tokens=10, output_tokens=5) is None  # never a guess
     assert table.cost("gpt-4o", input_tokens=None, output_tokens=None) is None  # no usage, no cost
