@@ -44,6 +44,7 @@ from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, sub
 from aegis_probe.capture.coexist import SILENT
 from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks
 from aegis_probe.capture.jsontext import json_text
+from aegis_probe.capture.messages import SharedMessage
 from aegis_probe.capture.spans import (
     RunScope,
     StepScope,
@@ -120,8 +121,66 @@ def _as_messages(messages: Any) -> list[Any]:
     return [m if isinstance(m, Message) else Message("user", [m]) for m in items]
 
 
+# A workflow hands every step new ``Message`` objects around the same ``Content`` objects (the
+# conversation is copied message by message, its contents are not), so the neutral form of a message
+# is kept per run keyed by its role and its contents' identities (the entry holds the contents: an
+# id is not reused while kept; the framework replaces contents rather than change them in place).
+# Messages whose neutral values are all strings (text, tool results) are shared as
+# ``SharedMessage``s, the same objects every step, so ``encode_messages`` extends the last
+# prompt's JSON; tool-call messages are converted every time. Kept in the run's caches
+# (``RunScope.caches``), let go of when it ends.
+_Shared = dict[tuple[Any, ...], tuple[tuple[Any, ...], list[SharedMessage]]]
+_SHARED_MAX = 4096  # messages per run
+
+
+def _run_shared() -> _Shared | None:
+    """The calling run's shared messages; None outside runs."""
+    run = current_run()
+    if run is None:
+        return None
+    shared = run.caches.get(FRAMEWORK)
+    if shared is None:
+        shared = run.caches[FRAMEWORK] = {}
+    return shared  # type: ignore[no-any-return]
+
+
+def _converted(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """``Message``s in neutral form (text messages and tool results shared within the run)."""
+    shared = _run_shared()
+    if shared is None:
+        return [d for m in messages for d in message_dicts(m)]
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        contents = m.contents
+        key = (m.role, *map(id, contents))
+        entry = shared.get(key)
+        if entry is not None:
+            out.extend(entry[1])
+            continue
+        dicts = message_dicts(m)
+        if all(type(v) is str for d in dicts for v in d.values()):
+            if len(shared) >= _SHARED_MAX:
+                shared.clear()
+            entry = shared[key] = (tuple(contents), [SharedMessage(d) for d in dicts])
+            out.extend(entry[1])
+        else:
+            out.extend(dicts)
+    return out
+
+
+def _system_message(instructions: str) -> dict[str, Any]:
+    """The instructions as a system message (shared within the run)."""
+    shared = _run_shared()
+    if shared is None:
+        return {"role": "system", "content": instructions}
+    entry = shared.get(("system", instructions))
+    if entry is None:
+        entry = shared[("system", instructions)] = ((), [SharedMessage(role="system", content=instructions)])
+    return entry[1][0]
+
+
 def neutral_messages(messages: Any) -> list[dict[str, Any]]:
-    return [d for m in _as_messages(messages) for d in message_dicts(m)]
+    return _converted(_as_messages(messages))
 
 
 def _instructions(options: Mapping[str, Any]) -> str | None:
@@ -182,7 +241,7 @@ def _usage(response: LLMResponse) -> Any:
 
 
 def _neutral_response(messages: Sequence[Any], usage: Mapping[str, Any] | None, **fields: Any) -> LLMResponse:
-    neutral = [d for m in messages for d in message_dicts(m) if d["role"] == "assistant"]
+    neutral = [d for d in _converted(messages) if d["role"] == "assistant"]
     texts = [d["content"] for d in neutral if d.get("content")]
     usage = usage or {}
     return LLMResponse(
@@ -224,7 +283,7 @@ class AgentFrameworkCodec:
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         instructions = _instructions(self._options(kwargs))
-        system = [{"role": "system", "content": instructions}] if instructions else []
+        system = [_system_message(instructions)] if instructions else []
         return system + neutral_messages(call_arg(args, kwargs, "messages", 0))
 
     def with_request(
@@ -322,7 +381,7 @@ def _agent_name(agent: Any) -> str:
 
 def _step_output(response: Any) -> list[dict[str, Any]] | None:
     messages = getattr(response, "messages", None)
-    return None if messages is None else [d for m in messages for d in message_dicts(m)]
+    return None if messages is None else _converted(messages)
 
 
 class _Decision(NamedTuple):
