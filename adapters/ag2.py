@@ -40,7 +40,7 @@ from opentelemetry import context as otel_context
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg
-from aegis_probe.adapters.ag2_models import ModelClientSeam, to_neutral
+from aegis_probe.adapters.ag2_models import ModelClientSeam, neutral_messages, to_neutral
 from aegis_probe.capture.messages import content_text
 from aegis_probe.capture.spans import (
     Actor,
@@ -108,7 +108,7 @@ def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, a
         func = entry["reply_func"]
         if func in (exclude or ()) or func in skipped or (not asynchronous and inspect.iscoroutinefunction(func)):
             continue
-        if not agent._match_trigger(entry["trigger"], sender):
+        if not _matches(agent, entry["trigger"], sender):
             continue
         if func not in checks:
             return False
@@ -116,6 +116,27 @@ def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, a
         limit = agent._max_consecutive_auto_reply_dict.get(sender, agent.max_consecutive_auto_reply())
         return bool(replies >= limit or agent._is_termination_msg(messages[-1]))
     return False
+
+
+#: (trigger class, sender class) -> whether a sender of that class matches (bounded: cleared when full).
+_TYPE_MATCHES: dict[tuple[type, type], bool] = {}
+
+
+def _matches(agent: Any, trigger: Any, sender: Any) -> bool:
+    """``agent._match_trigger(trigger, sender)``, a class trigger's answer remembered per sender class:
+    ag2's own reply functions' trigger is ``[Agent, None]``, and ``Agent`` is a runtime-checkable
+    protocol, whose ``isinstance`` check walks its members every time."""
+    if isinstance(trigger, list):
+        return any(_matches(agent, t, sender) for t in trigger)
+    if isinstance(trigger, type) and sender is not None:
+        key = (trigger, type(sender))
+        hit = _TYPE_MATCHES.get(key)
+        if hit is None:
+            if len(_TYPE_MATCHES) >= 256:
+                _TYPE_MATCHES.clear()
+            hit = _TYPE_MATCHES[key] = isinstance(sender, trigger)
+        return hit
+    return bool(agent._match_trigger(trigger, sender))
 
 
 def _fail_run(run: RunScope, exc: BaseException) -> None:
@@ -257,7 +278,7 @@ class AG2Adapter(Adapter):
             if _ends_silently(agent, messages, sender, call_arg(args, kwargs, "exclude", 2), asynchronous):
                 return None
             two_party = not isinstance(sender, GroupChatManager)
-            shown = [to_neutral(m) for m in _unseen(messages, agent, two_party)]
+            shown = neutral_messages(_unseen(messages, agent, two_party))
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=getattr(agent, "description", None))
         except Exception:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg
 from aegis_probe.capture.interception import LLMResponse, call_llm
-from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.messages import SharedMessage, content_text
 from aegis_probe.capture.openai_shape import completion_usage, openai_messages, openai_tool_calls
 from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call, log_hook_error
 from aegis_probe.capture.usage import openai_usage
@@ -81,6 +81,28 @@ def _snapshot(message: Any) -> Any:
     if not isinstance(message, dict):
         return message
     return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in message.items()}
+
+
+def neutral_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Neutral messages of ag2 messages, inside a run as :class:`SharedMessage`s converted once.
+
+    ag2 keeps a conversation's message dicts and sends them again on every call: each is converted
+    once per run (while equal to its snapshot), so a call or a step costs its new messages, and
+    the same shared messages keep their JSON and let a prompt's be reused (messages.encode_messages).
+    """
+    run = current_run()
+    if run is None:
+        return [to_neutral(m) for m in messages]
+    seen = run.caches.get("ag2.messages") or run.caches.setdefault("ag2.messages", {})
+    if len(seen) > _SEEN_MAX:
+        seen.clear()
+    out = []
+    for m in messages:
+        hit = seen.get(id(m))
+        if hit is None or hit[0] is not m or hit[1] != m:
+            hit = seen[id(m)] = (m, _snapshot(m), SharedMessage(to_neutral(m)))
+        out.append(hit[2])
+    return out
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -163,23 +185,7 @@ class ModelClientCodec:
                 sc.PROVIDER: sc.provider_name(url, self.provider)}
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        messages = self._params(args, kwargs).get("messages") or ()
-        run = current_run()
-        if run is None:
-            return [to_neutral(m) for m in messages]
-        # ag2 keeps a conversation's message dicts and sends them again on every call: each is
-        # converted once per run (while equal to its snapshot), so a call costs its new messages
-        # and the same neutral dicts let the prompt's JSON be reused (messages.encode_messages).
-        seen = run.caches.get("ag2.messages") or run.caches.setdefault("ag2.messages", {})
-        if len(seen) > _SEEN_MAX:
-            seen.clear()
-        out = []
-        for m in messages:
-            hit = seen.get(id(m))
-            if hit is None or hit[0] is not m or hit[1] != m:
-                hit = seen[id(m)] = (m, _snapshot(m), to_neutral(m))
-            out.append(hit[2])
-        return out
+        return neutral_messages(self._params(args, kwargs).get("messages") or ())
 
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]

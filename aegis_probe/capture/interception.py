@@ -185,7 +185,9 @@ class _Prepared:
         if not probe.interceptors:
             return
         original = self.call.messages
-        self.call.messages = [dict(m) for m in original]  # interceptors edit copies, never shared messages
+        # interceptors edit copies, never shared messages (nor their tool calls)
+        self.call.messages = [{**m, "tool_calls": [dict(c) for c in m["tool_calls"]]} if m.get("tool_calls") else dict(m)
+                              for m in original]
         for icpt in probe.interceptors:
             self.short_circuit = icpt.before(self.call)
             if self.short_circuit is not None:

@@ -45,7 +45,8 @@ def content_text(content: Any) -> str:
 
 
 class SharedMessage(dict):
-    """A neutral message an adapter reuses across calls and never mutates (only ``str`` values).
+    """A neutral message an adapter reuses across calls and never mutates (``str`` values, and
+    ``tool_calls`` a list of dicts: interceptors get copies of those too).
 
     Its JSON is kept on the object, so encoding a long conversation of them costs one attribute
     read per message. Interceptors are given plain-``dict`` copies.
