@@ -42,7 +42,7 @@ from asyncio import CancelledError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
-from aegis_probe.adapters.openai_agents_items import _parts, _text, item_message
+from aegis_probe.adapters.openai_agents_items import _parts, _text, run_item_messages
 from aegis_probe.adapters.openai_agents_model import ModelSeam
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
@@ -64,17 +64,6 @@ if TYPE_CHECKING:
     from aegis_probe.capture.probe import Probe
 
 FRAMEWORK = "openai-agents"
-
-
-def _messages(items: Any) -> list[dict[str, Any]]:
-    out = []
-    for item in items:
-        if getattr(item, "type", None) == "tool_approval_item":  # a tool call awaiting approval: no message
-            continue
-        message = item_message(item.to_input_item() if hasattr(item, "to_input_item") else item)
-        if message is not None:
-            out.append(message)
-    return out
 
 
 #: Run items an agent's own model produced (what it has seen); its tools' outputs are new to its next turn.
@@ -104,7 +93,7 @@ def _task_text(task: Any) -> str | None:
         task = task._original_input
     if isinstance(task, str):
         return task
-    return next((m["content"] for m in reversed(_messages(task or ())) if m["role"] == "user"), None)
+    return next((m["content"] for m in reversed(run_item_messages(task or ())) if m["role"] == "user"), None)
 
 
 def _conversation(kwargs: dict) -> str | None:
@@ -344,7 +333,7 @@ class OpenAIAgentsAdapter(Adapter):
             return None
         try:
             agent = bindings.public_agent
-            shown = _messages(_unseen(original_input, generated_items, agent.name))
+            shown = run_item_messages(_unseen(original_input, generated_items, agent.name))
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=agent.handoff_description)
         except Exception:
@@ -354,7 +343,7 @@ class OpenAIAgentsAdapter(Adapter):
     @staticmethod
     def _turn_finisher(step: StepScope) -> Callable[[Any], None]:
         def finish(result: Any) -> None:
-            output = _messages(getattr(result, "new_step_items", ()))
+            output = run_item_messages(getattr(result, "new_step_items", ()))
             next_step = getattr(result, "next_step", None)
             new_agent = getattr(next_step, "new_agent", None)
             if new_agent is not None:

@@ -3,10 +3,11 @@ in neutral message form, shared by the adapter's steps and its model-call seam."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from aegis_probe.capture.jsontext import json_text
-from aegis_probe.capture.messages import content_text
+from aegis_probe.capture.messages import SharedMessage, content_text
+from aegis_probe.capture.spans import current_run
 
 
 #: Responses-format content parts that carry text, and the field that holds it.
@@ -72,3 +73,62 @@ def item_message(item: Any) -> dict[str, Any] | None:
         role = "system" if item["role"] == "developer" else item["role"]
         return {"role": role, "content": _text(item.get("content"))}
     return None
+
+
+def input_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Neutral messages of a model call's input items. The SDK sends the conversation so far again on
+    every call, as new dicts: inside a run, the items equal to the start of the run's last call's
+    keep that call's :class:`SharedMessage`s, so a call converts its new items only and its
+    prompt's JSON extends the last one's (messages.encode_messages)."""
+    run = current_run()
+    if run is None:
+        return [m for m in map(item_message, items) if m is not None]
+    last_items, last = run.caches.get("openai-agents.input") or ((), ())
+    done, most = 0, min(len(items), len(last_items))
+    while done < most and items[done] == last_items[done]:
+        done += 1
+    converted = [*last[:done], *(_shared(item_message(i)) for i in items[done:])]
+    run.caches["openai-agents.input"] = (list(items), converted)
+    return [m for m in converted if m is not None]
+
+
+#: The most run items a run remembers converted (then it starts again).
+_ITEMS_MAX = 4096
+
+
+def run_item_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Neutral messages of run items (``RunItem``s, or input item dicts); inside a run each ``RunItem``
+    is converted once (its ``to_input_item`` dumps a pydantic model), as a :class:`SharedMessage`."""
+    run = current_run()
+    seen = None if run is None else run.caches.get("openai-agents.items")
+    if seen is None and run is not None:
+        seen = run.caches["openai-agents.items"] = {}
+    if seen is not None and len(seen) > _ITEMS_MAX:
+        seen.clear()
+    out = []
+    for item in items:
+        if getattr(item, "type", None) == "tool_approval_item":  # a tool call awaiting approval: no message
+            continue
+        if not hasattr(item, "to_input_item"):
+            message = item_message(item)
+        elif seen is None:
+            message = item_message(item.to_input_item())
+        else:
+            hit = seen.get(id(item))
+            if hit is None or hit[0] is not item:
+                hit = seen[id(item)] = (item, _shared(item_message(item.to_input_item())))
+            message = hit[1]
+        if message is not None:
+            out.append(message)
+    return out
+
+
+def _shared(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``message`` as a :class:`SharedMessage` (its JSON kept on it) when its fields are strings, its
+    tool calls' too."""
+    if message is None or not all(type(v) is str for k, v in message.items() if k != "tool_calls"):
+        return message
+    calls = message.get("tool_calls") or ()
+    if not all(type(v) is str for call in calls for v in call.values()):
+        return message
+    return SharedMessage(message)

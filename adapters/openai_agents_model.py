@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
-from aegis_probe.adapters.openai_agents_items import item_message
+from aegis_probe.adapters.openai_agents_items import input_messages, item_message
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg, subclasses
 from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks
+from aegis_probe.capture.messages import SharedMessage
 from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call
 from aegis_probe.modelapis.responses import response_body, stream_events, usage_body
 
@@ -130,6 +131,26 @@ def _message_id(output: Sequence[Any]) -> str:
     return next((str(_get(i, "id")) for i in output if _get(i, "type") == "message" and _get(i, "id")), None) or _fake_id()
 
 
+#: The most system messages a run remembers (then it starts again).
+_SYSTEMS_MAX = 64
+
+
+def _system(text: Any) -> dict[str, Any]:
+    """The system message of an agent's instructions; inside a run one :class:`SharedMessage` per
+    text, so each agent's prompts start with the same message (messages.encode_messages keys a
+    conversation's last prompt by it)."""
+    run = current_run()
+    if run is None or type(text) is not str:
+        return {"role": "system", "content": text}
+    systems = run.caches.get("openai-agents.system")
+    if systems is None or len(systems) >= _SYSTEMS_MAX:
+        systems = run.caches["openai-agents.system"] = {}
+    message = systems.get(text)
+    if message is None:
+        message = systems[text] = SharedMessage(role="system", content=text)
+    return message
+
+
 class ModelCodec:
     """``Model.get_response`` requests (system instructions and Responses input items) and
     ``ModelResponse`` answers, in neutral form."""
@@ -151,10 +172,10 @@ class ModelCodec:
     def request(self, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
         system = _arg(args, kwargs, "system_instructions")
         items = _arg(args, kwargs, "input")
-        messages = [{"role": "system", "content": system}] if system else []
+        messages = [_system(system)] if system else []
         if isinstance(items, str):
             return [*messages, {"role": "user", "content": items}]
-        return [*messages, *(m for m in map(item_message, items or ()) if m is not None)]
+        return [*messages, *input_messages(items or ())]
 
     def with_request(self, args: tuple, kwargs: dict, messages: Sequence[ChatMessage]) -> tuple[tuple, dict]:
         """The call with ``messages`` as its instructions and input: an input item whose message is
