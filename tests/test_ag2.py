@@ -419,3 +419,32 @@ def test_async_run_abandoned_before_its_end_ends_cancelled(model_server, tmp_pat
     seen, probe = first_event(True)
     assert seen == "TextEvent"
     the_one_run_ended_cancelled(probe, tmp_path / "store")
+
+
+
+@needs_ag2
+def test_each_message_is_converted_once_per_run(provider, exporter, tmp_path, monkeypatch):
+    """Issue 32: in a group chat the model calls' prompts and the steps' inputs share one conversion of
+    each ag2 message dict (a step converts its new messages, not the conversation so far), and each
+    prompt recorded is still the whole conversation so far."""
+    import json
+
+    from aegis_probe.adapters import ag2_models
+    from test_perf_calls import _benchmark_apps
+
+    converted = []
+    real = ag2_models.to_neutral
+    monkeypatch.setattr(ag2_models, "to_neutral", lambda m, role="user": converted.append(m) or real(m, role))
+    app, steps = _benchmark_apps().APPS["ag2"](), 20
+    manager = app.build(steps)
+    probe = aegis_probe.instrument(manager, tracer_provider=provider, store=tmp_path / "store")
+    try:
+        app.play(manager, probe, steps)
+    finally:
+        probe.uninstrument()
+    # per step at most: the new message in each agent's history and the reply; the system messages once
+    assert len(converted) <= 3 * steps + 2, len(converted)
+    prompts = [json.loads(s.attributes[sc.INPUT_MESSAGES]) for s in exporter.get_finished_spans()
+               if s.name.startswith("chat")]
+    assert [len(p) for p in prompts] == [n + 2 for n in range(steps)]  # the system message and the chat so far
+    assert prompts[-1][-1]["parts"][0]["content"] == "reply number 19, all good"

@@ -451,3 +451,33 @@ def test_streamed_run_stopped_before_its_output_ends_cancelled(how, model_server
     trace_id = the_one_run_ended_cancelled(probe, tmp_path / "store")
     if how == "cancel after turn":  # the turn it was cancelled in finished: planner's handoff
         assert [s.agent for s in probe.trajectory(trace_id).steps] == ["planner"]
+
+
+@needs_sdk
+def test_each_item_is_converted_once_per_run(provider, exporter, tmp_path, monkeypatch):
+    """Issue 32: a model call converts only the input items after those it shares with the run's last
+    call (the SDK sends the conversation so far again, as new dicts), and a step's run items are
+    converted once; each prompt recorded is still the whole conversation so far."""
+    import json
+
+    from aegis_probe.adapters import openai_agents_items
+    from test_perf_calls import _benchmark_apps
+
+    converted = []
+    real = openai_agents_items.item_message
+    monkeypatch.setattr(openai_agents_items, "item_message", lambda item: converted.append(item) or real(item))
+    app, steps = _benchmark_apps().APPS["openai-agents"](), 20
+    agent = app.build(steps)
+    probe = aegis_probe.instrument(agent, tracer_provider=provider, store=tmp_path / "store")
+    try:
+        app.play(agent, probe, steps)
+    finally:
+        probe.uninstrument()
+    # per turn: its three new items (message, handoff call, handoff output) for the model call and the steps
+    assert len(converted) <= 6 * steps, len(converted)
+    prompts = [json.loads(s.attributes[sc.INPUT_MESSAGES]) for s in exporter.get_finished_spans()
+               if s.name.startswith("chat")]
+    # the instructions, the task, then three items per earlier turn
+    assert [len(p) for p in prompts] == [2 + 3 * n for n in range(steps)]
+    assert [p[0]["parts"][0]["content"] for p in prompts[:2]] == ["You are alice.", "You are bob."]
+    assert prompts[-1][-3]["parts"][0]["content"] == "reply number 19, all good"
