@@ -17,6 +17,8 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import call_arg
 from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.capture.jsontext import json_text
+from aegis_probe.capture.messages import SharedMessage
+from aegis_probe.capture.spans import current_run
 
 #: ``types.FinishReason`` names that OpenAI (the value the other adapters record) calls otherwise.
 _FINISH_TO_OPENAI = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter"}
@@ -68,13 +70,68 @@ def _system(request: Any) -> str | None:
     return "\n".join(t for t in texts if t) or None
 
 
-def request_messages(request: Any) -> list[dict[str, Any]]:
-    """Neutral messages of an ``LlmRequest``: its system instruction, then its contents."""
-    system = _system(request)
-    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for content in getattr(request, "contents", None) or ():
-        out.extend(content_messages(content))
+# ADK builds every request's contents anew from the session's events (deep copies: new ``Content``
+# and ``Part`` objects each call), so a content's neutral messages are kept per run keyed by its
+# value (role; each part's text, thought flag, and function call or response: id, name and the
+# ``repr`` of its arguments or response), as ``SharedMessage``s: the same objects in every request
+# of the run, so a prompt's JSON extends the last one (messages.encode_messages). A content with
+# other parts (inline data, files, code) is converted every time. Kept in the run's caches
+# (``RunScope.caches``), let go of when it ends.
+_Shared = dict[tuple[Any, ...], list[SharedMessage]]
+_SHARED_MAX = 4096  # contents per run
+
+
+#: A part that is no text, function call or response: its content is not kept.
+_OTHER = object()
+
+
+def _content_key(content: Any) -> tuple[Any, ...]:
+    """``content`` by value (``_OTHER`` among its items when a part is no text, call or response)."""
+    return (content.role, *[
+        _OTHER if p.text is None and c is None and r is None
+        else (p.text, p.thought, c and (c.id, c.name, repr(c.args)), r and (r.id, r.name, repr(r.response)))
+        for p in content.parts or () for c, r in ((p.function_call, p.function_response),)])
+
+
+def _shared(shared: _Shared, key: tuple[Any, ...], messages: list[dict[str, Any]]) -> list[SharedMessage]:
+    if len(shared) >= _SHARED_MAX:
+        shared.clear()
+    out = shared[key] = [SharedMessage(m) for m in messages]
     return out
+
+
+def request_messages(request: Any) -> list[dict[str, Any]]:
+    """Neutral messages of an ``LlmRequest``: its system instruction, then its contents (inside a
+    run: each content converted once, its messages shared)."""
+    system = _system(request)
+    contents = getattr(request, "contents", None) or ()
+    run = current_run()
+    if run is None:
+        out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        for content in contents:
+            out.extend(content_messages(content))
+        return out
+    shared: _Shared | None = run.caches.get(_CACHE)
+    if shared is None:
+        shared = run.caches[_CACHE] = {}
+    out = []
+    if system:
+        key: tuple[Any, ...] | None = ("system", system)
+        out.extend(shared.get(key) or _shared(shared, key, [{"role": "system", "content": system}]))  # type: ignore[arg-type]
+    for content in contents:
+        try:
+            key = _content_key(content)
+        except AttributeError:  # not a genai Content
+            key = None
+        if key is None or _OTHER in key:
+            out.extend(content_messages(content))
+            continue
+        hit = shared.get(key)
+        out.extend(hit if hit is not None else _shared(shared, key, content_messages(content)))
+    return out
+
+
+_CACHE = "google-adk.contents"
 
 
 def _response_data(text: str) -> dict[str, Any]:

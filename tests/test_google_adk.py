@@ -250,3 +250,52 @@ def test_google_adk_blame_finds_planted_step(model_server, tmp_path):
 def test_google_adk_campaign_keeps_labelled_failures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     campaign_keeps_labelled_failures("google_adk_math.py", demo, tmp_path)
+
+
+@needs_adk
+def test_google_adk_requests_share_each_contents_messages_within_a_run(model_server, provider, tmp_path, monkeypatch):
+    """ADK rebuilds every request's contents (new objects each call): inside a run each content is
+    converted once by value, its messages the same ``SharedMessage``s in every later request (the
+    task; a tool call and its result in the step's input and its chat's), equal to a fresh conversion; a content with another kind of part
+    (inline data) is converted every time; the run's caches go when it ends."""
+    from google.adk.models.llm_request import LlmRequest
+    from google.genai import types
+
+    from aegis_probe.adapters import google_adk as adapter
+    from aegis_probe.adapters import google_adk_models as models
+    from aegis_probe.capture.messages import SharedMessage
+    from aegis_probe.capture.spans import current_run
+
+    convert, seen, runs, others = models.request_messages, [], [], []
+    image = LlmRequest(contents=[types.Content(role="user", parts=[
+        types.Part(text="look"), types.Part(inline_data=types.Blob(mime_type="image/png", data=b"x"))])])
+
+    def spy(request):
+        out = convert(request)
+        system = models._system(request)
+        fresh = ([{"role": "system", "content": system}] if system else []) + [
+            m for c in request.contents for m in models.content_messages(c)]
+        seen.append((out, fresh))
+        runs.append(current_run())
+        others.append((convert(image), convert(image)))
+        return out
+
+    monkeypatch.setattr(models, "request_messages", spy)
+    monkeypatch.setattr(adapter, "request_messages", spy)
+    app, probe = _instrumented(model_server, provider, tmp_path)
+    try:
+        assert demo.run_app(app, demo.TASK) == "FINAL ANSWER: 126"
+    finally:
+        probe.uninstrument()
+
+    assert len(seen) == 6 and all(out == fresh for out, fresh in seen)  # 3 turns: step input and chat input
+    tasks = [next(m for m in out if m["role"] == "user") for out, _ in seen]
+    assert type(tasks[0]) is SharedMessage and all(t is tasks[0] for t in tasks)
+    last = seen[-1][0]
+    call = next(m for m in last if m.get("tool_calls"))
+    result = next(m for m in last if m["role"] == "tool")
+    # the turn's step input and its chat input: one request, converted twice, the same messages
+    assert type(call) is SharedMessage and any(m is call for m in seen[-2][0]) and any(m is result for m in seen[-2][0])
+    assert all(a == b == models.content_messages(image.contents[0]) and type(a[0]) is dict for a, b in others)
+    run = runs[0]
+    assert run is not None and all(r is run for r in runs) and not run.caches  # let go when the run ended
