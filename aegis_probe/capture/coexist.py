@@ -40,12 +40,15 @@ if TYPE_CHECKING:
 
 class Other(NamedTuple):
     """An instrumentation whose spans duplicate aegis-probe's for ``frameworks`` (``*``: every one);
-    ``suppressible``: it honours OTel's suppression key (else it instruments the ``openai`` SDK)."""
+    ``suppressible``: it honours OTel's suppression key; ``openai_calls``: it instruments the
+    ``openai`` SDK's calls without honouring the key (given a non-sampled parent and the metrics).
+    One neither (OpenLLMetry's CrewAI) cannot be made to yield (docs/otel.md)."""
 
     module: str
     instrumentor: str
     frameworks: frozenset[str]
     suppressible: bool = True
+    openai_calls: bool = False
 
 
 #: The GenAI instrumentations aegis-probe knows to duplicate its spans (by module, never imported here).
@@ -54,8 +57,18 @@ OTHERS: tuple[Other, ...] = (
     Other("openinference.instrumentation.langchain", "LangChainInstrumentor", frozenset({"langgraph"})),
     Other("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", frozenset({"openai-agents"})),
     Other("openinference.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"})),
+    Other("openinference.instrumentation.ag2", "AG2Instrumentor", frozenset({"ag2"})),
+    Other("openinference.instrumentation.smolagents", "SmolagentsInstrumentor", frozenset({"smolagents"})),
+    Other("openinference.instrumentation.google_adk", "GoogleADKInstrumentor", frozenset({"google-adk"})),
     Other("openinference.instrumentation.openai", "OpenAIInstrumentor", frozenset({"*"})),
-    Other("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor", frozenset({"*"}), suppressible=False),
+    Other("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor", frozenset({"*"}), suppressible=False,
+          openai_calls=True),
+    # OpenLLMetry's: LangChain's callback handler honours the key; the OpenAI Agents SDK one is an SDK
+    # trace processor (the SDK's tracing is off inside aegis's runs: it sees nothing); CrewAI's neither.
+    Other("opentelemetry.instrumentation.langchain", "LangchainInstrumentor", frozenset({"langgraph"})),
+    Other("opentelemetry.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", frozenset({"openai-agents"}),
+          suppressible=False),
+    Other("opentelemetry.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"}), suppressible=False),
 )
 
 
@@ -108,7 +121,7 @@ def through_openai_sdk(instance: Any) -> bool:
 def hide_inside(scope: "LLMScope", instance: Any) -> None:
     """Inside ``scope`` (a model call by ``instance``), make an unsuppressible instrumentation of the
     ``openai`` SDK (openai-v2) record no span, and leave the call's metrics to it."""
-    if not any(not o.suppressible and active(o) for o in OTHERS) or not through_openai_sdk(instance):
+    if not any(o.openai_calls and active(o) for o in OTHERS) or not through_openai_sdk(instance):
         return
     own = scope.span.get_span_context()
     hidden = NonRecordingSpan(SpanContext(own.trace_id, own.span_id, False, TraceFlags(TraceFlags.DEFAULT)))
