@@ -20,8 +20,9 @@ Class-level patches, installed once:
 
 Pydantic AI's own instrumentation (``Agent(instrument=True)``, ``Agent.instrument_all()``,
 logfire) is kept out of instrumented runs: its ``Instrumentation`` capability gets, for such a run,
-a tracer that records nothing (its spans would repeat our steps, model and tool calls). Outside
-instrumented runs it works as configured.
+a tracer that records nothing (its spans would repeat our steps, model and tool calls) and
+histograms that record nothing (its token counts would repeat ours). Outside instrumented runs it
+works as configured.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import dataclasses
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Sequence
+
+from opentelemetry.metrics import Histogram, NoOpHistogram
 
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
@@ -551,12 +554,16 @@ class PydanticAIAdapter(Adapter):
         return await await_in_scope(scope, lambda: wrapped(*args, **kwargs), scope.finish, "pydantic-ai tool")
 
     async def _own_instrumentation(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """``Instrumentation.for_run``: in an instrumented run, its copy for the run records no span."""
+        """``Instrumentation.for_run``: in an instrumented run, its copy for the run records no span
+        and no metric (its token counts would repeat ours)."""
         inst = await wrapped(*args, **kwargs)
         if self._probe() is not None:
             try:
                 settings = copy.copy(inst.settings)
                 settings.tracer = SILENT
+                for name, value in list(vars(settings).items()):
+                    if isinstance(value, Histogram):
+                        setattr(settings, name, NoOpHistogram(name))
                 inst.settings = settings
             except Exception:
                 log_hook_error("pydantic-ai instrumentation")

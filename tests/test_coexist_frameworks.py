@@ -289,12 +289,11 @@ def test_coexist_main_pydantic_ai_openinference_processor(model_server):
 
     seen = _beside(demo, own, model_server, first=OpenInferenceSpanProcessor())
     assert {"invoke_agent", "chat"} <= {_kind(s) for s in seen.alone if _scope(s) == "pydantic-ai"}
-    # no span of pydantic-ai's own in the run (aegis silences its tracer); the processor rewrites aegis's
-    assert seen.of("chat") == [AEGIS] * seen.calls and set(seen.of("invoke_agent", run_only=False)) == {AEGIS}
+    # no span or token count of pydantic-ai's own in the run (aegis silences its tracer and histograms);
+    # the processor rewrites aegis's spans
+    seen.assert_yielded()
     kinds = {s.name.split()[0]: s.attributes.get("openinference.span.kind") for s in seen.spans}
     assert kinds["chat"] == "LLM" and kinds["invoke_agent"] == "AGENT"
-    # pydantic-ai's meter is not silenced: its token counts are recorded beside aegis's
-    assert seen.tokens == {AEGIS: 2 * seen.calls, "pydantic-ai": 2 * seen.calls}
 
 
 @pytest.mark.skipif(not importable("agent_framework"), reason="agent-framework is not installed here")
