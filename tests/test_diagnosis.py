@@ -11,7 +11,7 @@ import aegis_probe
 from aegis_probe.apps import AppSpec, Endpoint
 from aegis_probe.cli import main
 from aegis_probe.diagnosis.judges import StepByStepJudge
-from aegis_probe.diagnosis.spectrum import FORMULAS, action_key, localize, spectrum
+from aegis_probe.diagnosis.spectrum import FORMULAS, ActionKeys, action_key, localize, spectrum
 from aegis_probe.modelserver import Reply
 from aegis_probe.report.html import render_report
 from aegis_probe.storage.store import TraceStore
@@ -139,6 +139,41 @@ def test_spectrum_scores_and_the_earliest_of_equally_suspicious_steps():
     assert scores["reviewer: the answer is 84."] == (2, 0, 1.0)  # ties the wrong call: the earlier step wins
     assert FORMULAS["tarantula"](2, 2, 2, 2) == 0.5 and FORMULAS["dstar"](2, 2, 2, 2) == 2.0
     assert localize(target, [_run(False, WRONG)]).why_not.startswith("no passing run")
+
+
+def _paraphrased(success: bool, opener: str) -> Trajectory:
+    """A run whose planner words its plan its own way (as a sampled model does); the calculator follows the plan."""
+    factor = "3" if success else "2"
+    return Trajectory(steps=[_step(0, "planner", f"{opener}Plan: compute (17 + 25) * {factor}, then report it."),
+                             _step(1, "calculator", call=f'{{"expression": "(17 + 25) * {factor}"}}'),
+                             _step(2, "reviewer", f"The answer is {126 if success else 84}.")],
+                      outcome=Outcome(success=success))
+
+
+def test_similar_actions_make_paraphrases_of_one_message_one_event():
+    keys = ActionKeys("similar")
+    same = [keys(_step(0, "planner", text)) for text in ("Plan: compute (17 + 25) * 3 and report the total.",
+                                                           "Sure. Plan: compute (17+25) * 3 and report the total!",
+                                                           "OK, the plan: compute (17 + 25) * 3 and report the total, thanks.")]
+    assert len(set(same)) == 1 and same[0] == "planner: plan: compute (17 + 25) * 3 and report the total."  # the leader
+    assert keys(_step(1, "planner", "Sure. Plan: compute (17 + 25) * 2 and report the total.")) != same[0]  # other numbers
+    assert keys(_step(2, "reviewer", "Plan: compute (17 + 25) * 3.")) != same[0]  # another agent: another event
+    assert keys(_step(3, "planner", "I cannot turn this task into arithmetic (17 + 25) * 3.")) != same[0]  # other words
+    call = _step(4, "calculator", call='{"expression": "(17 + 25) * 3"}')
+    assert keys(call) == ActionKeys("exact")(call) == action_key(call)  # tool calls stay keyed by tool and arguments
+
+    openers = ["", "Sure. ", "Okay. ", "Right, ", "Understood. ", "Fine. "]
+    target = _paraphrased(False, "Hmm. ")
+    runs = [_paraphrased(i % 2 == 0, opener) for i, opener in enumerate(openers)]
+    exact, similar = localize(target, runs, actions="exact"), localize(target, runs, actions="similar")
+    # Exact keys: every worded plan is an event of one run, so the wrong plan looks no more suspicious
+    # than any one-off text and the calculator's repeated wrong call (its effect) is blamed.
+    assert (exact.step, exact.agent) == (1, "calculator")
+    assert (similar.step, similar.agent, similar.actions) == (0, "planner", "similar")
+    plan = next(e for e in similar.ranking if e.agent == "planner" and e.score == similar.score)
+    assert (plan.ef, plan.ep) == (4, 0)
+    with pytest.raises(ValueError, match="unknown action keying"):
+        localize(target, runs, actions="fuzzy")
 
 
 def test_spectrum_reruns_the_app_live_and_finds_the_planted_step(model_server, tmp_path):

@@ -32,11 +32,13 @@ from ..trajectory import Trajectory
 from .traces import store_at, stored
 
 METHODS = ("replay", "judge", "spectrum")
+#: The spectrum's action keying by default: the better one on benchmarks/diagnosis.py (docs/replay.md).
+DEFAULT_ACTIONS = "similar"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..diagnosis.judges import JUDGES
-    from ..diagnosis.spectrum import FORMULAS
+    from ..diagnosis.spectrum import ACTIONS, FORMULAS, SIMILARITY
 
     p = sub.add_parser("blame", help="find which agent, at which step, caused a failed run (replay, judge, spectrum)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,6 +79,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--app-model", default="aegis-scripted", help="model name at --app-url (default: aegis-scripted)")
     p.add_argument("--runs", type=int, default=10, metavar="N", help="spectrum: live re-runs (default 10)")
     p.add_argument("--formula", choices=tuple(FORMULAS), default="ochiai", help="spectrum: score (default: ochiai)")
+    p.add_argument("--actions", choices=ACTIONS, default=DEFAULT_ACTIONS,
+                   help="spectrum: exact: text actions are one event when their normalised texts are equal; similar: "
+                        "one agent's texts holding the same numbers cluster by word similarity (default: "
+                        f"{DEFAULT_ACTIONS})")
+    p.add_argument("--similarity", type=float, default=SIMILARITY, metavar="J",
+                   help=f"spectrum --actions similar: word-set Jaccard at which texts are one event (default {SIMILARITY})")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="spectrum: sampling temperature of the re-runs, for apps whose build_app takes one (default 1.0)")
     p.add_argument("--max-replays", type=int, default=20, help="replay budget (default 20)")
@@ -262,7 +270,8 @@ def _spectrum(args: argparse.Namespace, original: Trajectory, app: AppSpec, stor
         bar = stack.enter_context(tqdm(total=args.runs, desc="runs", unit="run", disable=args.no_progress))
         executor = executor_from_args(args) if args.executor == "ray" else ThreadExecutor(args.concurrency or 1)
         report = spectrum(original.trace_id or args.trace, app, judge=judge, endpoint=endpoint, store=store,
-                          runs=args.runs, formula=args.formula, temperature=args.temperature, executor=executor,
+                          runs=args.runs, formula=args.formula, actions=args.actions, similarity=args.similarity,
+                          temperature=args.temperature, executor=executor,
                           on_run=lambda: bar.update(1))
     print(f"runs: {report.passed} passed, {report.failed} failed (the diagnosed run included)"
           + (f", {len(report.errors)} raised ({one_line(report.errors[0])})" if report.errors else "")
@@ -275,7 +284,8 @@ def _spectrum(args: argparse.Namespace, original: Trajectory, app: AppSpec, stor
     source = f"blame:spectrum:{args.formula}"
     assert report.step is not None
     write_verdict(store, original, source, report.step,
-                  f"{args.formula} {report.score:.3f} over {report.passed} passing, {report.failed} failing runs")
+                  f"{args.formula} {report.score:.3f} ({args.actions} actions) over {report.passed} passing, "
+                  f"{report.failed} failing runs")
     print(f"most suspicious: step {report.step} by {report.agent} ({args.formula} {report.score:.3f}); "
           f"label {source} written to trace {original.trace_id}")
     return 0

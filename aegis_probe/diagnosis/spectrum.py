@@ -4,7 +4,9 @@ applies it to multi-agent logs): no fixer and no judge model needed.
 The app is run ``n`` more times on the run's task, live (its own model, sampled), and each run is
 judged pass/fail by the run judge. Every step is an *event* keyed by its agent and action
 (:func:`action_key`: the tools it called with their normalised arguments, else its normalised
-text). An event's suspiciousness comes from how many failing (``ef``) and passing (``ep``) runs
+text); with ``actions="similar"`` (:class:`ActionKeys`) one agent's text actions across the runs
+are clustered by message similarity into events, so that paraphrases of one message are one
+event. An event's suspiciousness comes from how many failing (``ef``) and passing (``ep``) runs
 hold it, out of ``F`` failing and ``P`` passing runs (the diagnosed run counts as a failing one):
 
 - Ochiai (default): ``ef / sqrt(F * (ef + ep))``
@@ -90,6 +92,50 @@ def action_key(step: Step) -> str:
     return f"{step.agent}: {_normal(step.output)}"
 
 
+ACTIONS = ("exact", "similar")
+#: Default word-set Jaccard similarity at which two texts of one agent (with the same numbers) are one event.
+SIMILARITY = 0.5
+
+_WORD = re.compile(r"[^\W\d_]+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """``|a & b| / |a | b|``; two empty sets are equal (1.0)."""
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+class ActionKeys:
+    """Each step's event key, in the order steps are given: ``exact`` is :func:`action_key`;
+    ``similar`` clusters one agent's text actions (steps without tool calls) by message
+    similarity: a text joins the first cluster of its agent whose first text (its leader) holds
+    the same numbers in the same order and whose word set's Jaccard similarity to its own is at
+    least ``similarity``, else it leads a cluster of its own. Numbers must match because in agent
+    messages they are content (an amount, a result), while wording is style: ``Sure. The total is
+    84.`` and ``The total is 84 coins.`` are one event, ``The total is 126.`` another."""
+
+    def __init__(self, actions: str = "exact", similarity: float = SIMILARITY) -> None:
+        if actions not in ACTIONS:
+            raise ValueError(f"unknown action keying {actions!r}: use one of {', '.join(ACTIONS)}")
+        if not 0.0 <= similarity <= 1.0:
+            raise ValueError(f"similarity must be within [0, 1], not {similarity}")
+        self.similar, self.similarity = actions == "similar", similarity
+        self._leaders: dict[str, list[tuple[list[str], frozenset[str], str]]] = {}
+
+    def __call__(self, step: Step) -> str:
+        key = action_key(step)
+        if not self.similar or step.tool_calls:
+            return key
+        text = _normal(step.output)
+        numbers, words = _NUMBER.findall(text), frozenset(_WORD.findall(text))
+        leaders = self._leaders.setdefault(step.agent, [])
+        for lead_numbers, lead_words, lead_key in leaders:
+            if lead_numbers == numbers and jaccard(lead_words, words) >= self.similarity:
+                return lead_key
+        leaders.append((numbers, words, key))
+        return key
+
+
 @dataclass
 class EventScore:
     """One event's spectrum and score."""
@@ -107,6 +153,7 @@ class SpectrumReport:
 
     trace_id: str
     formula: str
+    actions: str = "exact"
     step: int | None = None
     agent: str | None = None
     score: float | None = None
@@ -114,6 +161,7 @@ class SpectrumReport:
     failed: int = 0
     errors: list[str] = field(default_factory=list)  # runs that raised (not counted as either)
     ranking: list[EventScore] = field(default_factory=list)
+    reruns: list[Trajectory] = field(default_factory=list)  # the judged re-runs (to localise again, keyed otherwise)
     model_calls: int = 0
     tokens: int = 0
     why_not: str | None = None  # why no step was reported
@@ -123,18 +171,22 @@ class SpectrumReport:
         return self.step is not None
 
 
-def localize(target: Trajectory, runs: list[Trajectory], formula: str = "ochiai") -> SpectrumReport:
-    """Rank the events of ``target`` (a failed run) and ``runs`` (judged re-runs); report the
-    target's most suspicious step."""
+def localize(target: Trajectory, runs: list[Trajectory], formula: str = "ochiai", actions: str = "exact",
+             similarity: float = SIMILARITY) -> SpectrumReport:
+    """Rank the events of ``target`` (a failed run) and ``runs`` (judged re-runs), their steps keyed
+    by ``actions`` (:class:`ActionKeys`); report the target's most suspicious step."""
     if formula not in FORMULAS:
         raise ValueError(f"unknown spectrum formula {formula!r}: use one of {', '.join(FORMULAS)}")
     judged = [target, *(r for r in runs if r.outcome.success is not None)]
-    failing = [r for r in judged if r.outcome.success is False]
-    passing = [r for r in judged if r.outcome.success is True]
-    report = SpectrumReport(trace_id=target.trace_id or "", formula=formula, passed=len(passing), failed=len(failing))
-    ef: Counter[str] = Counter(k for r in failing for k in {action_key(s) for s in r.steps})
-    ep: Counter[str] = Counter(k for r in passing for k in {action_key(s) for s in r.steps})
-    agents = {action_key(s): s.agent for r in judged for s in r.steps}
+    keyer = ActionKeys(actions, similarity)
+    keys = [[keyer(s) for s in r.steps] for r in judged]  # the target's texts lead their clusters
+    failing = [k for r, k in zip(judged, keys) if r.outcome.success is False]
+    passing = [k for r, k in zip(judged, keys) if r.outcome.success is True]
+    report = SpectrumReport(trace_id=target.trace_id or "", formula=formula, actions=actions, passed=len(passing),
+                            failed=len(failing))
+    ef: Counter[str] = Counter(k for run in failing for k in set(run))
+    ep: Counter[str] = Counter(k for run in passing for k in set(run))
+    agents = {k: s.agent for r, run in zip(judged, keys) for s, k in zip(r.steps, run)}
     score = FORMULAS[formula]
     report.ranking = sorted((EventScore(k, agents[k], ef[k], ep[k], score(ef[k], ep[k], len(failing), len(passing)))
                              for k in agents), key=lambda e: -e.score)
@@ -142,9 +194,9 @@ def localize(target: Trajectory, runs: list[Trajectory], formula: str = "ochiai"
         report.why_not = f"no passing run among the {len(judged)} judged: every event is as suspicious as any other"
         return report
     scores = {e.key: e.score for e in report.ranking}
-    best = max(target.steps, key=lambda s: (scores[action_key(s)], -s.index), default=None)
+    best = max(zip(target.steps, keys[0]), key=lambda sk: (scores[sk[1]], -sk[0].index), default=None)
     if best is not None:
-        report.step, report.agent, report.score = best.index, best.agent, scores[action_key(best)]
+        report.step, report.agent, report.score = best[0].index, best[0].agent, scores[best[1]]
     return report
 
 
@@ -184,6 +236,8 @@ def spectrum(
     store: TraceStore,
     runs: int = 10,
     formula: str = "ochiai",
+    actions: str = "exact",
+    similarity: float = SIMILARITY,
     temperature: float = 1.0,
     executor: Executor | None = None,
     on_run: Callable[[], None] | None = None,
@@ -191,6 +245,7 @@ def spectrum(
     """Re-run ``app`` ``runs`` times on the stored failed run's task and localise its fault."""
     if formula not in FORMULAS:
         raise ValueError(f"unknown spectrum formula {formula!r}: use one of {', '.join(FORMULAS)}")
+    ActionKeys(actions, similarity)  # a wrong keying fails before any re-run
     target = Trajectory.from_spans(store.trace(trace_id))
     if target.outcome.success is not False:
         raise ValueError(f"trace {target.trace_id} did not fail: the spectrum diagnoses a failed (judged) run")
@@ -209,8 +264,8 @@ def spectrum(
                 errors.append(result.error if isinstance(result, Failure) else "the run left no trace")
                 continue
             trajectories.append(Trajectory.from_spans(result.records))
-    report = localize(target, trajectories, formula)
-    report.errors = errors
+    report = localize(target, trajectories, formula, actions, similarity)
+    report.errors, report.reruns = errors, trajectories
     report.model_calls = sum(len(s.llm_calls) for t in trajectories for s in t.steps)
     report.tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0) for t in trajectories for s in t.steps)
     return report
