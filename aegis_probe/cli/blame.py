@@ -32,13 +32,11 @@ from ..trajectory import Trajectory
 from .traces import store_at, stored
 
 METHODS = ("replay", "judge", "spectrum")
-#: The spectrum's action keying by default: the better one on benchmarks/diagnosis.py (docs/replay.md).
-DEFAULT_ACTIONS = "similar"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..diagnosis.judges import JUDGES
-    from ..diagnosis.spectrum import ACTIONS, FORMULAS, SIMILARITY
+    from ..diagnosis.spectrum import ACTIONS, DEFAULT_ACTIONS, FORMULAS, SIMILARITY
 
     p = sub.add_parser("blame", help="find which agent, at which step, caused a failed run (replay, judge, spectrum)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

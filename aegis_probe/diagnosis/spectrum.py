@@ -93,6 +93,8 @@ def action_key(step: Step) -> str:
 
 
 ACTIONS = ("exact", "similar")
+#: The action keying by default: the better one on benchmarks/diagnosis.py (docs/replay.md).
+DEFAULT_ACTIONS = "similar"
 #: Default word-set Jaccard similarity at which two texts of one agent (with the same numbers) are one event.
 SIMILARITY = 0.5
 
@@ -114,7 +116,7 @@ class ActionKeys:
     messages they are content (an amount, a result), while wording is style: ``Sure. The total is
     84.`` and ``The total is 84 coins.`` are one event, ``The total is 126.`` another."""
 
-    def __init__(self, actions: str = "exact", similarity: float = SIMILARITY) -> None:
+    def __init__(self, actions: str = DEFAULT_ACTIONS, similarity: float = SIMILARITY) -> None:
         if actions not in ACTIONS:
             raise ValueError(f"unknown action keying {actions!r}: use one of {', '.join(ACTIONS)}")
         if not 0.0 <= similarity <= 1.0:
@@ -153,7 +155,7 @@ class SpectrumReport:
 
     trace_id: str
     formula: str
-    actions: str = "exact"
+    actions: str = DEFAULT_ACTIONS
     step: int | None = None
     agent: str | None = None
     score: float | None = None
@@ -171,7 +173,7 @@ class SpectrumReport:
         return self.step is not None
 
 
-def localize(target: Trajectory, runs: list[Trajectory], formula: str = "ochiai", actions: str = "exact",
+def localize(target: Trajectory, runs: list[Trajectory], formula: str = "ochiai", actions: str = DEFAULT_ACTIONS,
              similarity: float = SIMILARITY) -> SpectrumReport:
     """Rank the events of ``target`` (a failed run) and ``runs`` (judged re-runs), their steps keyed
     by ``actions`` (:class:`ActionKeys`); report the target's most suspicious step."""
@@ -236,7 +238,7 @@ def spectrum(
     store: TraceStore,
     runs: int = 10,
     formula: str = "ochiai",
-    actions: str = "exact",
+    actions: str = DEFAULT_ACTIONS,
     similarity: float = SIMILARITY,
     temperature: float = 1.0,
     executor: Executor | None = None,
