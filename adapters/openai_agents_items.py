@@ -84,7 +84,8 @@ def input_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
     if run is None:
         return [m for m in map(item_message, items) if m is not None]
     last_items, last = run.caches.get("openai-agents.input") or ((), ())
-    done, most = 0, min(len(items), len(last_items))
+    most = min(len(items), len(last_items))
+    done = most if list(items[:most]) == last_items[:most] else 0  # the usual case in one comparison
     while done < most and items[done] == last_items[done]:
         done += 1
     converted = [*last[:done], *(_shared(item_message(i)) for i in items[done:])]
