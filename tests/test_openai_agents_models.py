@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ HERE = importable("agents.run")
 @pytest.mark.skipif(HERE, reason=INSIDE)
 def test_in_own_environment():
     run_in_own_env(".venv-openai-agents", "tests/test_openai_agents_models.py", "test_openai_agents_models",
-                   env={"OPENAI_AGENTS_DISABLE_TRACING": "1"})
+                   env={"OPENAI_AGENTS_DISABLE_TRACING": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 
 
 needs_sdk = pytest.mark.skipif(not HERE, reason="openai-agents is not installed here (it runs in .venv-openai-agents)")
@@ -38,15 +39,17 @@ if HERE:
 EVENTS: list[Any] = []
 
 
-def _agents(model: Any) -> Any:
-    """The demo's planner -> calculator -> reviewer team on ``model`` (a ``Model``, or a name for the default provider)."""
-    from agents import Agent, function_tool
+def _agents(model: Any, settings: Any = None) -> Any:
+    """The demo's planner -> calculator -> reviewer team on ``model`` (a ``Model``, or a name for the
+    default provider), with ``settings`` (``ModelSettings``) if given."""
+    from agents import Agent, ModelSettings, function_tool
 
     tool = function_tool(demo.calculate, name_override=demo.TOOL)
-    reviewer = Agent(name="reviewer", instructions=demo.SYSTEM["reviewer"], model=model)
-    calculator = Agent(name="calculator", instructions=demo.SYSTEM["calculator"], model=model, tools=[tool],
-                       handoffs=[reviewer])
-    return Agent(name="planner", instructions=demo.SYSTEM["planner"], model=model, handoffs=[calculator])
+    common: dict[str, Any] = {"model": model, "model_settings": settings or ModelSettings()}
+    reviewer = Agent(name="reviewer", instructions=demo.SYSTEM["reviewer"], **common)
+    calculator = Agent(name="calculator", instructions=demo.SYSTEM["calculator"], tools=[tool], handoffs=[reviewer],
+                       **common)
+    return Agent(name="planner", instructions=demo.SYSTEM["planner"], handoffs=[calculator], **common)
 
 
 def build_default(base_url: str, model: str, api_key: str) -> Any:
@@ -66,6 +69,17 @@ def build_chat(base_url: str, model: str, api_key: str) -> Any:
 
     return _agents(OpenAIChatCompletionsModel(model=model, openai_client=AsyncOpenAI(base_url=base_url, api_key=api_key,
                                                                                      max_retries=0)))
+
+
+def build_litellm(base_url: str, model: str, api_key: str) -> Any:
+    """The team on the SDK's ``LitellmModel``: litellm's OpenAI provider (``openai/<model>``) on the
+    loopback chat-completions endpoint; ``include_usage`` on, without which it asks no usage of a stream."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price map
+    from agents import ModelSettings
+    from agents.extensions.models.litellm_model import LitellmModel
+
+    return _agents(LitellmModel(model=f"openai/{model}", base_url=base_url, api_key=api_key),
+                   ModelSettings(include_usage=True))
 
 
 def run_streamed(app: Any, task: str) -> str | None:
@@ -90,7 +104,9 @@ def run_plain(app: Any, task: str) -> str | None:
 
 
 RUNS = {"run": run_plain, "streamed": run_streamed}
-BUILDS = {"responses": build_default, "chat_completions": build_chat}
+BUILDS = {"responses": build_default, "chat_completions": build_chat, "litellm": build_litellm}
+#: A span's name where it is not the server's model: LiteLLM's model string keeps its provider prefix.
+MODEL_NAMES = {"litellm": "chat openai/aegis-scripted"}
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +152,7 @@ def test_each_model_request_is_one_chat_span(path, run, model_server, provider, 
     assert len(chats) == len(server.requests) == 4
     for chat in chats:
         attrs = chat.attributes
-        assert chat.name == "chat aegis-scripted" and attrs[sc.PROVIDER] == "openai"
+        assert chat.name == MODEL_NAMES.get(path, "chat aegis-scripted") and attrs[sc.PROVIDER] == "openai"
         assert attrs[sc.SERVER_ADDRESS] == "127.0.0.1" and attrs[sc.USAGE_INPUT_TOKENS] > 0
         assert attrs[sc.USAGE_OUTPUT_TOKENS] > 0
     calculator = json.loads(chats[1].attributes[sc.OUTPUT_MESSAGES])
