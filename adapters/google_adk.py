@@ -24,11 +24,15 @@ Class-level patches, installed once:
 ADK's own OpenTelemetry spans (``google.adk.telemetry``: invocation, invoke_agent, call_llm,
 execute_tool) are kept out of instrumented runs: its tracer's spans record nothing there (they
 would repeat our run, steps, model and tool calls) and stand for the current span, so spans
-below them keep our parents. Outside instrumented runs they work as configured.
+below them keep our parents. Outside instrumented runs they work as configured. With
+OpenInference's ADK instrumentor on, ADK's workflow and node spans go to OpenInference's tracer,
+whose spans inside our runs (suppressed) would be the invalid span: they stand for the current
+span too.
 """
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Iterator
 
@@ -227,9 +231,13 @@ class GoogleADKAdapter(Adapter):
     def sync_patches(self, **options: Any) -> None:
         """Wrap ``generate_content_async`` of every ``BaseLlm`` class and ``run_async`` of every
         ``BaseTool`` class that defines its own (classes defined after ``instrument()`` too: synced
-        when a run starts)."""
+        when a run starts), and OpenInference's ``OITracer.start_span`` once it is loaded."""
         from google.adk.models.base_llm import BaseLlm
         from google.adk.tools.base_tool import BaseTool
+
+        oi_tracer = getattr(sys.modules.get("openinference.instrumentation"), "OITracer", None)
+        if isinstance(oi_tracer, type):
+            self._patcher.wrap(oi_tracer, "start_span", self._oi_span)
 
         for cls in subclasses(BaseLlm):
             method = vars(cls).get("generate_content_async")
@@ -332,11 +340,22 @@ class GoogleADKAdapter(Adapter):
     def _own_current_span(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         return _SILENT.start_as_current_span(*args, **kwargs) if _ours() is not None else wrapped(*args, **kwargs)
 
+    def _oi_span(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``OITracer.start_span``: OpenInference's ADK instrumentor routes ADK's workflow and node
+        spans to it; inside our runs it yields to the suppression key with the invalid span, which,
+        made current, would leave our steps below it parentless (traces of their own). There its
+        span stands for the current span (or the given context's) instead, as ADK's own do."""
+        span = wrapped(*args, **kwargs)
+        if _ours() is not None and not span.get_span_context().is_valid:
+            try:
+                span.__wrapped__ = _SILENT.start_span("", call_arg(args, kwargs, "context", 1))
+            except Exception:
+                log_hook_error("openinference span")
+        return span
+
 
 def _root_agent(app: Any) -> Any:
     """The root agent of ``app``: an ADK agent itself, a ``Runner``'s, or an ``App``'s; else None."""
-    import sys
-
     agents = sys.modules.get("google.adk.agents.base_agent")
     base = getattr(agents, "BaseAgent", None)
     if not isinstance(base, type):
