@@ -98,15 +98,14 @@ def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, a
     first reply function ``generate_reply`` (``a_generate_reply``: ``asynchronous``) will call is
     ag2's ``check_termination_and_human_reply``, which, asking no human (``human_input_mode="NEVER"``),
     ends the chat on a termination message or once the agent's auto-reply limit is reached."""
-    from autogen import ConversableAgent
-
     if agent.human_input_mode != "NEVER" or not messages:
         return False
-    checks = (ConversableAgent.check_termination_and_human_reply, ConversableAgent.a_check_termination_and_human_reply)
+    agent_class = sys.modules["autogen"].ConversableAgent  # imported: its methods are patched
+    checks = (agent_class.check_termination_and_human_reply, agent_class.a_check_termination_and_human_reply)
     skipped = agent._get_sync_funcs_to_skip_in_async_chat() if asynchronous else ()
     for entry in agent._reply_func_list:
         func = entry["reply_func"]
-        if func in (exclude or ()) or func in skipped or (not asynchronous and inspect.iscoroutinefunction(func)):
+        if func in (exclude or ()) or func in skipped or (not asynchronous and _is_async(func)):
             continue
         if not _matches(agent, entry["trigger"], sender):
             continue
@@ -116,6 +115,20 @@ def _ends_silently(agent: Any, messages: list[Any], sender: Any, exclude: Any, a
         limit = agent._max_consecutive_auto_reply_dict.get(sender, agent.max_consecutive_auto_reply())
         return bool(replies >= limit or agent._is_termination_msg(messages[-1]))
     return False
+
+
+#: reply function -> whether it is a coroutine function (bounded: cleared when full).
+_ASYNC: dict[Any, bool] = {}
+
+
+def _is_async(func: Any) -> bool:
+    """``inspect.iscoroutinefunction(func)``, remembered per reply function."""
+    hit = _ASYNC.get(func)
+    if hit is None:
+        if len(_ASYNC) >= 256:
+            _ASYNC.clear()
+        hit = _ASYNC[func] = inspect.iscoroutinefunction(func)
+    return hit
 
 
 #: (trigger class, sender class) -> whether a sender of that class matches (bounded: cleared when full).
@@ -262,11 +275,10 @@ class AG2Adapter(Adapter):
 
     # -- steps (messages) ------------------------------------------------------------------
     def _open_step(self, agent: Any, args: tuple, kwargs: dict, asynchronous: bool = False) -> StepScope | None:
-        from autogen import GroupChatManager
-
         run = current_run()
         if run is None or run.framework != self.name or current_actor() is not None:
             return None
+        GroupChatManager = sys.modules["autogen"].GroupChatManager  # imported: its methods are patched
         if isinstance(agent, GroupChatManager):
             return None
         try:
