@@ -71,6 +71,8 @@ OTHERS: tuple[Other, ...] = (
     Other("opentelemetry.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"}), suppressible=False),
 )
 
+#: Those of :data:`OTHERS` that instrument the ``openai`` SDK's calls (checked at every model call).
+_OPENAI_SDK_OTHERS = tuple(o for o in OTHERS if o.openai_calls)
 
 class _Yielded:
     """The suppression value aegis-probe sets in its runs: truthy for the others, not for aegis."""
@@ -102,7 +104,6 @@ def yielding_to(framework: str) -> list[str]:
             and active(o)]
 
 
-
 def _openai_clients() -> tuple[type, ...]:
     openai = sys.modules.get("openai")
     return (openai.OpenAI, openai.AsyncOpenAI) if openai is not None else ()
@@ -121,7 +122,7 @@ def through_openai_sdk(instance: Any) -> bool:
 def hide_inside(scope: "LLMScope", instance: Any) -> None:
     """Inside ``scope`` (a model call by ``instance``), make an unsuppressible instrumentation of the
     ``openai`` SDK (openai-v2) record no span, and leave the call's metrics to it."""
-    if not any(o.openai_calls and active(o) for o in OTHERS) or not through_openai_sdk(instance):
+    if not any(active(o) for o in _OPENAI_SDK_OTHERS) or not through_openai_sdk(instance):
         return
     own = scope.span.get_span_context()
     hidden = NonRecordingSpan(SpanContext(own.trace_id, own.span_id, False, TraceFlags(TraceFlags.DEFAULT)))
