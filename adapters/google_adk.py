@@ -33,10 +33,8 @@ span too.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncGenerator
 
-from opentelemetry import trace
 
 from aegis_probe.adapters.google_adk_models import (
     ADKCodec,
@@ -47,6 +45,7 @@ from aegis_probe.adapters.google_adk_models import (
 )
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher, call_arg, subclasses
+from aegis_probe.capture.coexist import SILENT
 from aegis_probe.capture.interception import acall_llm_chunks
 from aegis_probe.capture.spans import (
     RunScope,
@@ -69,23 +68,6 @@ FRAMEWORK = "google-adk"
 
 
 # -- ADK's own telemetry, kept out ------------------------------------------------------------
-class _SilentTracer(trace.NoOpTracer):
-    """A tracer whose spans record nothing and stand for the current span (its children keep their parent)."""
-
-    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> trace.Span:
-        return trace.NonRecordingSpan(trace.get_current_span(context).get_span_context())
-
-    @contextmanager
-    def start_as_current_span(  # type: ignore[override]
-        self, name: str, context: Any = None, *args: Any, **kwargs: Any
-    ) -> Iterator[trace.Span]:
-        with trace.use_span(self.start_span(name, context), end_on_exit=False) as span:
-            yield span
-
-
-_SILENT = _SilentTracer()
-
-
 def _ours() -> RunScope | None:
     """The run in progress when it is an active ADK run of ours."""
     run = current_run()
@@ -335,10 +317,10 @@ class GoogleADKAdapter(Adapter):
 
     # -- ADK's own spans -------------------------------------------------------------------
     def _own_span(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return _SILENT.start_span(*args, **kwargs) if _ours() is not None else wrapped(*args, **kwargs)
+        return SILENT.start_span(*args, **kwargs) if _ours() is not None else wrapped(*args, **kwargs)
 
     def _own_current_span(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return _SILENT.start_as_current_span(*args, **kwargs) if _ours() is not None else wrapped(*args, **kwargs)
+        return SILENT.start_as_current_span(*args, **kwargs) if _ours() is not None else wrapped(*args, **kwargs)
 
     def _oi_span(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``OITracer.start_span``: OpenInference's ADK instrumentor routes ADK's workflow and node
@@ -348,7 +330,7 @@ class GoogleADKAdapter(Adapter):
         span = wrapped(*args, **kwargs)
         if _ours() is not None and not span.get_span_context().is_valid:
             try:
-                span.__wrapped__ = _SILENT.start_span("", call_arg(args, kwargs, "context", 1))
+                span.__wrapped__ = SILENT.start_span("", call_arg(args, kwargs, "context", 1))
             except Exception:
                 log_hook_error("openinference span")
         return span
