@@ -721,6 +721,14 @@ def scoped_wrappers(
     return wrapper, async_wrapper
 
 
+def _hook(hook: Callable[[Any], None], value: Any, where: str) -> None:
+    """Call a stream's ``on_item``/``on_done`` hook; its errors are logged, never the app's."""
+    try:
+        hook(value)
+    except Exception:
+        log_hook_error(where)
+
+
 async def iterate_in_scope(
     agen: AsyncIterator[Any],
     scope: _Scope,
@@ -745,10 +753,7 @@ async def iterate_in_scope(
             finally:
                 scope.detach(token)
             if on_item is not None:
-                try:
-                    on_item(item)
-                except Exception:
-                    log_hook_error("stream item")
+                _hook(on_item, item, "stream item")
             yield item
     except GeneratorExit:
         raise
@@ -769,10 +774,7 @@ async def iterate_in_scope(
             raise
         finally:
             if on_done is not None:
-                try:
-                    on_done(error)
-                except Exception:
-                    log_hook_error("stream end")
+                _hook(on_done, error, "stream end")
 
 
 def iterate_sync_in_scope(
@@ -794,10 +796,7 @@ def iterate_sync_in_scope(
             finally:
                 scope.detach(token)
             if on_item is not None:
-                try:
-                    on_item(item)
-                except Exception:
-                    log_hook_error("stream item")
+                _hook(on_item, item, "stream item")
             yield item
     except GeneratorExit:
         raise
@@ -818,7 +817,4 @@ def iterate_sync_in_scope(
             raise
         finally:
             if on_done is not None:
-                try:
-                    on_done(error)
-                except Exception:
-                    log_hook_error("stream end")
+                _hook(on_done, error, "stream end")
