@@ -1,9 +1,11 @@
 """The scripted conversation the stream tests share (tests/test_<framework>_streams.py): asked
 :data:`TASK`, the model says :data:`THOUGHT` while calling the calculator, then :data:`ANSWER`;
-the loopback model server streams each word by word. :class:`AnswerCall` injects an answer."""
+the loopback model server streams each word by word. :class:`AnswerCall` injects an answer;
+:class:`AutogenStreamed` runs an AutoGen agent keeping the chunks its app saw."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aegis_probe.capture.interception import LLMResponse
@@ -37,3 +39,26 @@ class AnswerCall:
         if self.seen != self.n:
             return response
         return LLMResponse(content=self.content, input_tokens=3, output_tokens=6, finish_reason="stop")
+
+
+class AutogenStreamed:
+    """``run_app`` of an AutoGen agent: ``run_stream``, keeping the streamed text chunks the app saw,
+    one list per run; the answer is the last message's text."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[str]] = []
+
+    def __call__(self, agent: Any, task: str) -> str:
+        from autogen_agentchat.messages import ModelClientStreamingChunkEvent
+
+        async def go() -> str:
+            chunks: list[str] = []
+            self.runs.append(chunks)
+            result = None
+            async for item in agent.run_stream(task=task):
+                if isinstance(item, ModelClientStreamingChunkEvent):
+                    chunks.append(item.content)
+                result = item
+            return result.messages[-1].to_text()  # type: ignore[union-attr]
+
+        return asyncio.run(go())

@@ -5,7 +5,6 @@ keeps them), exact replay, injection, and streamed answers replayed or injected 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -21,6 +20,7 @@ from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.demos.task import calculate  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
+from streamed_turn import AutogenStreamed  # noqa: E402
 
 TASK = "What is 17 + 25?"
 ANSWER = "The total is 42 coins, as the calculator says."
@@ -73,27 +73,6 @@ def autogen_app(stream: bool) -> Any:
     return build_app
 
 
-class AutogenRun:
-    """``run_app`` keeping the streamed text chunks the app saw, one list per run."""
-
-    def __init__(self) -> None:
-        self.runs: list[list[str]] = []
-
-    def __call__(self, agent: Any, task: str) -> str:
-        from autogen_agentchat.messages import ModelClientStreamingChunkEvent
-
-        async def go() -> str:
-            chunks: list[str] = []
-            self.runs.append(chunks)
-            result = None
-            async for item in agent.run_stream(task=task):
-                if isinstance(item, ModelClientStreamingChunkEvent):
-                    chunks.append(item.content)
-                result = item
-            return result.messages[-1].to_text()  # type: ignore[union-attr]
-
-        return asyncio.run(go())
-
 
 def _sdk_takes_temperature() -> bool:
     import inspect
@@ -111,7 +90,7 @@ def test_autogen_anthropic_client_is_traced_replayed_and_injected(stream, model_
                     "SDK no longer takes (it fails uninstrumented too); passes with anthropic 0.75 on PYTHONPATH")
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
-    build_app, run_app = autogen_app(stream), AutogenRun()
+    build_app, run_app = autogen_app(stream), AutogenStreamed()
     agent = build_app(server.base_url)
     probe = aegis_probe.instrument(agent, tracer_provider=provider, store=store)
     assert run_app(agent, TASK) == ANSWER

@@ -10,7 +10,7 @@ import urllib.request
 from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.messages import ModelClientStreamingChunkEvent, StructuredMessage
+from autogen_agentchat.messages import StructuredMessage
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
 from pydantic import BaseModel
 
@@ -21,6 +21,7 @@ from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.counterfactual import replay
 from aegis_probe.modelserver import Reply
 from aegis_probe.storage.store import TraceStore
+from streamed_turn import AutogenStreamed
 
 TASK = "What is 17 + 25?"
 ANSWER = "The total is 42 coins."
@@ -151,30 +152,13 @@ def own_app(stream: bool) -> Any:
     return build_app
 
 
-class Run:
-    def __init__(self) -> None:
-        self.runs: list[list[str]] = []
-
-    def __call__(self, agent: AssistantAgent, task: str) -> str:
-        async def go() -> str:
-            chunks: list[str] = []
-            self.runs.append(chunks)
-            result = None
-            async for item in agent.run_stream(task=task):
-                if isinstance(item, ModelClientStreamingChunkEvent):
-                    chunks.append(item.content)
-                result = item
-            return result.messages[-1].to_text()  # type: ignore[union-attr]
-
-        return asyncio.run(go())
-
 
 def test_a_users_own_client_is_traced_replayed_and_injected(model_server, provider, exporter, tmp_path):
     server = model_server(lambda body: Reply(content=ANSWER))
     store = TraceStore(tmp_path / "store")
     for stream in (False, True):
         exporter.clear()
-        build_app, run_app = own_app(stream), Run()
+        build_app, run_app = own_app(stream), AutogenStreamed()
         agent = build_app(server.base_url)
         probe = aegis_probe.instrument(agent, tracer_provider=provider, store=store)
         assert run_app(agent, TASK) == ANSWER

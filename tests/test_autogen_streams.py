@@ -5,10 +5,8 @@ stream, text deltas word by word and then the ``CreateResult`` with the tool cal
 
 from __future__ import annotations
 
-import asyncio
 
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.messages import ModelClientStreamingChunkEvent
 from autogen_core.models import ModelInfo
 from autogen_core.tools import FunctionTool
 from autogen_ext.models.openai import OpenAIChatCompletionClient
@@ -20,7 +18,7 @@ from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.counterfactual import replay
 from aegis_probe.demos.task import calculate
 from aegis_probe.storage.store import TraceStore
-from streamed_turn import ANSWER, INJECTED, TASK, THOUGHT, AnswerCall, policy
+from streamed_turn import ANSWER, INJECTED, TASK, THOUGHT, AnswerCall, AutogenStreamed, policy
 
 def build_app(base_url: str, model: str = "gpt-4o-mini", api_key: str = "sk-test") -> AssistantAgent:
     info = ModelInfo(vision=False, function_calling=True, json_output=True, family="gpt-4o", structured_output=True)
@@ -31,30 +29,11 @@ def build_app(base_url: str, model: str = "gpt-4o-mini", api_key: str = "sk-test
                           model_client_stream=True, system_message="You add numbers.")
 
 
-class Streamed:
-    """``run_app`` keeping the streamed chunks the app saw, one list per run."""
-
-    def __init__(self) -> None:
-        self.runs: list[list[str]] = []
-
-    def __call__(self, agent: AssistantAgent, task: str) -> str:
-        async def go() -> str:
-            chunks: list[str] = []
-            self.runs.append(chunks)
-            result = None
-            async for item in agent.run_stream(task=task):
-                if isinstance(item, ModelClientStreamingChunkEvent):
-                    chunks.append(item.content)
-                result = item
-            return result.messages[-1].to_text()  # type: ignore[union-attr]
-
-        return asyncio.run(go())
-
 
 def test_streamed_answers_replayed_or_injected_reach_the_app_as_text_deltas(model_server, provider, exporter, tmp_path):
     server = model_server(policy)
     store = TraceStore(tmp_path / "store")
-    run_app = Streamed()
+    run_app = AutogenStreamed()
     agent = build_app(server.base_url)
     probe = aegis_probe.instrument(agent, tracer_provider=provider, store=store)
     assert run_app(agent, TASK) == ANSWER
