@@ -1,7 +1,8 @@
 """The scripted conversation the stream tests share (tests/test_<framework>_streams.py): asked
 :data:`TASK`, the model says :data:`THOUGHT` while calling the calculator, then :data:`ANSWER`;
 the loopback model server streams each word by word. :class:`AnswerCall` injects an answer;
-:class:`AutogenStreamed` runs an AutoGen agent keeping the chunks its app saw."""
+:class:`AutogenStreamed` runs an AutoGen agent keeping the chunks its app saw; :func:`adder_graph`
+is the LangGraph agent of the same conversation around any chat model."""
 
 from __future__ import annotations
 
@@ -62,3 +63,29 @@ class AutogenStreamed:
             return result.messages[-1].to_text()  # type: ignore[union-attr]
 
         return asyncio.run(go())
+
+
+def adder_graph(llm: Any) -> Any:
+    """A LangGraph agent around ``llm`` (a LangChain chat model) with the ``calculate`` tool: the
+    model, the tool while the model calls it, the model again."""
+    from langchain_core.messages import SystemMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from aegis_probe.demos.task import calculate
+
+    tool = StructuredTool.from_function(calculate, name="calculate")
+    bound = llm.bind_tools([tool])
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [bound.invoke([SystemMessage("You add numbers."), *state["messages"]])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([tool]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    graph.add_edge("agent", END)
+    return graph.compile(name="adder")

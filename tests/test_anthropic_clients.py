@@ -20,7 +20,7 @@ from aegis_probe.counterfactual import replay  # noqa: E402
 from aegis_probe.demos.task import calculate  # noqa: E402
 from aegis_probe.modelserver import Reply  # noqa: E402
 from aegis_probe.storage.store import TraceStore  # noqa: E402
-from streamed_turn import AutogenStreamed  # noqa: E402
+from streamed_turn import AutogenStreamed, adder_graph  # noqa: E402
 
 TASK = "What is 17 + 25?"
 ANSWER = "The total is 42 coins, as the calculator says."
@@ -121,26 +121,9 @@ def test_autogen_anthropic_client_is_traced_replayed_and_injected(stream, model_
 # -- LangGraph (ChatAnthropic) ---------------------------------------------------------------
 def langgraph_app(base_url: str, model: str = "claude-scripted", api_key: str = "sk-ant-test") -> Any:
     from langchain_anthropic import ChatAnthropic
-    from langchain_core.messages import SystemMessage
-    from langchain_core.tools import StructuredTool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
     llm = ChatAnthropic(model=model, base_url=base_url.removesuffix("/v1"), api_key=api_key, max_retries=0)  # type: ignore[call-arg]
-    tool = StructuredTool.from_function(calculate, name="calculate")
-    bound = llm.bind_tools([tool])
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [bound.invoke([SystemMessage("You add numbers."), *state["messages"]])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([tool]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    graph.add_edge("agent", END)
-    return graph.compile(name="adder")
+    return adder_graph(llm)
 
 
 class GraphRun:

@@ -9,37 +9,20 @@ import asyncio
 import json
 from typing import Any
 
-from langchain_core.messages import AIMessageChunk, SystemMessage
-from langchain_core.tools import StructuredTool
+from langchain_core.messages import AIMessageChunk
 from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import SecretStr
 
 import aegis_probe
 from aegis_probe.apps import AppSpec
 from aegis_probe.capture.interception import LLMResponse, text_pieces
 from aegis_probe.counterfactual import replay
-from aegis_probe.demos.task import calculate
 from aegis_probe.storage.store import TraceStore
-from streamed_turn import ANSWER, ARGS, INJECTED, TASK, THOUGHT, AnswerCall, policy
+from streamed_turn import ANSWER, ARGS, INJECTED, TASK, THOUGHT, AnswerCall, adder_graph, policy
 
 def build_app(base_url: str, model: str = "gpt-4o-mini", api_key: str = "sk-test") -> Any:
-    llm = ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(api_key), max_retries=0, stream_usage=True)
-    tool = StructuredTool.from_function(calculate, name="calculate")
-    model_with_tools = llm.bind_tools([tool])
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model_with_tools.invoke([SystemMessage("You add numbers."), *state["messages"]])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([tool]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    graph.add_edge("agent", END)
-    return graph.compile(name="adder")
+    return adder_graph(ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(api_key), max_retries=0,
+                                  stream_usage=True))
 
 
 class Chunks:
