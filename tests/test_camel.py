@@ -51,6 +51,17 @@ def tool_policy(body: dict[str, Any]) -> Reply:
     return Reply(tool_calls=[(body["tools"][0]["function"]["name"], {"expression": EXPRESSION})])
 
 
+def shared_memory_policy(body: dict[str, Any]) -> Reply:
+    """:func:`tool_policy` for two steps sharing one memory: a tool call answers a user message only.
+    The other step's tool-call message may come last (camel orders a reply's tool results after it),
+    and answering that with a third tool call would leave its step waiting for a partner that never comes."""
+    messages = body["messages"]
+    if messages[-1]["role"] == "user":
+        return Reply(tool_calls=[(body["tools"][0]["function"]["name"], {"expression": EXPRESSION})])
+    result = next(m["content"] for m in reversed(messages) if m["role"] == "tool")
+    return Reply(content=f"The total is {result}.")
+
+
 def ours(exporter) -> list:
     return sorted((s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "aegis_probe"),
                   key=lambda s: s.start_time)
@@ -293,7 +304,7 @@ def test_one_agent_stepped_from_two_threads_at_once(pool_call, model_server, pro
         return submit(self, fn, *args, **kwargs)
 
     monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_together)
-    server = model_server(tool_policy)
+    server = model_server(shared_memory_policy)
     if pool_call == "_step_impl":
         calc = agent(server, "Calculator", "You compute.", tools=[calculate], step_timeout=30)
     else:
