@@ -86,6 +86,7 @@ class Seen:
     trace_id: str  #: the instrumented run's trace
     calls: int  #: model calls the server answered in the instrumented run
     tokens: dict[str, int]  #: token-usage recordings in the instrumented run, by scope
+    outside: list[ReadableSpan]  #: spans of a run of an app aegis does not trace, aegis on (``outside``)
 
     def of(self, kind: str, *, run_only: bool = True) -> list[str]:
         """Scopes of the ``kind`` spans (of the run's trace, or all spans of the run's time)."""
@@ -100,9 +101,12 @@ class Seen:
         assert self.tokens == {AEGIS: 2 * self.calls}  # an input and an output count per call
 
 
-def _beside(demo: ModuleType, on: On, model_server: Any, *, first: SpanProcessor | None = None) -> Seen:
+def _beside(demo: ModuleType, on: On, model_server: Any, *, first: SpanProcessor | None = None,
+            outside: bool = False, theirs_off_first: bool = False) -> Seen:
     """Run ``demo`` with the other side on (``on``): alone, then instrumented by aegis-probe; with
-    ``first``, a span processor added before the exporter (one that rewrites spans as they end)."""
+    ``first``, a span processor added before the exporter (one that rewrites spans as they end);
+    with ``outside``, then an app aegis does not trace, aegis still on. Uninstrumented in the reverse
+    order of instrumenting, or the other side first (``theirs_off_first``)."""
     from aegis_probe.demos.task import EXPECTED
 
     bodies: list[Any] = []
@@ -123,16 +127,20 @@ def _beside(demo: ModuleType, on: On, model_server: Any, *, first: SpanProcessor
         probe = aegis_probe.instrument(app, tracer_provider=provider, meter_provider=meters, store=False)
         assert EXPECTED in str(demo.run_app(app, demo.TASK))
         calls = len(bodies)
-    finally:  # in the reverse order of instrumenting (docs/otel.md)
-        aegis_probe.uninstrument()
-        undo()
-    tokens = {k: v - before.get(k, 0) for k, v in _token_points(reader).items() if v != before.get(k, 0)}
-    spans = list(exporter.get_finished_spans())
+        tokens = {k: v - before.get(k, 0) for k, v in _token_points(reader).items() if v != before.get(k, 0)}
+        spans = list(exporter.get_finished_spans())
+        exporter.clear()
+        if outside:
+            assert EXPECTED in str(demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK))
+    finally:  # in the reverse order of instrumenting (docs/otel.md), unless asked otherwise
+        for off in ((undo, aegis_probe.uninstrument) if theirs_off_first else (aegis_probe.uninstrument, undo)):
+            off()
     tops = [s for s in spans if _scope(s) == AEGIS and s.parent is None]
     assert len(tops) == 1  # the run: one trace
     root = tops[-1]  # the run's root ends last
     assert probe is not None
-    return Seen(alone, spans, format(root.context.trace_id, "032x"), calls, tokens)
+    return Seen(alone, spans, format(root.context.trace_id, "032x"), calls, tokens,
+                list(exporter.get_finished_spans()))
 
 
 def _instrumentor(module: str, cls: str, init: dict[str, Any] | None = None, **kwargs: Any) -> On:
@@ -166,19 +174,83 @@ def test_coexist_crewai_openinference_yields(model_server):
     seen.assert_yielded()
 
 
+def _entries(attributes: list[tuple[Any, str]]) -> list[int]:
+    """The ids of the raw ``__dict__`` entries of ``(owner, name)`` attributes (a wrapt proxy compares
+    equal to what it wraps)."""
+    return [id(vars(owner).get(name)) for owner, name in attributes]
+
+
+def _watched(module: str, cls: str, attributes: list[tuple[Any, str]], theirs_off_first: bool) -> On:
+    """:func:`_instrumentor`, checking that it wraps ``attributes`` and, turned off after aegis, that
+    aegis put back exactly its wrappers."""
+
+    def on(provider: TracerProvider, meters: MeterProvider) -> Callable[[], None]:
+        undo = _instrumentor(module, cls)(provider, meters)
+        theirs = _entries(attributes)
+        assert all(type(vars(o)[n]).__name__ == "FunctionWrapper" for o, n in attributes)
+
+        def off() -> None:
+            if not theirs_off_first:
+                assert _entries(attributes) == theirs
+            undo()
+
+        return off
+
+    return on
+
+
+def _crewai_attributes() -> list[tuple[Any, str]]:
+    """What OpenLLMetry's CrewAI instrumentor wraps (0.62.4)."""
+    from crewai.agent import Agent
+    from crewai.crew import Crew
+    from crewai.llm import LLM
+    from crewai.task import Task
+
+    return [(Crew, "kickoff"), (Agent, "execute_task"), (Task, "execute_sync"), (LLM, "call")]
+
+
 @needs_crewai
-def test_coexist_crewai_openllmetry_does_not_yield(model_server):
-    """OpenLLMetry's CrewAI instrumentor ignores the suppression key: its spans stay (see docs/otel.md)."""
+@pytest.mark.parametrize("theirs_off_first", [False, True])
+def test_coexist_crewai_openllmetry_bypassed(model_server, theirs_off_first):
+    """OpenLLMetry's CrewAI instrumentor ignores the suppression key: inside aegis's runs its
+    wrappers are bypassed (coexist), outside them it works; either order of uninstrumenting
+    restores every original, and aegis never puts back a wrapper of an instrumentor turned off."""
     from aegis_probe.demos import crewai as demo
 
     module = "opentelemetry.instrumentation.crewai"
-    seen = _beside(demo, _instrumentor(module, "CrewAIInstrumentor"), model_server)
-    assert _theirs(seen.alone, module)
-    assert seen.of("chat") == [AEGIS] * seen.calls  # its LLM.call wrapper misses the native provider
-    steps = seen.of("invoke_agent")
-    assert steps.count(AEGIS) >= len(demo.AGENTS) and set(steps) == {AEGIS, f"{module}.instrumentation"}
-    # its per-agent token sums are recorded beside aegis's per-call counts
-    assert seen.tokens == {AEGIS: 2 * seen.calls, f"{module}.instrumentation": 2 * len(demo.AGENTS)}
+    attributes = _crewai_attributes()
+    originals = _entries(attributes)
+    seen = _beside(demo, _watched(module, "CrewAIInstrumentor", attributes, theirs_off_first), model_server,
+                   outside=True, theirs_off_first=theirs_off_first)
+    assert "invoke_agent" in {_kind(s) for s in _theirs(seen.alone, module)}
+    seen.assert_yielded()  # no invoke_agent span and no per-agent token sums of its own in the run
+    assert "invoke_agent" in {_kind(s) for s in _theirs(seen.outside, module)}  # on outside aegis's runs
+    assert not [s for s in seen.outside if _scope(s) == AEGIS]
+    assert _entries(attributes) == originals
+
+
+@needs_crewai
+def test_coexist_crewai_openllmetry_after_aegis_is_warned_about(model_server, caplog):
+    """Turned on after aegis-probe's patches, its wrappers sit over aegis's: not bypassed, one warning."""
+    from opentelemetry.instrumentation.crewai import CrewAIInstrumentor
+
+    from aegis_probe.demos import crewai as demo
+
+    server = model_server(demo.policy)
+    originals = _entries(_crewai_attributes())
+    provider = TracerProvider()
+    try:
+        app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
+        aegis_probe.instrument(app, tracer_provider=provider, store=False)
+        CrewAIInstrumentor().instrument(tracer_provider=provider)
+        for _ in range(2):
+            assert demo.EXPECTED in str(demo.run_app(app, demo.TASK))
+    finally:
+        CrewAIInstrumentor().uninstrument()
+        aegis_probe.uninstrument()
+    warned = [r.getMessage() for r in caplog.records if "instrument aegis-probe last" in r.getMessage()]
+    assert len(warned) == 1 and "opentelemetry.instrumentation.crewai" in warned[0]
+    assert _entries(_crewai_attributes()) == originals
 
 
 # -- OpenAI Agents SDK (.venv-openai-agents) ------------------------------------------------------------
@@ -265,29 +337,39 @@ def test_coexist_main_smolagents_openinference_yields(model_server):
 
 
 @pytest.mark.skipif(not importable("langgraph"), reason="langgraph is not installed here")
-def test_coexist_main_langgraph_openllmetry_yields_but_for_its_graph_spans(model_server):
-    """OpenLLMetry's LangChain callback spans honour the key; its LangGraph wrappers (``Pregel.stream``,
-    a graph's invocation) do not: one invoke_agent span of its own per graph run (docs/otel.md).
+@pytest.mark.parametrize("theirs_off_first", [False, True])
+def test_coexist_main_langgraph_openllmetry_bypassed(model_server, theirs_off_first, request):
+    """OpenLLMetry's LangChain callback spans honour the key; its LangGraph wrappers (``Pregel.stream``
+    and ``astream``, a graph's invocation) do not, and are bypassed inside aegis's runs (coexist);
+    outside them it works.
 
     Its ``uninstrument()`` leaves ``Pregel.stream``/``astream`` and ``BaseCallbackManager.__init__``
-    wrapped (0.62.4), which breaks every later LangGraph run of the process: the case runs in a
-    process of its own."""
+    wrapped (0.62.4), which breaks every later LangGraph run of the process: each case runs in a
+    process of its own. Turned off first, the ``Pregel`` wrappers it left are taken off by aegis's
+    ``uninstrument()`` (never putting back a wrapper of an instrumentor turned off); turned off last,
+    they stay."""
     if not os.environ.get(ISOLATED):
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"{__file__}::test_coexist_main_langgraph_openllmetry_yields_but_for_its_graph_spans"],
+                               f"{__file__}::{request.node.name}"],
                               cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=600,
                               env={**os.environ, ISOLATED: "1"})
         assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
         return
+    from langgraph.pregel import Pregel
+
     from aegis_probe.demos import langgraph as demo
 
     module = "opentelemetry.instrumentation.langchain"
-    seen = _beside(demo, _instrumentor(module, "LangchainInstrumentor"), model_server)
+    attributes = [(Pregel, "stream"), (Pregel, "astream")]
+    originals = _entries(attributes)
+    seen = _beside(demo, _watched(module, "LangchainInstrumentor", attributes, theirs_off_first), model_server,
+                   outside=True, theirs_off_first=theirs_off_first)
     assert {"chat", "invoke_agent"} <= {_kind(s) for s in _theirs(seen.alone, module)}
-    assert seen.of("chat") == [AEGIS] * seen.calls and seen.tokens == {AEGIS: 2 * seen.calls}
-    graphs = sorted(s.name for s in _theirs(seen.spans, module) if format(s.context.trace_id, "032x") == seen.trace_id)
-    assert graphs == ["invoke_agent arithmetic", "invoke_agent calculator"]  # the team's graph, the agent's subgraph
-    assert seen.of("invoke_agent").count(AEGIS) == 3
+    seen.assert_yielded()
+    graphs = sorted(s.name for s in _theirs(seen.outside, module) if s.name.startswith("invoke_agent "))
+    assert graphs == ["invoke_agent arithmetic", "invoke_agent calculator"]  # its Pregel.stream spans: the team's
+    # graph, the agent's subgraph
+    assert (_entries(attributes) == originals) is theirs_off_first
 
 
 @pytest.mark.skipif(not importable("pydantic_ai"), reason="pydantic-ai is not installed here")

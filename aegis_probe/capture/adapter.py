@@ -11,17 +11,20 @@ line to :data:`ADAPTERS` (see docs/adapters.md).
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import sys
 import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import wrapt
 
-from .spans import instrumentation_suppressed, log_hook_error
+from .coexist import Other, active, unyielding, unyielding_wrappers
+from .spans import _RUN_KEY, current_context, instrumentation_suppressed, log_hook_error
 
 if TYPE_CHECKING:
     from .probe import Probe
@@ -106,12 +109,38 @@ class AppInfo:
 
 @dataclass
 class _Patch:
-    """One patched attribute: the raw ``__dict__`` entry it replaced, and how often it was asked for."""
+    """One patched attribute: the raw ``__dict__`` entry it replaced, and how often it was asked for;
+    for a bypassed peer's wrapper (``saved``), the ``layer`` put in its place and whether the peer
+    is ``still_on``."""
 
     owner: Any
     name: str
     saved: Any
     refs: int = 1
+    layer: Any = None
+    still_on: Callable[[], bool] | None = None
+
+
+def outside_runs() -> bool:
+    """The gate of a bypassed peer's wrapper: on only outside aegis-probe's runs (one context read)."""
+    return current_context().get(_RUN_KEY) is None
+
+
+def _gated_when_iterated(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, a peer's wrapper that is a (sync or async) generator function, gated when the
+    iteration starts, where it starts its span (a run's context may be entered only then)."""
+    if inspect.isasyncgenfunction(function):
+        async def agen(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            items = function(wrapped, instance, args, kwargs) if outside_runs() else wrapped(*args, **kwargs)
+            async for item in items:
+                yield item
+
+        return agen
+
+    def gen(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return (yield from function(wrapped, instance, args, kwargs) if outside_runs() else wrapped(*args, **kwargs))
+
+    return gen
 
 
 class Patcher:
@@ -125,7 +154,7 @@ class Patcher:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._patches: dict[tuple[int, str], _Patch] = {}  # in patching order
+        self._patches: dict[tuple[int, str, bool], _Patch] = {}  # in patching order; True: a bypass
 
     def wrap(
         self, owner: Any, name: str, wrapper: Callable[..., Any], enabled: Callable[[], Any] | None = None
@@ -136,7 +165,7 @@ class Patcher:
         ``enabled()`` is falsy.
         """
         with self._lock:
-            patch = self._patches.get((id(owner), name))
+            patch = self._patches.get((id(owner), name, False))
             if patch is not None and patch.owner is owner:
                 patch.refs += 1
                 return False
@@ -146,8 +175,29 @@ class Patcher:
             if isinstance(saved, wrapt.FunctionWrapper) and saved._self_wrapper == wrapper:
                 return False  # this very wrapper is already there (put by an earlier patcher)
             wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (wrapper, enabled))
-            self._patches[(id(owner), name)] = _Patch(owner, name, saved)
+            self._patches[(id(owner), name, False)] = _Patch(owner, name, saved)
             return True
+
+    def bypass(self, owner: Any, name: str, peer: Any, still_on: Callable[[], bool]) -> None:
+        """Make ``peer`` (another instrumentation's wrapt wrapper, the raw entry of ``owner.name``)
+        yield inside aegis-probe's runs: in its place, its own wrapper function over the same
+        original, gated by :func:`outside_runs` (inside a run each call goes to ``peer.__wrapped__``;
+        a generator wrapper's at the start of the iteration).
+
+        Restored only while that layer is still there (the peer's ``unwrap`` takes it off like its
+        own wrapper): to ``peer`` while ``still_on()``, else to the original, never putting back a
+        wrapper whose instrumentation was turned off.
+        """
+        with self._lock:
+            if (id(owner), name, True) in self._patches:
+                return
+            function = peer._self_wrapper
+            if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+                layer = wrapt.FunctionWrapper(peer.__wrapped__, _gated_when_iterated(function))
+            else:
+                layer = wrapt.FunctionWrapper(peer.__wrapped__, function, outside_runs)
+            setattr(owner, name, layer)
+            self._patches[(id(owner), name, True)] = _Patch(owner, name, peer, layer=layer, still_on=still_on)
 
     def restore(self) -> None:
         """Put every saved original back, last patched first."""
@@ -155,7 +205,10 @@ class Patcher:
             while self._patches:
                 _, patch = self._patches.popitem()
                 try:
-                    if patch.saved is _MISSING:
+                    if patch.still_on is not None:
+                        if vars(patch.owner).get(patch.name) is patch.layer:
+                            setattr(patch.owner, patch.name, patch.saved if patch.still_on() else patch.layer.__wrapped__)
+                    elif patch.saved is _MISSING:
                         delattr(patch.owner, patch.name)
                     else:
                         setattr(patch.owner, patch.name, patch.saved)
@@ -221,6 +274,10 @@ class Adapter(ABC):
         self._patcher = Patcher()
         #: Held while patches are installed, synced or removed, and while a release decides to remove them.
         self._lock = threading.RLock()
+        #: The instrumentations of this framework that ignore the suppression key (coexist), and
+        #: those of them bypassed at install or warned about since.
+        self._unyielding = unyielding(self.name)
+        self._peers_seen: set[Other] = set()
 
     @abstractmethod
     def detect(self, app: Any) -> bool:
@@ -247,10 +304,35 @@ class Adapter(ABC):
             if self.installed:
                 return
             try:
+                self._bypass_peers()
                 self._instrument(self._patcher)
             except Exception:
                 self._patcher.restore()
                 raise
+
+    def _bypass_peers(self) -> None:
+        """Bypass inside aegis's runs the active peers' wrappers on this framework's attributes
+        (under aegis's own patches, which are installed next)."""
+        if not self._unyielding:
+            return
+        package = ADAPTERS[self.name].marker.split(".")[0]
+        for other, owner, name, wrapper in unyielding_wrappers(self._unyielding, package):
+            try:
+                self._patcher.bypass(owner, name, wrapper, partial(active, other))
+                self._peers_seen.add(other)
+            except Exception:
+                logger.warning("aegis-probe: could not bypass %s's wrapper of %r.%s", other.module, owner, name,
+                               exc_info=True)
+
+    def _note_late_peers(self) -> None:
+        """Warn once per peer that ignores the suppression key and was turned on after aegis's patches
+        (its wrappers sit over aegis's, out of reach: its spans stay in aegis's runs)."""
+        for other in self._unyielding:
+            if other not in self._peers_seen and active(other):
+                self._peers_seen.add(other)
+                logger.warning("aegis-probe: %s was instrumented after aegis-probe's %s patches: its spans and "
+                               "metrics stay inside aegis-probe's runs; instrument aegis-probe last (docs/otel.md)",
+                               other.module, self.name)
 
     def sync(self, **options: Any) -> None:
         """:meth:`sync_patches` under the lock, and only while installed (never after the last release)."""
@@ -262,12 +344,15 @@ class Adapter(ABC):
         """Restore every original this adapter patched."""
         with self._lock:
             self._patcher.restore()
+            self._peers_seen.clear()
 
     def run_probe(self, app: Any) -> "Probe | None":
         """The probe a run of ``app`` opens under: the one ``instrument(app)`` registered, else the
         trace-every-app one while that mode is on; None while OTel instrumentation is suppressed."""
         if instrumentation_suppressed():
             return None
+        if self._unyielding:
+            self._note_late_peers()
         probe = self.registry.get(app)
         return probe if probe is not None and probe.active else AUTO_PROBES.get(self.name)
 

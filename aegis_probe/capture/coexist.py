@@ -9,7 +9,17 @@ them) and the other side yields inside aegis's runs:
 - OTel's ``openai-v2``, which does not: inside aegis's ``chat`` span of a model client built on
   the ``openai`` SDK, the current span is a non-sampled copy of aegis's, so its ``chat`` span is
   not recorded (a parent-based sampler, the SDK's default, follows the parent), and aegis leaves
-  the call's duration and token metrics to it (it records them whatever the sampling).
+  the call's duration and token metrics to it (it records them whatever the sampling);
+- wrappers that ignore the key on the framework's own attributes (OpenLLMetry's CrewAI wrappers,
+  its LangChain instrumentor's ``Pregel.stream``/``astream``; ``Other.bypassed``): bypassed. When
+  aegis-probe installs a framework's patches while one is active, each such wrapt wrapper is
+  replaced by a layer with the same wrapper function over the same original, on only outside
+  aegis's runs (one context read per call; a generator wrapper decides when iterated): inside a
+  run the call goes to the original, as honouring the key would have made it. Nothing is added
+  while none is active. One turned on after aegis's patches sits over them, out of reach: a
+  warning at the next run says to instrument aegis-probe last. aegis's uninstrument puts the
+  peer's wrapper back, or the original once the peer is off; the peer's ``unwrap`` takes the
+  layer off as its own wrapper.
 
 Outside aegis's runs the other instrumentation works as before. A framework's own telemetry
 (pydantic-ai's, Agent Framework's, ADK's) is given :data:`SILENT` inside aegis's runs instead.
@@ -21,6 +31,7 @@ import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
+import wrapt
 from opentelemetry.trace import (
     NonRecordingSpan,
     NoOpTracer,
@@ -41,14 +52,16 @@ if TYPE_CHECKING:
 class Other(NamedTuple):
     """An instrumentation whose spans duplicate aegis-probe's for ``frameworks`` (``*``: every one);
     ``suppressible``: it honours OTel's suppression key; ``openai_calls``: it instruments the
-    ``openai`` SDK's calls without honouring the key (given a non-sampled parent and the metrics).
-    One neither (OpenLLMetry's CrewAI) cannot be made to yield (docs/otel.md)."""
+    ``openai`` SDK's calls without honouring the key (given a non-sampled parent and the metrics);
+    ``bypassed``: its wrappers that ignore the key, bypassed inside aegis's runs (``Class.attribute``
+    names on the framework's classes, ``*``: every one of its wrappers there)."""
 
     module: str
     instrumentor: str
     frameworks: frozenset[str]
     suppressible: bool = True
     openai_calls: bool = False
+    bypassed: frozenset[str] = frozenset()
 
 
 #: The GenAI instrumentations aegis-probe knows to duplicate its spans (by module, never imported here).
@@ -63,12 +76,15 @@ OTHERS: tuple[Other, ...] = (
     Other("openinference.instrumentation.openai", "OpenAIInstrumentor", frozenset({"*"})),
     Other("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor", frozenset({"*"}), suppressible=False,
           openai_calls=True),
-    # OpenLLMetry's: LangChain's callback handler honours the key; the OpenAI Agents SDK one is an SDK
-    # trace processor (the SDK's tracing is off inside aegis's runs: it sees nothing); CrewAI's neither.
-    Other("opentelemetry.instrumentation.langchain", "LangchainInstrumentor", frozenset({"langgraph"})),
+    # OpenLLMetry's: LangChain's callback handler honours the key, its LangGraph wrappers do not; the
+    # OpenAI Agents SDK one is an SDK trace processor (the SDK's tracing is off inside aegis's runs: it
+    # sees nothing); CrewAI's wrappers ignore the key.
+    Other("opentelemetry.instrumentation.langchain", "LangchainInstrumentor", frozenset({"langgraph"}),
+          bypassed=frozenset({"Pregel.stream", "Pregel.astream"})),
     Other("opentelemetry.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", frozenset({"openai-agents"}),
           suppressible=False),
-    Other("opentelemetry.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"}), suppressible=False),
+    Other("opentelemetry.instrumentation.crewai", "CrewAIInstrumentor", frozenset({"crewai"}), suppressible=False,
+          bypassed=frozenset({"*"})),
 )
 
 #: Those of :data:`OTHERS` that instrument the ``openai`` SDK's calls (checked at every model call).
@@ -102,6 +118,45 @@ def yielding_to(framework: str) -> list[str]:
     ``framework`` (module names)."""
     return [o.module for o in OTHERS if o.suppressible and ("*" in o.frameworks or framework in o.frameworks)
             and active(o)]
+
+
+def unyielding(framework: str) -> tuple[Other, ...]:
+    """Those of :data:`OTHERS` with wrappers on ``framework``'s attributes that ignore the key."""
+    return tuple(o for o in OTHERS if o.bypassed and ("*" in o.frameworks or framework in o.frameworks))
+
+
+def _owners(package: str) -> Iterator[Any]:
+    """The loaded modules of ``package`` and the classes they hold that it defines, each once."""
+    seen: set[int] = set()
+    prefix = package + "."
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == package or name.startswith(prefix)):
+            continue
+        yield module
+        for value in list(vars(module).values()):
+            defined_in = getattr(value, "__module__", None) if isinstance(value, type) else None
+            if isinstance(defined_in, str) and (defined_in == package or defined_in.startswith(prefix)) \
+                    and id(value) not in seen:
+                seen.add(id(value))
+                yield value
+
+
+def unyielding_wrappers(others: tuple[Other, ...], package: str) -> list[tuple[Other, Any, str, Any]]:
+    """``(other, owner, name, wrapper)``: each wrapt wrapper that an active one of ``others`` put on an
+    attribute of ``package``'s loaded modules or classes (found by its wrapper function's module)
+    and bypasses; none, and no scan, while none of them is active."""
+    on = [o for o in others if active(o)]
+    found: list[tuple[Other, Any, str, Any]] = []
+    for owner in _owners(package) if on else ():
+        prefix = f"{owner.__name__}." if isinstance(owner, type) else ""
+        for name, value in list(vars(owner).items()):
+            if not isinstance(value, wrapt.FunctionWrapper) or value._self_enabled is not None:
+                continue
+            module = str(getattr(value._self_wrapper, "__module__", ""))
+            for other in on:
+                if module.startswith(other.module) and ("*" in other.bypassed or prefix + name in other.bypassed):
+                    found.append((other, owner, name, value))
+    return found
 
 
 def _openai_clients() -> tuple[type, ...]:
