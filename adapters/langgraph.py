@@ -32,6 +32,7 @@ dropped after its event loop closed, whose end then never runs) ends its run can
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import weakref
 from asyncio import CancelledError
@@ -85,51 +86,153 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-# A graph's state hands the same message objects to every node and model call, so the neutral
-# form of a message without tool calls is kept per object (checked by identity of its content
-# and name) and shared, as long as the message lives: the entry holds it weakly and goes with it,
-# so the app's messages (and their text) are never kept past the app's own use of them.
-_SHARED: dict[int, tuple["weakref.ref[Any]", Any, Any, SharedMessage]] = {}
-_SHARED_MAX = 4096
+# A graph's state hands the same message objects to every node and model call, so each message is
+# converted once per run into a ``SharedMessage`` kept in the run's caches (``RunScope.caches``, let
+# go of when it ends): a step's input, its output, the model's answer and every later prompt are the
+# same object, encoded once, and ``encode_messages`` extends the last prompt's JSON. A conversion is
+# served only while the message's fields equal a copy taken when it was converted (its content parts
+# and tool calls copied too; compared in C): a message edited in place (a field set, a part or a tool
+# call changed, as a reducer may) is converted anew. Messages are found by identity, else by their id
+# (or text, for one without), so an equal copy shares the conversion too. A prompt whose first
+# messages are those of the run's last prompt starting with the same message, their fields unchanged,
+# converts only the messages after them. (A message a node writes without an id gets one from the
+# reducer after its step's output was read: that alone keeps its conversion.)
 _NO_FIELDS: dict[str, Any] = {}
+_CACHE = "langgraph"
+_SHARED_MAX = 4096  # messages per run
+_PROMPTS_MAX = 64  # conversations per run
+_fields = operator.attrgetter("__dict__")  # a pydantic message's field values
+_id_of = operator.attrgetter("id")
+
+_Entry = tuple[Any, dict[str, Any], SharedMessage]  # (message, copy of its fields, its neutral form)
 
 
-def _forget(key: int, ref: "weakref.ref[Any]") -> None:
-    """Drop the shared form of a message that is gone (``ref``'s callback)."""
-    entry = _SHARED.get(key)
-    if entry is not None and entry[0] is ref:
-        _SHARED.pop(key, None)
+def _copied(value: Any) -> Any:
+    """``value`` with every list and dict in it copied (a snapshot that in-place edits leave as it was)."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
-def to_neutral(msg: Any) -> dict[str, Any]:
-    """A neutral message from a LangChain ``BaseMessage`` (or a ``(role, text)`` tuple, string or dict)."""
+def _same(snapshot: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """Whether a message's ``fields`` still equal ``snapshot`` (a value that cannot be compared: no)."""
+    try:
+        return bool(snapshot == fields)
+    except Exception:
+        return False
+
+
+class _Converted:
+    """A run's converted messages: by object, by id or text, and the last prompt per first message."""
+
+    __slots__ = ("objects", "keys", "prompts")
+
+    def __init__(self) -> None:
+        self.objects: dict[int, _Entry] = {}  # the entry holds the message: its id is not reused meanwhile
+        self.keys: dict[Any, tuple[dict[str, Any], SharedMessage]] = {}
+        self.prompts: dict[int, tuple[list[Any], list[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+    def entry(self, msg: Any, fields: dict[str, Any]) -> _Entry:
+        """The conversion of ``msg`` (whose field values are ``fields``), made if none is current."""
+        entry = self.objects.get(id(msg))
+        if entry is not None and entry[0] is msg:
+            try:
+                if entry[1] == fields:
+                    return entry
+                if entry[1]["id"] is None and {**fields, "id": None} == entry[1]:  # the reducer gave it its id
+                    entry = self.objects[id(msg)] = (msg, _snapshot(fields), entry[2])
+                    return entry
+            except Exception:  # a value that cannot be compared: converted anew
+                pass
+        content = fields.get("content")
+        key = fields.get("id") or (content if type(content) is str else None)
+        known = self.keys.get(key) if key is not None else None
+        if known is None or not _same(known[0], fields):
+            known = (_snapshot(fields), _convert(fields))
+            if key is not None:
+                if len(self.keys) >= _SHARED_MAX:
+                    self.keys.clear()
+                self.keys[key] = known
+        if len(self.objects) >= _SHARED_MAX:
+            self.objects.clear()
+        entry = self.objects[id(msg)] = (msg, *known)
+        return entry
+
+    def prompt(self, msgs: list[Any]) -> list[dict[str, Any]]:
+        """Neutral messages of a model call's ``msgs``, converting only those after the run's last
+        prompt of the same conversation when they start with its messages, unchanged."""
+        if not msgs:
+            return []
+        hit = self.prompts.get(id(msgs[0]))
+        done = 0
+        if hit is not None and len(hit[0]) <= len(msgs):
+            try:
+                if list(map(_fields, msgs[: len(hit[0])])) == hit[1]:
+                    done = len(hit[0])
+            except Exception:  # a message without fields (not a LangChain message), one that cannot be compared
+                pass
+        snapshots, out = (hit[1][:], hit[2][:]) if done else ([], [])  # type: ignore[index]
+        whole = True
+        for m in msgs[done:]:
+            fields = getattr(m, "__dict__", None)
+            if fields is None or "type" not in fields:
+                out.append(_plain(m))
+                whole = False
+                continue
+            entry = self.entry(m, fields)
+            snapshots.append(entry[1])
+            out.append(entry[2])
+        if whole:
+            if len(self.prompts) >= _PROMPTS_MAX and id(msgs[0]) not in self.prompts:
+                self.prompts.clear()
+            self.prompts[id(msgs[0])] = (msgs[:], snapshots, out)
+        return out[:]
+
+
+def _run_converted(run: RunScope | None) -> _Converted | None:
+    """``run``'s converted messages; None outside runs."""
+    if run is None:
+        return None
+    converted = run.caches.get(_CACHE)
+    if converted is None:
+        converted = run.caches[_CACHE] = _Converted()
+    return converted  # type: ignore[no-any-return]
+
+
+def _snapshot(fields: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a message's fields that its in-place edits leave as it was (content parts and tool calls copied)."""
+    snapshot = dict(fields)
+    for name in ("content", "tool_calls"):
+        value = snapshot.get(name)
+        if isinstance(value, (list, dict)):
+            snapshot[name] = _copied(value)
+    return snapshot
+
+
+def to_neutral(msg: Any, converted: _Converted | None = None) -> dict[str, Any]:
+    """A neutral message from a LangChain ``BaseMessage`` (or a ``(role, text)`` tuple, string or dict);
+    the shared conversion of it ``converted`` (a run's) holds, if given."""
     fields = getattr(msg, "__dict__", None)  # fields read from __dict__: pydantic's __getattr__ is slow
     if fields is None or "type" not in fields:
         return _plain(msg)
+    return _convert(fields) if converted is None else converted.entry(msg, fields)[2]
+
+
+def _convert(fields: dict[str, Any]) -> SharedMessage:
+    """The neutral form of a LangChain message of field values ``fields``."""
     content, name = fields.get("content"), fields.get("name")
-    entry = _SHARED.get(id(msg))
-    if entry is not None and entry[0]() is msg and entry[1] is content and entry[2] is name:
-        return entry[3]
-    kind = fields["type"]
-    out: dict[str, Any] = {"role": _ROLES.get(kind, "user"), "content": _text(content)}
+    out = SharedMessage(role=_ROLES.get(fields["type"], "user"), content=_text(content))
     if name:
         out["name"] = name
     calls = fields.get("tool_calls")
     if calls:
         out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}
                              for c in calls]
-        return out
-    if fields.get("tool_call_id"):
+    elif fields.get("tool_call_id"):
         out["tool_call_id"] = fields["tool_call_id"]
-    shared = SharedMessage(out)
-    try:
-        ref = weakref.ref(msg, partial(_forget, id(msg)))
-    except TypeError:  # an object that cannot be referenced weakly: not kept
-        return shared
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
-    _SHARED[id(msg)] = (ref, content, name, shared)
-    return shared
+    return out
 
 
 def _plain(msg: Any) -> dict[str, Any]:
@@ -200,7 +303,9 @@ class LangChainCodec:
         return list(kwargs["messages"] if "messages" in kwargs else args[0])
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        return [to_neutral(m) for m in self._messages(args, kwargs)]
+        messages = self._messages(args, kwargs)
+        converted = _run_converted(current_run())
+        return [to_neutral(m) for m in messages] if converted is None else converted.prompt(messages)
 
     def with_request(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], messages: Sequence[ChatMessage]
@@ -214,14 +319,16 @@ class LangChainCodec:
         message = raw.generations[0].message
         usage = getattr(message, "usage_metadata", None) or {}
         meta = getattr(message, "response_metadata", None) or {}
-        neutral = to_neutral(message)
+        neutral = to_neutral(message, _run_converted(current_run()))
+        calls = neutral.get("tool_calls")
         return LLMResponse(
             content=neutral["content"] or None,
-            tool_calls=neutral.get("tool_calls", []),
+            tool_calls=[dict(c) for c in calls] if calls else [],  # copies: interceptors may edit them
             **langchain_usage(usage),
             model=meta.get("model_name"),
             finish_reason=meta.get("finish_reason"),
             id=meta.get("id") or getattr(message, "id", None),
+            message=neutral,
         )
 
     def with_response(self, raw: Any | None, response: LLMResponse) -> Any:
@@ -307,16 +414,16 @@ def _task_text(graph_input: Any) -> str | None:
     return None if graph_input is None or command else str(graph_input)
 
 
-def _step_output(task: Any, seen: set[str]) -> tuple[list[dict[str, Any]], list[Any]]:
-    """What a node wrote: its new messages (neutral, else its other writes as one message) and the
-    message objects it wrote."""
+def _step_output(task: Any, seen: set[str], converted: _Converted | None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """What a node wrote: its new messages (neutral, ``converted``'s shared forms, else its other
+    writes as one message) and the message objects it wrote."""
     messages, written, other = [], [], {}
     for channel, value in list(task.writes):
         if channel == "messages":
             for m in value if isinstance(value, (list, tuple)) else [value]:
                 written.append(m)
                 if getattr(m, "id", None) is None or m.id not in seen:
-                    messages.append(to_neutral(m))
+                    messages.append(to_neutral(m, converted))
         elif not channel.startswith(("branch:", "__")):
             other[channel] = value
     if messages or not other:
@@ -524,11 +631,15 @@ class LangGraphAdapter(Adapter):
             if messages is None:
                 shown = [{"role": "user", "content": json_text(task.input)}]
                 return _NodeStep(start_step(run.probe, task.name, run=run, input_messages=shown), task, set(), 0)
-            ids = [getattr(m, "id", None) for m in messages]
+            try:
+                ids = list(map(_id_of, messages))  # in C: no Python call per message
+            except AttributeError:  # a shorthand form (a tuple, a dict) among them
+                ids = [getattr(m, "id", None) for m in messages]
             seen = self._seen.setdefault(run.run_id, {}).get(task.name)
-            new = [to_neutral(m) for m in _unseen(messages, ids, seen)]
+            converted = _run_converted(run)
+            new = [to_neutral(m, converted) for m in _unseen(messages, ids, seen)]
             step = start_step(run.probe, task.name, run=run, input_messages=new)
-            return _NodeStep(step, task, {i for i in ids if i}, len(messages))
+            return _NodeStep(step, task, set(filter(None, ids)), len(messages))
         except Exception:
             log_hook_error("langgraph step start")
             return None
@@ -542,7 +653,7 @@ class LangGraphAdapter(Adapter):
             if exc is not None and not isinstance(exc, GraphBubbleUp):
                 step.fail(exc)
                 return
-            output, written = _step_output(opened.task, opened.ids)
+            output, written = _step_output(opened.task, opened.ids, _run_converted(step.run))
             said = [m["content"] for m in output if m["role"] == "assistant" and m["content"]]
             if step.run is not None:
                 if said:

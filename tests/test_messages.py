@@ -77,3 +77,37 @@ def test_a_refusal_is_a_marked_text_part_redacted_like_content():
     assert json.loads(encode_messages([both], redact_secrets))[0]["parts"] == [
         {"type": "text", "content": "Partly."}, {"type": "text", "content": "Not the rest.", "refusal": True}]
     assert encode_messages([both], redact_secrets) == reference([both])
+
+
+def test_an_answer_shares_its_messages_json_and_adds_its_finish_reason():
+    """A model's answer read into an adapter's shared message (the step's output and the next
+    prompt) is encoded once: the chat's output (``LLMResponse.as_message``, with its finish reason)
+    is that message's JSON plus the finish reason, exactly as encoding it afresh gives; an answer an
+    interceptor changed, or one that does not read as the shared message, is encoded on its own."""
+    from aegis_probe.capture.interception import LLMResponse
+
+    call = {"id": "c1", "name": "add", "arguments": '{"x": "sk-abcdefghijklmnopqrstuvwx"}'}
+    for shared, response in [
+        (SharedMessage(role="assistant", content="Done \u00e9 \"q\"."), LLMResponse(content="Done \u00e9 \"q\".", finish_reason="stop")),
+        (SharedMessage(role="assistant", content="", tool_calls=[call]), LLMResponse(tool_calls=[dict(call)], finish_reason="tool_calls")),
+        (SharedMessage(role="assistant", content="No reason."), LLMResponse(content="No reason.")),
+    ]:
+        response.message = shared
+        answer = response.as_message()
+        assert type(answer) is SharedMessage and answer is not shared
+        assert answer.get("finish_reason") == response.finish_reason and answer["content"] == response.content
+        assert encode_messages([answer], redact_secrets) == reference([answer])
+        assert shared._fragment[1] == reference([shared])[1:-1]  # built once, on the shared message
+        assert encode_messages([shared], redact_secrets) == reference([shared])
+        assert "sk-abc" not in encode_messages([answer], redact_secrets)
+
+        def other(text: str) -> str:
+            return text.replace("Done", "<verb>")
+
+        expected = "[" + ", ".join(json.dumps(_encode_message(m, other), ensure_ascii=False) for m in [answer]) + "]"
+        assert encode_messages([answer], other) == expected  # another redactor: its own JSON
+    named = LLMResponse(content="Hi.", finish_reason="stop", message=SharedMessage(role="assistant", content="Hi.", name="bob"))
+    assert type(named.as_message()) is dict and "name" not in named.as_message()  # not the shared message: its own JSON
+    injected = LLMResponse(content="Injected.", finish_reason="stop", message=SharedMessage(role="assistant", content="Real."))
+    assert type(injected.as_message()) is dict and encode_messages([injected.as_message()], redact_secrets) == reference(
+        [injected.as_message()])

@@ -200,19 +200,23 @@ def _benchmark_apps() -> Any:
 _SPAN_PATH = ("spans.py", "leanspans.py", "writer.py", "otlp_encode.py", "delta.py")
 #: Python calls per agent step into the span path and the adapter, on the app's thread, in the
 #: default configuration (``instrument(app)``: lean spans, the store; its writer thread not counted).
-_STEP_CALLS = {"metagpt": 77, "camel": 71}  # camel: +1 since its prompts are remembered per run (current_run)
+_STEP_CALLS = {"metagpt": 77, "camel": 71,  # camel: +1 since its prompts are remembered per run (current_run)
+               "langgraph": 84}  # 93 before its prompts were converted incrementally (40 steps)
+#: Agent steps per run where 10 would not show a cost growing with the conversation.
+_STEPS = {"langgraph": 40}
 
 
 @pytest.mark.parametrize("framework", sorted(_STEP_CALLS))
 def test_aegis_calls_per_agent_step(framework: str, tmp_path: Path) -> None:
-    """A real MetaGPT team and CAMEL society of ``benchmarks/apps.py``, 10 agent steps: the trace
+    """A real MetaGPT team, CAMEL society and LangGraph graph of ``benchmarks/apps.py``, 10 agent
+    steps (``_STEPS``): the trace
     holds every step, and the span path and the adapter are entered at most ``_STEP_CALLS`` times per
     step (content encoding, redaction and the model-call seam aside)."""
-    pytest.importorskip({"metagpt": "metagpt", "camel": "camel"}[framework])
+    pytest.importorskip({"metagpt": "metagpt", "camel": "camel", "langgraph": "langgraph"}[framework])
     import aegis_probe
 
     app = _benchmark_apps().APPS[framework]()
-    steps = 10
+    steps = _STEPS.get(framework, 10)
 
     def run() -> Any:
         target = app.build(steps)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable,
 from ..errors import AegisProbeError
 from .coexist import hide_inside
 from .content_events import emit_inference_details
+from .messages import answer_of
 from .spans import ChatMessage, attached, current_actor, current_run, current_step, iterate_in_scope, iterate_sync_in_scope, log_hook_error, start_llm
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ class LLMResponse:
     cache_read_input_tokens: int | None = None  #: input tokens read from the provider's prompt cache
     cache_creation_input_tokens: int | None = None  #: input tokens written to it
     reasoning_output_tokens: int | None = None  #: output tokens spent on reasoning
+    #: The adapter's neutral form of the answer it read, when it shares one (a ``SharedMessage`` the
+    #: step's output and the next prompt hold too): while the answer still reads as it, the chat's
+    #: output is encoded from its JSON.
+    message: ChatMessage | None = field(default=None, repr=False, compare=False)
 
     def as_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -55,9 +60,10 @@ class LLMResponse:
             msg["refusal"] = self.refusal
         if self.tool_calls:
             msg["tool_calls"] = self.tool_calls
+        shared = self.message is not None and self.message == (msg if self.content else {**msg, "content": ""})
         if self.finish_reason:
             msg["finish_reason"] = self.finish_reason
-        return msg
+        return answer_of(self.message, msg) if shared else msg
 
 
 @dataclass

@@ -52,7 +52,19 @@ class SharedMessage(dict):
     read per message. Interceptors are given plain-``dict`` copies.
     """
 
-    __slots__ = ("_fragment",)
+    __slots__ = ("_fragment", "_base")
+
+
+def answer_of(base: ChatMessage | None, message: dict[str, Any]) -> dict[str, Any]:
+    """``message``, a model's answer that encodes as ``base`` (the adapter's :class:`SharedMessage`
+    of it, which the step's output and the next prompt share) plus its ``finish_reason``, as a
+    :class:`SharedMessage` whose JSON is built from ``base``'s: the answer is encoded once for the
+    chat's output, the step's output and the next prompt. Else ``message`` as it is."""
+    if type(base) is not SharedMessage:
+        return message
+    shared = SharedMessage(message)
+    shared._base = base  # type: ignore[attr-defined]
+    return shared
 
 
 _FRAGMENTS: dict[tuple[Any, ...], str] = {}
@@ -126,7 +138,7 @@ def _join(messages: list[ChatMessage], redact: Callable[[str], str]) -> str:
         if type(m) is SharedMessage:
             cached = getattr(m, "_fragment", None)
             if cached is None or cached[0] is not redact:
-                cached = m._fragment = (redact, _fragment(m, redact))  # type: ignore[attr-defined]
+                cached = m._fragment = (redact, _shared_fragment(m, redact))  # type: ignore[attr-defined]
             out.append(cached[1])
             continue
         content = m.get("content")
@@ -141,6 +153,23 @@ def _join(messages: list[ChatMessage], redact: Callable[[str], str]) -> str:
             fragment = _FRAGMENTS[key] = _fragment(m, redact)
         out.append(fragment)
     return "[" + ", ".join(out) + "]"
+
+
+def _shared_fragment(m: SharedMessage, redact: Callable[[str], str]) -> str:
+    """The JSON of a shared message: an answer made by :func:`answer_of` is its base's JSON (kept on
+    the base) with its ``finish_reason`` added, the last field of a message's JSON."""
+    base = getattr(m, "_base", None)
+    if base is None:
+        return _fragment(m, redact)
+    cached = getattr(base, "_fragment", None)
+    if cached is None or cached[0] is not redact:
+        cached = base._fragment = (redact, _fragment(base, redact))
+    reason = m.get("finish_reason")
+    if not reason:
+        return cached[1]  # type: ignore[no-any-return]
+    if type(reason) is not str:
+        return _fragment(m, redact)
+    return f'{cached[1][:-1]}, "finish_reason": {_quote(reason)}}}'
 
 
 def _fragment(m: ChatMessage, redact: Callable[[str], str]) -> str:
