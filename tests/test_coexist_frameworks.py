@@ -11,6 +11,7 @@ environment's own cases (smolagents, LangGraph, Pydantic AI, Agent Framework).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -102,13 +103,16 @@ class Seen:
 
 
 def _beside(demo: ModuleType, on: On, model_server: Any, *, first: SpanProcessor | None = None,
-            outside: bool = False, theirs_off_first: bool = False) -> Seen:
+            outside: bool = False, theirs_off_first: bool = False,
+            run_app: Callable[[Any, str], Any] | None = None) -> Seen:
     """Run ``demo`` with the other side on (``on``): alone, then instrumented by aegis-probe; with
     ``first``, a span processor added before the exporter (one that rewrites spans as they end);
     with ``outside``, then an app aegis does not trace, aegis still on. Uninstrumented in the reverse
-    order of instrumenting, or the other side first (``theirs_off_first``)."""
+    order of instrumenting, or the other side first (``theirs_off_first``). ``run_app``: instead of
+    the demo's."""
     from aegis_probe.demos.task import EXPECTED
 
+    run = run_app or demo.run_app
     bodies: list[Any] = []
     server = model_server(lambda body: bodies.append(body) or demo.policy(body))
     exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
@@ -118,20 +122,20 @@ def _beside(demo: ModuleType, on: On, model_server: Any, *, first: SpanProcessor
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     undo = on(provider, meters)
     try:
-        assert EXPECTED in str(demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK))
+        assert EXPECTED in str(run(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK))
         alone = list(exporter.get_finished_spans())
         exporter.clear()
         bodies.clear()
         before = _token_points(reader)
         app = demo.build_app(server.base_url, "aegis-scripted", "sk-test")
         probe = aegis_probe.instrument(app, tracer_provider=provider, meter_provider=meters, store=False)
-        assert EXPECTED in str(demo.run_app(app, demo.TASK))
+        assert EXPECTED in str(run(app, demo.TASK))
         calls = len(bodies)
         tokens = {k: v - before.get(k, 0) for k, v in _token_points(reader).items() if v != before.get(k, 0)}
         spans = list(exporter.get_finished_spans())
         exporter.clear()
         if outside:
-            assert EXPECTED in str(demo.run_app(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK))
+            assert EXPECTED in str(run(demo.build_app(server.base_url, "aegis-scripted", "sk-test"), demo.TASK))
     finally:  # in the reverse order of instrumenting (docs/otel.md), unless asked otherwise
         for off in ((undo, aegis_probe.uninstrument) if theirs_off_first else (aegis_probe.uninstrument, undo)):
             off()
@@ -337,8 +341,8 @@ def test_coexist_main_smolagents_openinference_yields(model_server):
 
 
 @pytest.mark.skipif(not importable("langgraph"), reason="langgraph is not installed here")
-@pytest.mark.parametrize("theirs_off_first", [False, True])
-def test_coexist_main_langgraph_openllmetry_bypassed(model_server, theirs_off_first, request):
+@pytest.mark.parametrize("theirs_off_first,asynchronous", [(False, False), (True, True)])
+def test_coexist_main_langgraph_openllmetry_bypassed(model_server, theirs_off_first, asynchronous, request):
     """OpenLLMetry's LangChain callback spans honour the key; its LangGraph wrappers (``Pregel.stream``
     and ``astream``, a graph's invocation) do not, and are bypassed inside aegis's runs (coexist);
     outside them it works.
@@ -347,7 +351,7 @@ def test_coexist_main_langgraph_openllmetry_bypassed(model_server, theirs_off_fi
     wrapped (0.62.4), which breaks every later LangGraph run of the process: each case runs in a
     process of its own. Turned off first, the ``Pregel`` wrappers it left are taken off by aegis's
     ``uninstrument()`` (never putting back a wrapper of an instrumentor turned off); turned off last,
-    they stay."""
+    they stay. Run with ``invoke`` (its sync ``stream`` wrapper) and ``ainvoke`` (``astream``)."""
     if not os.environ.get(ISOLATED):
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                f"{__file__}::{request.node.name}"],
@@ -362,8 +366,17 @@ def test_coexist_main_langgraph_openllmetry_bypassed(model_server, theirs_off_fi
     module = "opentelemetry.instrumentation.langchain"
     attributes = [(Pregel, "stream"), (Pregel, "astream")]
     originals = _entries(attributes)
-    seen = _beside(demo, _watched(module, "LangchainInstrumentor", attributes, theirs_off_first), model_server,
-                   outside=True, theirs_off_first=theirs_off_first)
+    loop = asyncio.new_event_loop()  # one for every run: langchain-openai shares its async HTTP client
+
+    def ainvoke(app: Any, task: str) -> str:
+        config = {"configurable": {"thread_id": demo.THREAD_ID}, "recursion_limit": 25}
+        return str(loop.run_until_complete(app.ainvoke({"messages": [("user", task)]}, config))["messages"][-1].content)
+
+    try:
+        seen = _beside(demo, _watched(module, "LangchainInstrumentor", attributes, theirs_off_first), model_server,
+                       outside=True, theirs_off_first=theirs_off_first, run_app=ainvoke if asynchronous else None)
+    finally:
+        loop.close()
     assert {"chat", "invoke_agent"} <= {_kind(s) for s in _theirs(seen.alone, module)}
     seen.assert_yielded()
     graphs = sorted(s.name for s in _theirs(seen.outside, module) if s.name.startswith("invoke_agent "))
