@@ -187,8 +187,11 @@ def _importable(module: str) -> bool:
         return False
 
 
-def configs(app: App, steps: int = STEPS) -> dict[str, Config]:
-    """The configurations of one app (names as in the module docstring)."""
+def configs(app: App, steps: int = STEPS,
+            clock: tuple[Callable[[], Any], Callable[[Any], Any]] = (start, elapsed)) -> dict[str, Config]:
+    """The configurations of one app (names as in the module docstring), each measured between
+    ``clock``'s two calls (``start()``, ``elapsed(start())``: instructions.py counts instead)."""
+    start, elapsed = clock
 
     def uninstrumented() -> Result:
         target = app.build(steps)
