@@ -2,7 +2,8 @@
 by framework: each GenAI instrumentation installed in one of the environments, active on the same
 tracer and meter providers while aegis-probe runs the framework's demo. Those that yield: one
 ``invoke_agent`` span per step and one ``chat`` span per model call (aegis's), one token count per
-call; those that cannot be made to yield: what does happen.
+call (OpenLLMetry's CrewAI and LangGraph wrappers, which ignore the suppression key, bypassed in
+aegis's runs; uninstrumented in either order); those that cannot be made to yield: what does happen.
 
 The CrewAI, OpenAI Agents SDK, AG2 and Google ADK cases run in the framework's own environment
 (``run_in_own_env``); in the main environment only their wrappers run, beside the main
