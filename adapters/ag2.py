@@ -152,6 +152,10 @@ def _matches(agent: Any, trigger: Any, sender: Any) -> bool:
     return bool(agent._match_trigger(trigger, sender))
 
 
+#: ``GroupChat.speaker_selection_method``\ s that choose without a model call.
+_MODEL_FREE_SELECTION = frozenset({"round_robin", "random", "manual"})
+
+
 def _fail_run(run: RunScope, exc: BaseException) -> None:
     """End ``run`` failed by the app's ``exc`` through ``RunScope.finish`` (the probe's last run, judged)."""
     try:
@@ -286,11 +290,12 @@ class AG2Adapter(Adapter):
             sender = kwargs["sender"] if "sender" in kwargs else args[1] if len(args) > 1 else None
             if messages is None and sender is not None:
                 messages = agent.chat_messages.get(sender, [])
-            messages = list(messages or ())
+            if type(messages) is not list:
+                messages = list(messages or ())
             if _ends_silently(agent, messages, sender, call_arg(args, kwargs, "exclude", 2), asynchronous):
                 return None
             two_party = not isinstance(sender, GroupChatManager)
-            shown = neutral_messages(_unseen(messages, agent, two_party))
+            shown = neutral_messages(_unseen(messages, agent, two_party), run)
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=getattr(agent, "description", None))
         except Exception:
@@ -361,8 +366,12 @@ class AG2Adapter(Adapter):
 
     # -- speaker selection -----------------------------------------------------------------
     @staticmethod
-    def _selecting(args: tuple, kwargs: dict) -> Any:
-        """The context automatic speaker selection runs in: no step, the manager as the actor."""
+    def _selecting(chat: Any, args: tuple, kwargs: dict) -> Any:
+        """The context automatic speaker selection runs in: no step, the manager as the actor (None
+        for a method that calls no model: round robin, random, manual)."""
+        method = getattr(chat, "speaker_selection_method", None)
+        if type(method) is str and method.lower() in _MODEL_FREE_SELECTION:
+            return None
         run = current_run()
         if run is None or run.framework != FRAMEWORK:
             return None
@@ -374,7 +383,7 @@ class AG2Adapter(Adapter):
             return None
 
     def _select(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        ctx = self._selecting(args, kwargs)
+        ctx = self._selecting(instance, args, kwargs)
         if ctx is None:
             return wrapped(*args, **kwargs)
         token = otel_context.attach(ctx)
@@ -384,7 +393,7 @@ class AG2Adapter(Adapter):
             otel_context.detach(token)
 
     async def _aselect(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        ctx = self._selecting(args, kwargs)
+        ctx = self._selecting(instance, args, kwargs)
         if ctx is None:
             return await wrapped(*args, **kwargs)
         token = otel_context.attach(ctx)

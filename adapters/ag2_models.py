@@ -22,6 +22,7 @@ then sent. A response AG2 serves from its cache (``cache_seed``) calls no client
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -31,7 +32,7 @@ from aegis_probe.capture.adapter import Patcher, call_arg
 from aegis_probe.capture.interception import LLMResponse, call_llm
 from aegis_probe.capture.messages import SharedMessage, content_text
 from aegis_probe.capture.openai_shape import completion_usage, openai_messages, openai_tool_calls
-from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call, log_hook_error
+from aegis_probe.capture.spans import ChatMessage, RunScope, current_run, in_llm_call, log_hook_error
 from aegis_probe.capture.usage import openai_usage
 
 if TYPE_CHECKING:
@@ -83,31 +84,71 @@ def _snapshot(message: Any) -> Any:
     return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in message.items()}
 
 
-def neutral_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+#: The most message lists a run remembers converted, by their first message (then it starts again).
+_LISTS_MAX = 64
+
+
+def neutral_messages(messages: Sequence[Any], run: RunScope | None = None) -> list[dict[str, Any]]:
     """Neutral messages of ag2 messages, inside a run as :class:`SharedMessage`s converted once.
 
     ag2 keeps a conversation's message dicts and sends them again on every call: each is converted
     once per run (while equal to its snapshot), so a call or a step costs its new messages, and
     the same shared messages keep their JSON and let a prompt's be reused (messages.encode_messages).
+    A list that extends the last one starting with the same message (a prompt: the conversation so
+    far) is checked against it in C (the same dicts, each still equal to its snapshot): only its
+    new messages are looked at one by one. ``run``: the current run, when the caller has it.
     """
-    run = current_run()
+    if run is None:
+        run = current_run()
     if run is None:
         return [to_neutral(m) for m in messages]
-    seen = run.caches.get("ag2.messages") or run.caches.setdefault("ag2.messages", {})
-    if len(seen) > _SEEN_MAX:
-        seen.clear()
-    out = []
-    for m in messages:
+    caches = run.caches
+    seen = caches.get("ag2.messages")
+    if seen is None or len(seen) > _SEEN_MAX:
+        seen = caches["ag2.messages"] = {}
+        lists = caches["ag2.lists"] = {}
+    else:
+        lists = caches["ag2.lists"]
+    msgs = messages if type(messages) is list else list(messages)
+    if not msgs:
+        return []
+    last = lists.get(id(msgs[0]))
+    done = 0
+    if last is not None:
+        raw, snapshots, out = last
+        n = len(raw)
+        if len(msgs) >= n and all(map(operator.is_, msgs, raw)) and snapshots == msgs[:n]:
+            done, out, snapshots = n, out[:], snapshots[:]
+    if not done:
+        out, snapshots = [], []
+    for m in msgs[done:] if done else msgs:
         hit = seen.get(id(m))
         if hit is None or hit[0] is not m or hit[1] != m:
             hit = seen[id(m)] = (m, _snapshot(m), SharedMessage(to_neutral(m)))
+        snapshots.append(hit[1])
         out.append(hit[2])
-    return out
+    if len(lists) >= _LISTS_MAX:
+        lists.clear()
+    lists[id(msgs[0])] = (msgs[:], snapshots, out)
+    return out[:]
 
 
 def _field(obj: Any, name: str) -> Any:
     """``obj.name``, or ``obj[name]`` of a dict (clients' responses mix both)."""
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+#: What a response, its first choice and that choice's message are read for (:func:`_fields`).
+_RESPONSE_FIELDS = ("choices", "usage", "model", "id")
+_CHOICE_FIELDS = ("message", "finish_reason")
+_MESSAGE_FIELDS = ("content", "tool_calls", "function_call", "refusal")
+
+
+def _fields(obj: Any, names: tuple[str, ...]) -> list[Any]:
+    """``[_field(obj, name) for name in names]`` in one call."""
+    if isinstance(obj, dict):
+        return list(map(obj.get, names))
+    return [getattr(obj, name, None) for name in names]
 
 
 def _tool_call(call: Any) -> dict[str, Any] | None:
@@ -194,27 +235,24 @@ class ModelClientCodec:
         return ((params, *args[1:]), kwargs) if "params" not in kwargs else (args, {**kwargs, "params": params})
 
     def response(self, raw: Any) -> LLMResponse:
-        choices = _field(raw, "choices") or ()
-        message = _field(choices[0], "message") if choices else None
-        content = _field(message, "content")
-        calls = [c for c in map(_tool_call, _field(message, "tool_calls") or ()) if c is not None]
-        legacy = _field(message, "function_call")
+        choices, usage, model, response_id = _fields(raw, _RESPONSE_FIELDS)
+        message, finish_reason = _fields(choices[0], _CHOICE_FIELDS) if choices else (None, None)
+        content, tool_calls, legacy, refusal = _fields(message, _MESSAGE_FIELDS)
+        calls = [c for c in map(_tool_call, tool_calls) if c is not None] if tool_calls else []
         if not calls and legacy is not None:
             calls = [{"id": None, "name": _field(legacy, "name"), "arguments": _field(legacy, "arguments")}]
-        usage = _field(raw, "usage")
         if usage is None:  # a user's client may count tokens in get_usage only
             try:
                 usage = self.client.get_usage(raw)
             except Exception:
                 usage = None
-        refusal = _field(message, "refusal")
         return LLMResponse(
             content=content if content is None or isinstance(content, str) else content_text(content),
             tool_calls=calls,
             **openai_usage(usage),
-            model=_field(raw, "model"),
-            finish_reason=_field(choices[0], "finish_reason") if choices else None,
-            id=_field(raw, "id"),
+            model=model,
+            finish_reason=finish_reason,
+            id=response_id,
             refusal=refusal if isinstance(refusal, str) else None,
         )
 

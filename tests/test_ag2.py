@@ -448,3 +448,75 @@ def test_each_message_is_converted_once_per_run(provider, exporter, tmp_path, mo
                if s.name.startswith("chat")]
     assert [len(p) for p in prompts] == [n + 2 for n in range(steps)]  # the system message and the chat so far
     assert prompts[-1][-1]["parts"][0]["content"] == "reply number 19, all good"
+
+
+@needs_ag2
+def test_a_prompt_extending_the_last_reconverts_a_message_changed_in_place(provider):
+    """A run's prompt that extends its last one reuses its converted messages, but not one changed
+    in place since (ag2 keeps the same dicts): that one is converted again, as it is now."""
+    from aegis_probe.adapters.ag2_models import neutral_messages
+    from aegis_probe.capture.messages import SharedMessage
+    from aegis_probe.capture.spans import start_run
+    from toyrun import make_probe
+
+    run = start_run(make_probe(provider), "chat", framework="ag2", task=None)
+    token = run.attach()
+    try:
+        system, first = {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi", "name": "bob"}
+        before = neutral_messages([system, first])
+        grown = neutral_messages([system, first, {"role": "user", "content": "more", "name": "alice"}])
+        assert grown[0] is before[0] and grown[1] is before[1] and type(grown[2]) is SharedMessage
+        first["content"] = "hi there"  # the same dict, changed in place
+        again = neutral_messages([system, first, {"role": "assistant", "content": "ok"}])
+        assert again[0] is before[0] and again[1] is not before[1]
+        assert [m["content"] for m in again] == ["be brief", "hi there", "ok"]
+        again.append({"role": "user", "content": "not theirs"})  # a caller's list is its own
+        assert len(neutral_messages([system, first])) == 2
+    finally:
+        run.detach(token)
+        run.finish()
+
+
+#: Python calls per agent step into the span path and the adapter (both modules), on the app's
+#: thread, in the default configuration (``instrument(app)``: lean spans, the store).
+_STEP_CALLS = 95
+
+
+@needs_ag2
+def test_aegis_calls_per_agent_step(tmp_path):
+    """``benchmarks/apps.py``'s AG2 group chat, 10 agent steps: the trace holds every step, and the
+    span path and the adapter are entered at most ``_STEP_CALLS`` times per step (content encoding,
+    redaction and the shared model-call layer aside)."""
+    import sys
+    from collections import Counter
+    from pathlib import Path
+
+    from test_perf_calls import _SPAN_PATH, _benchmark_apps
+
+    app, steps = _benchmark_apps().APPS["ag2"](), 10
+
+    def run():
+        manager = app.build(steps)
+        probe = aegis_probe.instrument(manager, store=tmp_path / "store")
+        try:
+            app.play(manager, probe, steps)
+            assert probe.store.flush()
+        finally:
+            probe.uninstrument()
+        return probe
+
+    run()  # first use: imports, caches
+    modules = set(_SPAN_PATH) | {"ag2.py", "ag2_models.py"}
+    entered: Counter[str] = Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and Path(frame.f_code.co_filename).name in modules:
+            entered[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        probe = run()
+    finally:
+        sys.setprofile(None)
+    assert len(probe.trajectory().steps) == steps
+    assert sum(entered.values()) / steps <= _STEP_CALLS, entered
