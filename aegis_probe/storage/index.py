@@ -114,8 +114,8 @@ def _decoded_entry(data: bytes) -> tuple[dict[str, int], dict[str, str], str | N
     return starts, sessions, None
 
 
-def _entry(data: bytes, line: int, offset: int, clock: int) -> Entry:
-    fast = _fast_entry(data) if data.strip() else ({}, {})
+def _entry(data: bytes, line: int, offset: int, clock: int, known: Known | None = None) -> Entry:
+    fast = known if known is not None else _fast_entry(data) if data.strip() else ({}, {})
     if fast is not None:
         starts, sessions, bad = fast[0], fast[1], None
     else:
@@ -174,9 +174,14 @@ def _current(fd: int, path: Path) -> _State:
     return state
 
 
-def note_written(data_file: Path, offset: int, data: bytes) -> None:
+#: A line's trace starts and sessions (by trace id in hex), as :func:`_fast_entry` reads them.
+Known = tuple[dict[str, int], dict[str, str]]
+
+
+def note_written(data_file: Path, offset: int, data: bytes, known: Known | None = None) -> None:
     """Index a line just written at ``offset`` (the writer holds the data file's lock), if the
-    index covers everything before it; else leave it to the next reader (:func:`update`)."""
+    index covers everything before it; else leave it to the next reader (:func:`update`).
+    ``known``: the line's trace starts and sessions, when its writer knows them (not read again)."""
     path = index_path(data_file)
     fd = os.open(path, _APPEND, 0o644)
     try:
@@ -184,7 +189,7 @@ def note_written(data_file: Path, offset: int, data: bytes) -> None:
         state = _current(fd, path)
         if state.end != offset or b"\n" in data:  # behind, or text of several lines: read from the file
             return
-        entry = _entry(data, state.line + 1, offset, max(state.clock, time.time_ns()))
+        entry = _entry(data, state.line + 1, offset, max(state.clock, time.time_ns()), known)
         text = entry.text()
         os.write(fd, text)
         _KNOWN[path] = _State(state.size + len(text), entry.end, entry.line, entry.clock)

@@ -305,18 +305,19 @@ class TraceStore:
         if records:
             self.write_line(encode_request(records))
 
-    def write_line(self, line: str) -> None:
-        """Append one encoded export request (no newline) as a line; safe across threads and processes."""
+    def write_line(self, line: str, entry: index.Known | None = None) -> None:
+        """Append one encoded export request (no newline) as a line; safe across threads and processes.
+        ``entry``: its trace starts and sessions, when the caller knows them (the index need not read them)."""
         data = utf8(line)  # lone surrogates escaped, never a lost trace
         with self._lock:
             try:
-                self._write(data)
+                self._write(data, entry)
             except OSError as exc:  # kept for readers of this process: why a trace is missing
                 _failed_writes[self._file] = f"{type(exc).__name__}: {exc}"
                 raise
             _failed_writes.pop(self._file, None)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, entry: index.Known | None = None) -> None:
         try:
             self._fd = fd = os.open(self._file, _APPEND, 0o644)
         except FileNotFoundError:  # no directory yet (or it was removed)
@@ -332,7 +333,7 @@ class TraceStore:
                 while view:
                     view = view[os.write(fd, view):]
             try:  # under the data file's lock: index entries in line order
-                index.note_written(self._file, offset, data)
+                index.note_written(self._file, offset, data, entry)
             except OSError as exc:  # the next reader indexes the line from the data file
                 logger.debug("%s: line not indexed: %s", self._file, exc)
         finally:

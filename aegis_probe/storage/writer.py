@@ -14,6 +14,7 @@ read) waits until the queue is written. At exit the queue is written within ``EX
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import sys
@@ -28,7 +29,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .otlp_encode import request_json, sdk_span_json
 from .otlp_json import resource_attributes
-from .delta import Bases, want_hints
+from .delta import MIN_SHARED, Bases, want_hints
+from . import index
 
 
 logger = logging.getLogger("aegis_probe.storage.store")
@@ -39,7 +41,7 @@ class LineSink(Protocol):
 
     path: Path  # named in the writer's error lines
 
-    def write_line(self, line: str) -> None: ...
+    def write_line(self, line: str, entry: "index.Known | None" = None) -> None: ...
 
 
 #: Spans waiting for the writer, per process, before new ones are dropped.
@@ -197,14 +199,64 @@ Encoded = tuple[dict[str, Any], str, str]
 
 class _Trace:
     """Writer-thread state of a trace whose root has not been taken: its id in hex, its encoded
-    spans, and the delta bases of its long attributes."""
+    spans, the delta bases of its long attributes, and what the store's index reads of its next
+    line (:meth:`known`)."""
 
-    __slots__ = ("bases", "hex", "spans")
+    __slots__ = ("bases", "hex", "spans", "start", "session", "plain")
 
     def __init__(self, trace_id: int) -> None:
         self.hex = format(trace_id, "032x")
         self.spans: list[Encoded] = []
         self.bases: Bases = {}
+        self.start, self.plain = -1, True
+        self.session: str | None = None
+
+    def note(self, span: ReadableSpan, attrs: Any, resource: dict[str, Any], scope: str) -> None:
+        """Keep the earliest start and the first session of the spans written so far, or that the
+        line is not plain: spans of several resources or scopes (the line groups them), events, a
+        session the index would not read as one (not a short string), or one on the resource."""
+        start = span._start_time or 0
+        if self.start < 0 or start < self.start:
+            self.start = start
+        if not self.plain:
+            return
+        session = attrs.get(SESSION_ID)
+        first = self.spans[0]
+        events: Any = span._events  # a BoundedList: its deque read, not its Python __len__
+        if (first[0] is not resource or first[1] != scope or getattr(events, "_dq", events)
+                or (session is not None and not (type(session) is str and len(session) < MIN_SHARED))
+                or SESSION_ID in resource):
+            self.plain = False
+        elif self.session is None:
+            self.session = session
+
+    def known(self) -> "index.Known | None":
+        """The trace starts and sessions of a line of the spans noted (what the index would read
+        back from it), then forgotten for the next line; None when the index must read the line."""
+        known: index.Known | None = None
+        if self.plain:
+            known = ({self.hex: self.start}, {} if self.session is None else {self.hex: self.session})
+        self.start, self.session, self.plain = -1, None, True
+        return known
+
+
+#: write_line function -> whether it takes the line's index entry (a sink of the protocol's first form does not).
+_TAKES_ENTRY: dict[Any, bool] = {}
+
+
+def _takes_entry(write: Any) -> bool:
+    """Whether a sink's ``write_line`` takes ``entry`` (remembered per function)."""
+    func = getattr(write, "__func__", write)
+    known = _TAKES_ENTRY.get(func)
+    if known is None:
+        if len(_TAKES_ENTRY) >= 64:
+            _TAKES_ENTRY.clear()
+        try:
+            known = "entry" in inspect.signature(write).parameters
+        except (TypeError, ValueError):
+            known = False
+        _TAKES_ENTRY[func] = known
+    return known
 
 
 def _encoded(span: ReadableSpan, trace: _Trace | None) -> Encoded:
@@ -215,6 +267,8 @@ def _encoded(span: ReadableSpan, trace: _Trace | None) -> Encoded:
 
 #: Instrumentation scope (tracer name) of aegis-probe's own spans.
 SCOPE = "aegis_probe"
+#: The attribute the store's index reads a trace's session from.
+SESSION_ID = "session.id"
 #: Runs a ``runs_only`` processor remembers, so that spans ending after a run's root are kept too.
 _KNOWN_RUNS = 1024
 
@@ -286,12 +340,16 @@ class StoreSpanProcessor(SpanProcessor):
         if resource is not self._resource[0]:
             self._resource = (resource, resource_attributes(resource))
         scope = span._instrumentation_scope
-        trace.spans.append((self._resource[1], scope.name if scope else "", sdk_span_json(span, trace.hex, trace.bases)))
+        name = scope.name if scope else ""
+        trace.spans.append((self._resource[1], name, sdk_span_json(span, trace.hex, trace.bases)))
+        attrs = span._attributes
+        inner = getattr(attrs, "_dict", None)  # the SDK's BoundedAttributes: its inner dict
+        trace.note(span, inner if type(inner) is dict else (attrs or {}), self._resource[1], name)
         parent = span._parent
         if parent is None or parent[2]:  # the root (or a remote parent's child): the trace is complete
             del self._traces[trace_id]
             if self._keeps(trace_id, trace.spans):
-                self._write(trace.spans)
+                self._write(trace.spans, trace.known())
 
     def _keeps(self, trace_id: int, spans: list[Encoded]) -> bool:
         """Whether ``spans`` of a trace go to the store: always, or with ``runs_only`` when the
@@ -311,11 +369,16 @@ class StoreSpanProcessor(SpanProcessor):
         for trace_id, trace in list(self._traces.items()):
             if trace.spans and self._keeps(trace_id, trace.spans):
                 spans, trace.spans = trace.spans, []
-                self._write(spans)
+                self._write(spans, trace.known())
 
-    def _write(self, spans: list[Encoded]) -> None:
+    def _write(self, spans: list[Encoded], known: "index.Known | None" = None) -> None:
+        """One line of ``spans``; ``known``: what the store's index reads of it, when the writer knows."""
         try:
-            self.store.write_line(request_json(spans))
+            write = self.store.write_line
+            if known is not None and _takes_entry(write):
+                write(request_json(spans), known)
+            else:
+                write(request_json(spans))
         except OSError as exc:  # a full disk, a read-only or removed directory: one line, the writer goes on
             logger.error("aegis-probe: could not write %d spans to %s: %s", len(spans), self.store.path, exc)
         except Exception:  # a bug: with its traceback, the writer goes on
