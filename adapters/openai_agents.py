@@ -42,7 +42,7 @@ from asyncio import CancelledError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
-from aegis_probe.adapters.openai_agents_items import _parts, _text, run_item_messages
+from aegis_probe.adapters.openai_agents_items import OWN_ITEMS, _parts, _text, run_item_messages, unseen_messages
 from aegis_probe.adapters.openai_agents_model import ModelSeam
 from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Adapter, AppInfo, Patcher
@@ -66,23 +66,6 @@ if TYPE_CHECKING:
 FRAMEWORK = "openai-agents"
 
 
-#: Run items an agent's own model produced (what it has seen); its tools' outputs are new to its next turn.
-_OWN_ITEMS = frozenset({"message_output_item", "tool_call_item", "handoff_call_item", "reasoning_item",
-                        "tool_search_call_item"})
-
-
-def _unseen(original_input: Any, generated_items: Any, agent: str) -> list[Any]:
-    """What a turn of ``agent`` gets that it has not seen: the run's items after the last one its model
-    produced, else (its first turn in the run) the run's input and every item so far."""
-    from agents.items import ItemHelpers
-
-    items = list(generated_items)
-    for i in range(len(items) - 1, -1, -1):
-        if getattr(items[i], "type", None) in _OWN_ITEMS and getattr(items[i].agent, "name", None) == agent:
-            return items[i + 1:]
-    return [*ItemHelpers.input_to_new_input_list(original_input), *items]
-
-
 def _task_text(task: Any) -> str | None:
     """A run's task: its input text, or the last user message of its input items (which may carry
     the conversation so far, ``result.to_input_list()``); for a resumed run (a ``RunState``, after
@@ -93,7 +76,7 @@ def _task_text(task: Any) -> str | None:
         task = task._original_input
     if isinstance(task, str):
         return task
-    return next((m["content"] for m in reversed(run_item_messages(task or ())) if m["role"] == "user"), None)
+    return next((m["content"] for m in reversed(run_item_messages(task or (), None)) if m["role"] == "user"), None)
 
 
 def _conversation(kwargs: dict) -> str | None:
@@ -163,14 +146,6 @@ def _watch_streamed(run: RunScope, result: Any) -> None:
             _finish_run(run, result, task)
 
     result.run_loop_task.add_done_callback(done)
-
-
-def _fail_run(run: RunScope, exc: BaseException) -> None:
-    """End ``run`` failed by the app's ``exc`` through ``RunScope.finish`` (the probe's last run, judged)."""
-    try:
-        run.finish(exc)
-    except Exception:
-        log_hook_error("openai-agents run end")
 
 
 @dataclasses.dataclass
@@ -292,15 +267,8 @@ class OpenAIAgentsAdapter(Adapter):
             kwargs = self._untraced(kwargs)
         except Exception:
             log_hook_error("openai-agents run config")
-
-        async def call() -> Any:
-            try:
-                return await wrapped(*args, **kwargs)
-            except BaseException as exc:  # a guardrail's tripwire, max_turns: still the probe's last run, judged
-                _fail_run(run, exc)
-                raise
-
-        return await await_in_scope(run, call, lambda r: _finish_run(run, r), "openai-agents run")
+        # a guardrail's tripwire, max_turns: await_in_scope fails the run through RunScope.fail (the probe's last run, judged)
+        return await await_in_scope(run, lambda: wrapped(*args, **kwargs), lambda r: _finish_run(run, r), "openai-agents run")
 
     def _run_streamed(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``run_streamed`` returns at once; its turns run in a task that inherits the run's context."""
@@ -333,7 +301,7 @@ class OpenAIAgentsAdapter(Adapter):
             return None
         try:
             agent = bindings.public_agent
-            shown = run_item_messages(_unseen(original_input, generated_items, agent.name))
+            shown = lambda: unseen_messages(original_input, generated_items, agent.name, run)  # noqa: E731  # content only
             return start_step(run.probe, agent.name, run=run, input_messages=shown,
                               description=agent.handoff_description)
         except Exception:
@@ -343,7 +311,7 @@ class OpenAIAgentsAdapter(Adapter):
     @staticmethod
     def _turn_finisher(step: StepScope) -> Callable[[Any], None]:
         def finish(result: Any) -> None:
-            output = run_item_messages(getattr(result, "new_step_items", ()))
+            output = run_item_messages(getattr(result, "new_step_items", ()), step.run)
             next_step = getattr(result, "next_step", None)
             new_agent = getattr(next_step, "new_agent", None)
             if new_agent is not None:
@@ -363,8 +331,8 @@ class OpenAIAgentsAdapter(Adapter):
         before = kwargs.get("original_pre_step_items", ())
         try:
             processed = kwargs.get("processed_response")
-            output = [i.to_input_item() for i in getattr(processed, "new_items", ()) if i.type in _OWN_ITEMS]
-            before = [i for i in before if getattr(i, "type", None) not in _OWN_ITEMS or i.to_input_item() not in output]
+            output = [i.to_input_item() for i in getattr(processed, "new_items", ()) if i.type in OWN_ITEMS]
+            before = [i for i in before if getattr(i, "type", None) not in OWN_ITEMS or i.to_input_item() not in output]
         except Exception:
             log_hook_error("openai-agents resumed turn")
         return self._open_turn(kwargs.get("bindings"), kwargs.get("original_input"), before)

@@ -25,7 +25,7 @@ from aegis_probe.capture import semconv as sc
 from aegis_probe.capture.adapter import Patcher, call_arg, subclasses
 from aegis_probe.capture.interception import LLMResponse, acall_llm, acall_llm_chunks
 from aegis_probe.capture.messages import SharedMessage
-from aegis_probe.capture.spans import ChatMessage, current_run, in_llm_call
+from aegis_probe.capture.spans import ChatMessage, RunScope, current_run, in_llm_call
 from aegis_probe.modelapis.responses import response_body, stream_events, usage_body
 
 if TYPE_CHECKING:
@@ -54,37 +54,45 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def _count(obj: Any, *path: str) -> int | None:
-    for name in path:
-        obj = None if obj is None else _get(obj, name)
-    return obj if isinstance(obj, int) and not isinstance(obj, bool) else None
+def _count(obj: Any, name: str) -> int | None:
+    value = None if obj is None else obj.get(name) if type(obj) is dict else getattr(obj, name, None)
+    return value if type(value) is int else None
 
 
 def _usage(usage: Any) -> dict[str, Any]:
     """``LLMResponse`` usage fields of a Responses-format usage (the SDK's ``Usage``, a ``ResponseUsage``):
     a detail the SDK reports as 0 (its value when the provider gave none) is not recorded."""
+    inputs, outputs = _get(usage, "input_tokens_details"), _get(usage, "output_tokens_details")
     return {"input_tokens": _count(usage, "input_tokens"), "output_tokens": _count(usage, "output_tokens"),
-            "cache_read_input_tokens": _count(usage, "input_tokens_details", "cached_tokens") or None,
-            "cache_creation_input_tokens": _count(usage, "input_tokens_details", "cache_write_tokens") or None,
-            "reasoning_output_tokens": _count(usage, "output_tokens_details", "reasoning_tokens") or None}
+            "cache_read_input_tokens": _count(inputs, "cached_tokens") or None,
+            "cache_creation_input_tokens": _count(inputs, "cache_write_tokens") or None,
+            "reasoning_output_tokens": _count(outputs, "reasoning_tokens") or None}
 
 
 def read_output(output: Sequence[Any], usage: Any, response_id: str | None, model: str | None = None,
                 incomplete: bool = False) -> LLMResponse:
-    """The neutral form of a model's Responses-format output items and usage."""
+    """The neutral form of a model's Responses-format output items (dicts, or the openai types) and usage."""
     texts: list[str] = []
     refusals: list[str] = []
     calls: list[dict[str, Any]] = []
-    for item in output:
-        kind = _get(item, "type")
+    for item in output:  # (_get inline: a dict's fields, else the openai type's attributes)
+        is_dict = type(item) is dict
+        kind = item.get("type") if is_dict else getattr(item, "type", None)
         if kind == "message":
-            for part in _get(item, "content") or ():
-                if _get(part, "type") == "output_text":
-                    texts.append(_get(part, "text") or "")
-                elif _get(part, "type") == "refusal":
-                    refusals.append(_get(part, "refusal") or "")
+            for part in (item.get("content") if is_dict else getattr(item, "content", None)) or ():
+                if type(part) is dict:
+                    part_type, text, refusal = part.get("type"), part.get("text"), part.get("refusal")
+                else:
+                    part_type = getattr(part, "type", None)
+                    text, refusal = getattr(part, "text", None), getattr(part, "refusal", None)
+                if part_type == "output_text":
+                    texts.append(text or "")
+                elif part_type == "refusal":
+                    refusals.append(refusal or "")
         elif kind == "function_call":
-            calls.append({"id": _get(item, "call_id"), "name": _get(item, "name"), "arguments": _get(item, "arguments")})
+            calls.append({"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")} if is_dict
+                         else {"id": getattr(item, "call_id", None), "name": getattr(item, "name", None),
+                               "arguments": getattr(item, "arguments", None)})
     finish = "tool_calls" if calls else "length" if incomplete else "stop"
     return LLMResponse(content="".join(texts) if texts else None, tool_calls=calls, model=model, finish_reason=finish,
                        id=response_id, refusal="".join(refusals) if refusals else None, **_usage(usage))
@@ -135,11 +143,10 @@ def _message_id(output: Sequence[Any]) -> str:
 _SYSTEMS_MAX = 64
 
 
-def _system(text: Any) -> dict[str, Any]:
-    """The system message of an agent's instructions; inside a run one :class:`SharedMessage` per
+def _system(text: Any, run: RunScope | None) -> dict[str, Any]:
+    """The system message of an agent's instructions; inside ``run`` one :class:`SharedMessage` per
     text, so each agent's prompts start with the same message (messages.encode_messages keys a
     conversation's last prompt by it)."""
-    run = current_run()
     if run is None or type(text) is not str:
         return {"role": "system", "content": text}
     systems = run.caches.get("openai-agents.system")
@@ -172,10 +179,11 @@ class ModelCodec:
     def request(self, args: tuple, kwargs: dict) -> list[dict[str, Any]]:
         system = _arg(args, kwargs, "system_instructions")
         items = _arg(args, kwargs, "input")
-        messages = [_system(system)] if system else []
+        run = current_run()
+        messages = [_system(system, run)] if system else []
         if isinstance(items, str):
             return [*messages, {"role": "user", "content": items}]
-        return [*messages, *input_messages(items or ())]
+        return [*messages, *input_messages(items or (), run)]
 
     def with_request(self, args: tuple, kwargs: dict, messages: Sequence[ChatMessage]) -> tuple[tuple, dict]:
         """The call with ``messages`` as its instructions and input: an input item whose message is
