@@ -201,18 +201,22 @@ _SPAN_PATH = ("spans.py", "leanspans.py", "writer.py", "otlp_encode.py", "delta.
 #: Python calls per agent step into the span path and the adapter, on the app's thread, in the
 #: default configuration (``instrument(app)``: lean spans, the store; its writer thread not counted).
 _STEP_CALLS = {"metagpt": 77, "camel": 71,  # camel: +1 since its prompts are remembered per run (current_run)
-               "langgraph": 84}  # 93 before its prompts were converted incrementally (40 steps)
+               "langgraph": 84,  # 93 before its prompts were converted incrementally (40 steps)
+               "openai-agents": 143}  # 186 before issue 32's second Agents SDK cut
+#: An adapter's modules, where not ``{framework}.py`` alone.
+_ADAPTER_MODULES = {"openai-agents": ("openai_agents.py", "openai_agents_items.py", "openai_agents_model.py")}
 #: Agent steps per run where 10 would not show a cost growing with the conversation.
 _STEPS = {"langgraph": 40}
 
 
 @pytest.mark.parametrize("framework", sorted(_STEP_CALLS))
 def test_aegis_calls_per_agent_step(framework: str, tmp_path: Path) -> None:
-    """A real MetaGPT team, CAMEL society and LangGraph graph of ``benchmarks/apps.py``, 10 agent
+    """A real MetaGPT team, CAMEL society, LangGraph graph and Agents SDK pair (run in its own venv) of
+    ``benchmarks/apps.py``, 10 agent
     steps (``_STEPS``): the trace
     holds every step, and the span path and the adapter are entered at most ``_STEP_CALLS`` times per
     step (content encoding, redaction and the model-call seam aside)."""
-    pytest.importorskip({"metagpt": "metagpt", "camel": "camel", "langgraph": "langgraph"}[framework])
+    pytest.importorskip({"metagpt": "metagpt", "camel": "camel", "langgraph": "langgraph", "openai-agents": "agents"}[framework])
     import aegis_probe
 
     app = _benchmark_apps().APPS[framework]()
@@ -243,5 +247,6 @@ def test_aegis_calls_per_agent_step(framework: str, tmp_path: Path) -> None:
         sys.setprofile(None)
     trajectory = probe.trajectory()
     assert len(trajectory.steps) == steps
-    per_step = sum(n for name, n in entered.items() if name.split(":")[0] in _SPAN_PATH + (f"{framework}.py",)) / steps
+    modules = _SPAN_PATH + _ADAPTER_MODULES.get(framework, (f"{framework}.py",))
+    per_step = sum(n for name, n in entered.items() if name.split(":")[0] in modules) / steps
     assert per_step <= _STEP_CALLS[framework], entered
