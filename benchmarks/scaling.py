@@ -2,7 +2,7 @@
 
 Every prompt of these apps repeats the conversation so far, so a tracer that encodes or stores
 each prompt whole does work that grows with the square of the run's length. For each framework
-and length (10, 50, 200, 1000 agent steps by default), ``uninstrumented`` and ``default``
+and length (10, 100, 1000 agent steps by default), ``uninstrumented`` and ``default``
 (``instrument(app)``: the embedded store, content on, timed until the trace is written) run
 interleaved ``--repeats`` times; the table gives per agent step:
 
@@ -12,15 +12,24 @@ interleaved ``--repeats`` times; the table gives per agent step:
   and writing the run costs, off the app thread;
 - ``store B``: bytes the store wrote for the run / steps;
 - ``peak kB``: the largest amount of memory Python held during the run (``tracemalloc``, one
-  extra run each, not timed), default minus uninstrumented, / steps.
+  extra run each, not timed), default minus uninstrumented, / steps; Python allocations only
+  (the frameworks' and aegis's objects), not native buffers or the RSS;
+- ``x first``: this length's median overhead and peak per step over the first (shortest) length's.
+
+After a framework's rows, a verdict: ``flat`` when at the longest length the overhead's p25 is
+within ``--tolerance`` (1.5x) of the shortest length's p75 and the peak per step within the same
+factor of the shortest's; else ``growing`` (and which). The load average is printed before and
+after: CPU figures on a shared machine are only as good as the load lets them be.
 
 The Agents SDK, CrewAI and AG2 are measured by this script run again in their own environments
-(``.venv-<framework>``). Run: ``python benchmarks/scaling.py [--framework F] [--steps 10 50 200 1000] [--repeats N]``.
+(``.venv-<framework>``), as are Google ADK's. Run:
+``python benchmarks/scaling.py [--framework F] [--steps 10 100 1000] [--repeats N] [--tolerance X]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -32,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import aegis_probe
-from _harness import elapsed, spread, start
+from _harness import elapsed, quartiles, spread, start
 from aegis_probe.storage.writer import shared_writer
 from apps import APPS, App, installed
 
@@ -84,7 +93,7 @@ def importable(name: str) -> bool:
 
 
 def _in_own_env(name: str, argv: list[str]) -> None:
-    """Print ``name``'s rows measured by this script in ``.venv-<name>`` (the Agents SDK, CrewAI, AG2)."""
+    """Print ``name``'s rows measured by this script in ``.venv-<name>`` (Agents SDK, CrewAI, AG2, ADK)."""
     python = Path(__file__).resolve().parents[1] / f".venv-{name}" / "bin" / "python"
     if not python.exists():
         installed([name])  # says it is skipped, and why
@@ -95,36 +104,67 @@ def _in_own_env(name: str, argv: list[str]) -> None:
     print("\n".join(rows) if rows else f"{name}: failed in {python.parent.parent.name}: {proc.stderr[-2000:]}", flush=True)
 
 
+def verdict(over: dict[int, list[float]], peak: dict[int, float], tolerance: float) -> str:
+    """``flat`` or ``growing (...)``: the longest length against the shortest (see the module)."""
+    first, last = min(over), max(over)
+    grown = []
+    if quartiles(over[last])[0] > tolerance * quartiles(over[first])[2]:
+        grown.append("cpu")
+    if peak[last] > tolerance * peak[first]:
+        grown.append("memory")
+    return f"growing ({', '.join(grown)})" if grown else "flat"
+
+
+def _ratio(value: float, first: float) -> str:
+    return f"{value / first:.2f}" if first > 0 else "-"
+
+
+def measure_framework(name: str, lengths: list[int], repeats: int, tolerance: float, store: Path) -> None:
+    """Print ``name``'s row at each length, then its verdict."""
+    app = APPS[name]()
+    run_once(app, 10, store)  # warm-up: imports and first-call costs
+    run_once(app, 10, None)
+    overs: dict[int, list[float]] = {}
+    peaks: dict[int, float] = {}
+    for steps in lengths:
+        base, default, sizes, writer = [], [], [], []
+        for _ in range(repeats):
+            base.append(run_once(app, steps, None)[0])
+            seconds, size, writer_seconds = run_once(app, steps, store)
+            default.append(seconds)
+            sizes.append(size)
+            writer.append(writer_seconds)
+        over = overs[steps] = [(d - b) / steps * 1e6 for d, b in zip(default, base)]
+        peak = peaks[steps] = (peak_bytes(app, steps, store) - peak_bytes(app, steps, None)) / steps / 1e3
+        first = lengths[0]
+        growth = f"{_ratio(quartiles(over)[1], quartiles(overs[first])[1])}/{_ratio(peak, peaks[first])}"
+        print(f"{name:<16}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>26}"
+              f"{min(writer) / steps * 1e6:>10.1f}{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}"
+              f"{growth:>12}", flush=True)
+    print(f"{name:<16}verdict: {verdict(overs, peaks, tolerance)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=tuple(APPS), action="append")
-    parser.add_argument("--steps", type=int, nargs="+", default=[10, 50, 200, 1000])
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tolerance", type=float, default=1.5)
     args = parser.parse_args()
+    lengths = sorted(args.steps)
     store = Path(tempfile.mkdtemp(prefix="aegis-scaling-"))
     try:
         print(f"Default configuration (store on, content on) by run length, {args.repeats} interleaved repeats, "
-              "per agent step; overhead = process CPU, median [p25-p75]")
-        print(f"{'framework':<14}{'steps':>6}{'base us':>10}{'overhead us':>24}{'writer us':>10}{'store B':>10}{'peak kB':>10}")
+              "per agent step; overhead = process CPU, median [p25-p75]; peak = tracemalloc; "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"{'framework':<16}{'steps':>6}{'base us':>10}{'overhead us':>26}{'writer us':>10}{'store B':>10}"
+              f"{'peak kB':>10}{'x first':>12}")
         for name in args.framework or list(APPS):
-            if not importable(name):
+            if importable(name):
+                measure_framework(name, lengths, args.repeats, args.tolerance, store)
+            else:
                 _in_own_env(name, sys.argv[1:])
-                continue
-            app = APPS[name]()
-            run_once(app, 10, store)  # warm-up: imports and first-call costs
-            run_once(app, 10, None)
-            for steps in args.steps:
-                base, default, sizes, writer = [], [], [], []
-                for _ in range(args.repeats):
-                    base.append(run_once(app, steps, None)[0])
-                    seconds, size, writer_seconds = run_once(app, steps, store)
-                    default.append(seconds)
-                    sizes.append(size)
-                    writer.append(writer_seconds)
-                over = [(d - b) / steps * 1e6 for d, b in zip(default, base)]
-                peak = (peak_bytes(app, steps, store) - peak_bytes(app, steps, None)) / steps / 1e3
-                print(f"{name:<14}{steps:>6}{statistics.median(base) / steps * 1e6:>10.0f}{spread(over, '{:.1f}'):>24}"
-                      f"{min(writer) / steps * 1e6:>10.1f}{sorted(sizes)[len(sizes) // 2] / steps:>10.0f}{peak:>10.1f}")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
