@@ -40,7 +40,7 @@ _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fa
 
 
 def _arg(args: tuple, kwargs: dict, name: str) -> Any:
-    return call_arg(args, kwargs, name, _PARAMS.index(name))
+    return kwargs[name] if name in kwargs else call_arg(args, kwargs, name, _PARAMS.index(name))  # (the SDK's by keyword)
 
 
 def _with_arg(args: tuple, kwargs: dict, name: str, value: Any) -> tuple[tuple, dict]:
