@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
+import msgspec
 from pydantic import BaseModel, Field, model_validator
 
 from .capture import semconv as sc
@@ -205,24 +207,49 @@ class Trajectory(BaseModel):
         if not spans:
             raise ValueError("a trajectory needs at least one span")
         try:
-            return _build(spans)
+            return _build(spans, MODELS)
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             reason = validation_summary(exc) or str(exc)
             raise ValueError(f"trace {spans[0].trace_id}: malformed aegis span attributes ({reason})") from exc
 
 
-def messages_from_json(raw: Any) -> list[Message]:
-    """Messages from a ``gen_ai.input.messages``/``output.messages`` JSON attribute.
+@dataclass(frozen=True)
+class Kinds:
+    """The classes :func:`_build` makes a trajectory of: the models (:data:`MODELS`), or plain
+    structs of the same fields that ``train import`` writes out (``aegis_probe.train.importers.rows``)."""
+
+    trajectory: Any
+    step: Any
+    message: Any
+    tool_call: Any
+    llm_call: Any
+    usage: Any
+    outcome: Any
+
+
+MODELS = Kinds(Trajectory, Step, Message, ToolCall, LLMCall, Usage, Outcome)
+_USAGE_FIELDS = tuple(Usage.model_fields)
+
+
+def messages_from_json(raw: Any, message: Any = Message) -> list[Message]:
+    """Messages from a ``gen_ai.input.messages``/``output.messages`` JSON attribute (made by
+    ``message``, :class:`Message` or a struct of its fields).
 
     A text that is not JSON (cut by ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, another producer's
     plain text) is one message of that text, without a role.
     """
     if not raw:
         return []
+    if isinstance(raw, str):
+        try:
+            return [message(role=m.role, content=encodable("\n".join(_texts(m.parts))), name=m.name)
+                    for m in _typed_messages(raw)]
+        except (msgspec.MsgspecError, ValueError):  # not a list of message objects: read below, as any JSON
+            pass
     try:
         data = fastjson.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
-        return [Message(role="", content=raw)]
+        return [message(role="", content=raw)]
     out = []
     for m in data:
         texts = []
@@ -234,8 +261,41 @@ def messages_from_json(raw: Any) -> list[Message]:
                 texts.append(f"[tool_call {part.get('name')}({json.dumps(part.get('arguments'))})]")
             elif kind == "tool_call_response":
                 texts.append(f"[tool_result {part.get('response')}]")
-        out.append(Message(role=m.get("role", ""), content=encodable("\n".join(texts)), name=m.get("name")))
+        out.append(message(role=m.get("role", ""), content=encodable("\n".join(texts)), name=m.get("name")))
     return out
+
+
+class _Part(msgspec.Struct):
+    type: Any = None
+    content: Any = ""
+    name: Any = None
+    arguments: Any = None
+    response: Any = None
+
+
+class _Message(msgspec.Struct):
+    role: Any = ""
+    name: Any = None
+    parts: list[_Part] = []
+
+
+#: Messages decoded straight into structs (no dict per message and part); what is not a list of
+#: message objects with lists of part objects is read as JSON by :func:`messages_from_json`.
+_typed_messages = msgspec.json.Decoder(list[_Message]).decode
+
+
+def _texts(parts: list[_Part]) -> list[str]:
+    """The texts of a message's parts, as :func:`messages_from_json` makes them of dicts."""
+    texts = []
+    for part in parts:
+        kind = part.type
+        if kind == "text":
+            texts.append(str(part.content))
+        elif kind == "tool_call":
+            texts.append(f"[tool_call {part.name}({json.dumps(part.arguments)})]")
+        elif kind == "tool_call_response":
+            texts.append(f"[tool_result {part.response}]")
+    return texts
 
 
 def _root(spans: list[SpanRecord]) -> SpanRecord:
@@ -264,31 +324,35 @@ def _label_sets(attrs: dict[str, Any]) -> list[LabelSet]:
     return sets
 
 
-def _build(spans: list[SpanRecord]) -> Trajectory:
+def _build(spans: list[SpanRecord], kinds: Kinds) -> Any:
+    """The trajectory of one trace's spans, made of ``kinds``."""
     by_id = {s.span_id: s for s in spans}
     root = _root(spans)
-    steps_by_span: dict[str, Step] = {}
+    steps_by_span: dict[str, Any] = {}
     for s in spans:
         if s.attributes.get(sc.OPERATION) == sc.OP_AGENT and sc.STEP_INDEX in s.attributes:
-            steps_by_span[s.span_id] = Step(
+            steps_by_span[s.span_id] = kinds.step(
                 index=int(s.attributes[sc.STEP_INDEX]),
                 agent=str(s.attributes.get(sc.AGENT_NAME, "")),
                 role=s.attributes.get(sc.AGENT_ROLE),
                 path=[str(p) for p in s.attributes.get(sc.AGENT_PATH) or ()],
                 next_speaker=s.attributes.get(sc.STEP_NEXT_SPEAKER),
-                input_messages=messages_from_json(s.attributes.get(sc.INPUT_MESSAGES)),
-                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))),
+                input_messages=messages_from_json(s.attributes.get(sc.INPUT_MESSAGES), kinds.message),
+                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES), kinds.message)),
                 error=(s.status_message or s.attributes.get(sc.ERROR_TYPE) or "error") if s.status == "ERROR" else None,
                 events=s.events,
                 span_id=s.span_id,
                 trace_id=s.trace_id,
                 start_ns=s.start_ns,
                 end_ns=s.end_ns,
+                tool_calls=[],
+                llm_calls=[],
+                usage=kinds.usage(),
             )
 
     cyclic: list[str] = []
 
-    def owning_step(span: SpanRecord) -> Step | None:
+    def owning_step(span: SpanRecord) -> Any:
         parent = span.parent_span_id
         for _ in range(len(by_id)):  # as many hops as spans: the parents form a cycle
             if parent in steps_by_span:
@@ -306,7 +370,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
             continue
         if op == sc.OP_TOOL:
             step.tool_calls.append(
-                ToolCall(
+                kinds.tool_call(
                     name=str(s.attributes.get(sc.TOOL_NAME, s.name)),
                     call_id=s.attributes.get(sc.TOOL_CALL_ID),
                     arguments=s.attributes.get(sc.TOOL_CALL_ARGUMENTS),
@@ -316,7 +380,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 )
             )
         elif op == sc.OP_CHAT:
-            call = LLMCall(
+            call = kinds.llm_call(
                 model=s.attributes.get(sc.RESPONSE_MODEL) or s.attributes.get(sc.REQUEST_MODEL),
                 provider=s.attributes.get(sc.PROVIDER),
                 input_tokens=s.attributes.get(sc.USAGE_INPUT_TOKENS),
@@ -325,11 +389,12 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
                 cache_creation_input_tokens=s.attributes.get(sc.USAGE_CACHE_CREATION_INPUT_TOKENS),
                 reasoning_output_tokens=s.attributes.get(sc.USAGE_REASONING_OUTPUT_TOKENS),
                 cost_usd=s.attributes.get(sc.COST_USD),
-                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES))) or None,
+                output="\n".join(m.content for m in messages_from_json(s.attributes.get(sc.OUTPUT_MESSAGES), kinds.message))
+                or None,
                 span_id=s.span_id,
             )
             step.llm_calls.append(call)
-            for field in Usage.model_fields:
+            for field in _USAGE_FIELDS:
                 value = getattr(call, field)
                 if value is not None:
                     setattr(step.usage, field, (getattr(step.usage, field) or 0) + value)
@@ -340,7 +405,7 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
     steps = sorted(steps_by_span.values(), key=lambda st: st.index)
     attrs = root.attributes
     run_root = root.span_id not in steps_by_span  # none when the run never ended (its process exited mid-run)
-    return Trajectory(
+    return kinds.trajectory(
         trace_id=root.trace_id,
         run_id=attrs.get(sc.RUN_ID),
         start_ns=root.start_ns,
@@ -348,13 +413,14 @@ def _build(spans: list[SpanRecord]) -> Trajectory:
         app=(attrs.get(sc.WORKFLOW_NAME) or attrs.get(sc.AGENT_NAME) or root.name.partition(" ")[2] or None) if run_root else None,
         task=attrs.get(sc.TASK),
         steps=steps,
-        outcome=Outcome(
+        outcome=kinds.outcome(
             success=attrs.get(sc.OUTCOME_SUCCESS),
             answer=attrs.get(sc.OUTCOME_ANSWER),
             expected=attrs.get(sc.OUTCOME_EXPECTED),
         ),
         labels=Labels.from_sets(_label_sets(attrs)),
         error=(root.status_message or "error") if run_root and root.status == "ERROR" else None,
+        source="trace",
         cost_usd=attrs.get(sc.COST_USD) if run_root else None,
         metadata={**({"replay_of": attrs[sc.REPLAY_OF]} if attrs.get(sc.REPLAY_OF) else {}),
                   **({"session": session} if (session := session_of(attrs)) else {})},

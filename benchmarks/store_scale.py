@@ -3,7 +3,9 @@
 A store of N runs is made by copying one real run's line (an AutoGen demo team, scripted model)
 under new trace ids. Each command runs in a fresh process, timed, with its peak memory (ru_maxrss);
 ``json.loads`` of every line is the floor. ``traces ls`` is timed twice: the first builds the index
-(a store written without one), the second reads it.
+(a store written without one), the second reads it. ``train import`` and ``json.loads`` are also
+given in CPU seconds of their process (user and system; on a machine loaded by other work, wall
+time is not theirs alone), runs/s from those.
 
     python benchmarks/store_scale.py --sizes 1000,20000,100000
 """
@@ -25,7 +27,8 @@ import resource, sys, time
 sys.argv = {argv!r}
 t = time.perf_counter()
 {body}
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(time.perf_counter() - t, use.ru_utime + use.ru_stime, use.ru_maxrss / 1024, file=sys.stderr)
 """
 _LS = "from aegis_probe.cli import main\nimport contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): main(sys.argv)"
 _IMPORT = "from aegis_probe.train.cli import main\nmain(sys.argv)"
@@ -57,12 +60,13 @@ def make_store(path: Path, line: bytes, n: int) -> None:
             fh.write(line.replace(trace_id, b"%032x" % i) + b"\n")
 
 
-def measure(body: str, argv: list[str]) -> tuple[float, float]:
-    """(seconds, peak MB) of ``body`` in a fresh process."""
+def measure(body: str, argv: list[str]) -> tuple[float, float, float]:
+    """(seconds, CPU seconds, peak MB) of ``body`` in a fresh process (CPU: the whole process's,
+    interpreter start and imports included)."""
     done = subprocess.run([sys.executable, "-c", _MEASURE.format(argv=argv, body=body)], capture_output=True,
                           text=True, cwd=ROOT, check=True)
-    seconds, mb = done.stderr.strip().splitlines()[-1].split()
-    return float(seconds), float(mb)
+    seconds, cpu, mb = done.stderr.strip().splitlines()[-1].split()
+    return float(seconds), float(cpu), float(mb)
 
 
 def main() -> None:
@@ -72,19 +76,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         line = one_run(Path(tmp) / "one")
         print(f"one run: {len(line)} bytes\n")
-        print("| runs | store MB | ls (builds index) s | ls s | ls peak MB | import s | import peak MB | import runs/s "
-              "| json.loads runs/s |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| runs | store MB | ls (builds index) s | ls s | ls peak MB | import s | import CPU s | import peak MB "
+              "| import runs/s (CPU) | json.loads runs/s (CPU) | import / json.loads |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for n in (int(s) for s in args.sizes.split(",")):
             store = Path(tmp) / f"s{n}"
             make_store(store, line, n)
             mb = (store / "spans.jsonl").stat().st_size / 1e6
-            first, _ = measure(_LS, ["traces", "ls", "--dir", str(store)])
-            ls_s, ls_mb = measure(_LS, ["traces", "ls", "--dir", str(store)])
-            imp_s, imp_mb = measure(_IMPORT, ["import", str(store), "-o", str(Path(tmp) / "out.jsonl"), "--no-progress"])
-            json_s, _ = measure(_JSON, [str(store / "spans.jsonl")])
-            print(f"| {n} | {mb:.0f} | {first:.2f} | {ls_s:.3f} | {ls_mb:.0f} | {imp_s:.1f} | {imp_mb:.0f} | {n / imp_s:.0f} "
-                  f"| {n / json_s:.0f} |", flush=True)
+            first, _, _ = measure(_LS, ["traces", "ls", "--dir", str(store)])
+            ls_s, _, ls_mb = measure(_LS, ["traces", "ls", "--dir", str(store)])
+            imp_s, imp_cpu, imp_mb = measure(_IMPORT, ["import", str(store), "-o", str(Path(tmp) / "out.jsonl"),
+                                                       "--no-progress"])
+            _, json_cpu, _ = measure(_JSON, [str(store / "spans.jsonl")])
+            print(f"| {n} | {mb:.0f} | {first:.2f} | {ls_s:.3f} | {ls_mb:.0f} | {imp_s:.1f} | {imp_cpu:.1f} | {imp_mb:.0f} "
+                  f"| {n / imp_cpu:.0f} | {n / json_cpu:.0f} | {json_cpu / imp_cpu:.2f} |", flush=True)
             (store / "spans.jsonl").unlink()
 
 

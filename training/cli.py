@@ -286,9 +286,10 @@ def import_source(source: str, fmt: str = "auto", labels_dir: str | None = None,
 
 
 def stream_source(source: str, fmt: str = "auto", labels_dir: str | None = None, progress: bool = False,
-                  result: Any = None) -> Iterator[Any]:
+                  result: Any = None, fast: bool = False) -> Iterator[Any]:
     """As :func:`import_source`, the trajectories one at a time (a trace store read as it goes);
-    ``result`` (an ``ImportResult``) counts them and keeps the errors."""
+    ``result`` (an ``ImportResult``) counts them and keeps the errors; ``fast``: as
+    :func:`.importers.stream` (to be written out)."""
     from tqdm import tqdm
 
     from .importers import ImportIssue, stream
@@ -298,7 +299,7 @@ def stream_source(source: str, fmt: str = "auto", labels_dir: str | None = None,
     with (tqdm(desc=f"import {source}", unit="record", file=sys.stderr, disable=None if progress else True) as bar,
           counting(bar.update)):
         try:
-            for item in stream(source, fmt, **options):
+            for item in stream(source, fmt, fast, **options):
                 if isinstance(item, ImportIssue):
                     result.errors.append(item)
                 else:
@@ -415,7 +416,7 @@ def _imported(args: argparse.Namespace) -> Iterator[tuple[str, Any, Iterator[tup
     from aegis_probe.executors import RayExecutor, executor_from_args
 
     from .importers import ImportResult
-    from .importers.base import identity
+    from .importers.base import row
     from .importers.shards import in_order
 
     executor = executor_from_args(args)
@@ -425,8 +426,9 @@ def _imported(args: argparse.Namespace) -> Iterator[tuple[str, Any, Iterator[tup
         return
     for source in args.source:
         found = ImportResult()
-        trajs = stream_source(source, args.format, args.labels_dir, progress=not args.no_progress, result=found)
-        yield source, found, ((identity(t), t.model_dump_json(exclude_none=True)) for t in trajs)
+        trajs = stream_source(source, args.format, args.labels_dir, progress=not args.no_progress, result=found,
+                              fast=True)
+        yield source, found, (row(t) for t in trajs)
 
 
 def local_tokenizer(path: str) -> Any:

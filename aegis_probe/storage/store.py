@@ -26,7 +26,7 @@ from ..errors import AegisProbeError
 from .otlp_encode import encode_request
 from .otlp_json import SpanRecord, decode_request, utf8
 from .delta import expand
-from . import fastjson, index
+from . import index
 from .writer import StoreSpanProcessor, flush_writers
 
 __all__ = ["SPANS_FILE", "StoreSpanProcessor", "TraceFileError", "TraceStore", "merge_records", "read_span_file", "span_files"]
@@ -412,14 +412,17 @@ class TraceStore:
     def _records_at(self, entries: Iterable[index.Entry], wanted: Callable[[str], bool]) -> list[SpanRecord]:
         """The records of the traces ``wanted`` picks in the lines ``entries`` name (each read once, by offset)."""
         records: list[SpanRecord] = []
-        with open(self._file, "rb") as fh:
+        fd = os.open(self._file, os.O_RDONLY)  # no buffered file object: one is read per trace (train import)
+        try:
             for entry in sorted({e.offset: e for e in entries}.values(), key=lambda e: e.offset):
                 try:
-                    found = decode_request(fastjson.loads(os.pread(fh.fileno(), entry.size - 1, entry.offset)))
+                    found = decode_request(os.pread(fd, entry.size - 1, entry.offset))
                 except _UNREADABLE as exc:  # the file changed under its index
                     logger.warning("%s; line skipped", TraceFileError(self._file, entry.line, _reason(exc)))
                     continue
                 records += (r for r in found if wanted(r.trace_id))
+        finally:
+            os.close(fd)
         return records
 
     def recent(self, limit: int, session: str | None = None) -> list[list[SpanRecord]] | None:

@@ -110,15 +110,18 @@ def load(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> 
     return importer(fmt)(src, **options)
 
 
-def stream(path: str | os.PathLike[str], format: str = "auto", **options: Any) -> Iterator[Trajectory | ImportIssue]:
+def stream(path: str | os.PathLike[str], format: str = "auto", fast: bool = False,
+           **options: Any) -> Iterator[Trajectory | Any | ImportIssue]:
     """As :func:`load`, one trajectory (or issue) at a time: an OTLP source (a trace store) is
-    read as it goes; the other formats, whole datasets of modest size, are loaded first."""
+    read as it goes; the other formats, whole datasets of modest size, are loaded first. ``fast``:
+    an OTLP source's trajectories made of structs where they can be, to be written out
+    (:func:`.base.row`; not models)."""
     with counting(lambda: None):
         fmt = detect(path) if format == "auto" else format
     if fmt == "otlp" and not options:
         from .otlp import iter_otlp
 
-        yield from iter_otlp(Path(path))
+        yield from iter_otlp(Path(path), fast)
         return
     result = load(path, fmt, **options)
     yield from result.errors

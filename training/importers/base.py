@@ -96,13 +96,27 @@ def identity(traj: Trajectory) -> tuple[str, str]:
     ``whowhen:f:line3`` -> ``whowhen:f``) and a hash of everything else it holds but the name of
     the file it was read from. So one record read twice (twice in one input, one input given twice,
     a file and its ``.gz`` copy) is one record; two files or traces of the same content are two.
-    The hash is of the record's JSON (pydantic's, in field order: one pass in Rust, no dict tree)."""
-    record = traj.trace_id or _POSITION.sub("", traj.run_id or "")
+    The hash is of the record's JSON as it is written (pydantic's, in field order, fields that are
+    None left out: one pass in Rust, no dict tree; :func:`.rows.row` makes the same of its structs)."""
     try:
-        content = traj.model_dump_json(exclude=_NOT_CONTENT)
+        content = traj.model_dump_json(exclude_none=True, exclude=_NOT_CONTENT).encode()
     except ValueError:  # a lone surrogate in a text (JSON of it is not UTF-8): the standard library writes it escaped
-        content = json.dumps(traj.model_dump(mode="python", exclude=_NOT_CONTENT), default=str)
-    return record, hashlib.sha256(content.encode()).hexdigest()
+        content = json.dumps(traj.model_dump(mode="python", exclude_none=True, exclude=_NOT_CONTENT), default=str).encode()
+    return content_identity(traj.trace_id, traj.run_id, content)
+
+
+def content_identity(trace_id: str | None, run_id: str | None, content: bytes) -> tuple[str, str]:
+    """:func:`identity` of a record of these ids and this JSON of its content."""
+    return trace_id or _POSITION.sub("", run_id or ""), hashlib.sha256(content).hexdigest()
+
+
+def row(traj: Any) -> tuple[tuple[str, str], str]:
+    """``(identity, JSON line)`` of a trajectory: its models, or :mod:`.rows`' structs."""
+    if isinstance(traj, Trajectory):
+        return identity(traj), traj.model_dump_json(exclude_none=True)
+    from .rows import row as struct_row
+
+    return struct_row(traj)
 
 
 def drop_duplicates(trajs: Iterable[Trajectory]) -> tuple[list[Trajectory], int]:

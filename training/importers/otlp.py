@@ -19,14 +19,16 @@ from aegis_probe.storage.otlp_json import SpanRecord, decode_request
 from aegis_probe.storage.store import SPANS_FILE, TraceStore, merge_records
 from aegis_probe.trajectory import Trajectory
 
+from . import rows
 from .base import ImportIssue, ImportResult, data_files, iter_records, label_flags, tick
 
 _KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 
 
-def _trajectory(spans: list[SpanRecord], where: str) -> Trajectory | ImportIssue:
-    """A trace's trajectory with its labels checked, or the issue of a trace without step spans."""
-    traj = Trajectory.from_spans(spans)
+def _trajectory(spans: list[SpanRecord], where: str, fast: bool = False) -> Trajectory | Any | ImportIssue:
+    """A trace's trajectory with its labels checked, or the issue of a trace without step spans;
+    ``fast``: made of :mod:`.rows`' structs where it can be (to be written out, :func:`.base.row`)."""
+    traj = (rows.trajectory(spans) if fast else None) or Trajectory.from_spans(spans)
     if not traj.steps:
         return ImportIssue(where, f"trace {spans[0].trace_id if spans else '?'}", "no agent step spans")
     flags = {flag for f in traj.labels.faults for flag in label_flags(traj.steps, f.agent, f.step)}
@@ -46,9 +48,10 @@ def _add(result: ImportResult, item: Trajectory | ImportIssue) -> None:
         result.add(item)
 
 
-def iter_otlp(path: str | os.PathLike[str]) -> Iterator[Trajectory | ImportIssue]:
+def iter_otlp(path: str | os.PathLike[str], fast: bool = False) -> Iterator[Trajectory | Any | ImportIssue]:
     """Trajectories (and issues) from an OTLP/JSON(-lines) file or a store directory, one at a
-    time: a store is read trace by trace through its index (:meth:`TraceStore.each_trace`), never whole."""
+    time: a store is read trace by trace through its index (:meth:`TraceStore.each_trace`), never
+    whole. ``fast``: as :func:`_trajectory`."""
     store_file = Path(path) / SPANS_FILE
     bad = TraceStore(path).bad_lines() if store_file.is_file() and data_files(path) == [store_file] else None
     if bad is not None:
@@ -56,7 +59,7 @@ def iter_otlp(path: str | os.PathLike[str]) -> Iterator[Trajectory | ImportIssue
             yield ImportIssue(str(store_file), f"line {line}", f"not an OTLP/JSON request: {reason}")
         for spans in TraceStore(path).each_trace(warn=False):
             tick()
-            yield _trajectory(spans, str(path))
+            yield _trajectory(spans, str(path), fast)
         return
     result = ImportResult()
     records: list[SpanRecord] = []
@@ -70,7 +73,7 @@ def iter_otlp(path: str | os.PathLike[str]) -> Iterator[Trajectory | ImportIssue
                 result.errors.append(ImportIssue(str(file), name, f"not an OTLP/JSON request: {exc}"))
     yield from result.errors
     for spans in merge_records(records).values():
-        yield _trajectory(spans, str(path))
+        yield _trajectory(spans, str(path), fast)
 
 
 def load_otlp(path: str | os.PathLike[str]) -> ImportResult:

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 from aegis_probe.executors import Executor, Failure
 from aegis_probe.storage.store import SPANS_FILE
 
-from .base import ImportIssue, ImportResult, identity
+from .base import ImportIssue, ImportResult, row
 
 #: What a trajectory becomes in a shard's result: its :func:`~.base.identity` and its JSON line.
 Row = tuple[tuple[str, str], str]
@@ -53,12 +53,12 @@ def convert(source: str, fmt: str = "auto", labels_dir: str | None = None) -> Co
     from . import stream
 
     done = Converted(source)
-    for item in stream(source, fmt, **({"labels_dir": labels_dir} if labels_dir else {})):
+    for item in stream(source, fmt, fast=True, **({"labels_dir": labels_dir} if labels_dir else {})):
         if isinstance(item, ImportIssue):
             done.result.errors.append(item)
         else:
             done.result.add(item, keep=False)
-            done.rows.append((identity(item), item.model_dump_json(exclude_none=True)))
+            done.rows.append(row(item))
     return done
 
 
