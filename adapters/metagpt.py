@@ -195,7 +195,7 @@ class MetaGPTCodec:
         if usage is not None and usage is self.estimate:
             self.usage = None
             return
-        data = usage.model_dump() if hasattr(usage, "model_dump") else usage
+        data = usage if type(usage) is dict else usage.model_dump() if hasattr(usage, "model_dump") else usage
         if isinstance(data, dict):
             self.usage = data
 
@@ -471,7 +471,9 @@ class MetaGPTAdapter(Adapter):
             return await wrapped(*args, **kwargs)
         token = _ACTIVE_CALL.set(codec)
         try:
-            if run.probe.interceptors and metagpt_stream.streams(instance, args, kwargs, _AASK_PARAMS.index("stream")):
+            if not run.probe.interceptors:  # nothing replayed: no order to keep, no pieces to hold
+                return await acall_llm(run.probe, codec, wrapped, instance, args, kwargs)
+            if metagpt_stream.streams(instance, args, kwargs, _AASK_PARAMS.index("stream")):
                 return await self._held_aask(run.probe, codec, wrapped, instance, args, kwargs)
             return await in_recorded_order(acall_llm(run.probe, codec, wrapped, instance, args, kwargs))
         finally:
